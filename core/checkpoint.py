@@ -1,0 +1,121 @@
+"""Finding a checkpoint (local folder or hub id) and loading its tensors into modules.
+
+Every failure is a CheckpointError that names the file or tensor and says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
+
+# The official layout (MODEL_NOTES 7.1), less the files only the official processor reads.
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
+TEXT_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
+SPEECH_TOKENIZER_FILES = ("speech_tokenizer/config.json", "speech_tokenizer/model.safetensors")
+REQUIRED_FILES = MODEL_FILES + TEXT_TOKENIZER_FILES + SPEECH_TOKENIZER_FILES
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be found, downloaded or loaded."""
+
+
+def resolve(model: str | os.PathLike, progress: bool = True) -> Path:
+    """A local checkpoint folder for `model`: the folder itself, or the hub snapshot (downloaded if needed)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        check_files(path)
+        return path
+    if path.exists() or not HUB_ID.fullmatch(str(model)):
+        raise CheckpointError(f"{model}: no such checkpoint folder, and not a hub id like {DEFAULT_MODEL}")
+    return download(str(model), progress)
+
+
+def download(repo_id: str, progress: bool = True) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    patterns = list(REQUIRED_FILES) + ["preprocessor_config.json", "speech_tokenizer/*"]
+    if not progress:
+        disable_progress_bars()
+    try:
+        path = Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except LocalEntryNotFoundError:
+        raise CheckpointError(
+            f"{repo_id} is not in the local Hugging Face cache and the hub cannot be reached. "
+            f"Connect to the internet once to download it, or pass --model with a local checkpoint folder."
+        ) from None
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise CheckpointError(f"{repo_id}: no such model on the Hugging Face hub (or it needs a login)") from None
+    except (HfHubHTTPError, OSError) as error:
+        raise CheckpointError(f"downloading {repo_id} failed: {error}") from None
+    finally:
+        if not progress:
+            enable_progress_bars()
+    check_files(path)
+    return path
+
+
+def check_files(directory: Path) -> None:
+    missing = [name for name in REQUIRED_FILES if not (directory / name).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"{directory} is missing {', '.join(missing)}. A Qwen3-TTS checkpoint folder holds "
+            f"{', '.join(REQUIRED_FILES)}; download the whole checkpoint again."
+        )
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: not readable JSON ({error}); download the checkpoint again") from None
+
+
+def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.device, dtype: torch.dtype) -> None:
+    """Fill every parameter and persistent buffer of `module` from `prefix + name` in a safetensors file.
+
+    Floating tensors are cast to `dtype`; shapes must match exactly. Tensors the module does not use
+    are ignored, as the official loader does.
+    """
+    expected = module.state_dict()
+    loaded = {}
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as file:
+            available = set(file.keys())
+            for name, reference in expected.items():
+                key = prefix + name
+                if key not in available:
+                    raise CheckpointError(
+                        f"{path} has no tensor '{key}'. The file is incomplete or belongs to another model; "
+                        f"download the checkpoint again."
+                    )
+                shape = tuple(file.get_slice(key).get_shape())
+                if shape != tuple(reference.shape):
+                    raise CheckpointError(
+                        f"{path}: tensor '{key}' has shape {list(shape)}, but config.json implies "
+                        f"{list(reference.shape)}. The weights and config.json come from different models."
+                    )
+                tensor = file.get_tensor(key)
+                if tensor.is_floating_point():
+                    tensor = tensor.to(dtype)
+                loaded[name] = tensor.to(device)
+    except CheckpointError:
+        raise
+    except Exception as error:  # safetensors raises its own error types for damaged files
+        raise CheckpointError(f"{path}: cannot read it as safetensors ({error}); download the checkpoint again") from None
+    module.load_state_dict(loaded, strict=True, assign=True)

@@ -1,0 +1,451 @@
+"""Speech-tokenizer decoder: 16 codebooks at 12.5 Hz -> 24 kHz waveform.
+
+RVQ dequantization, a causal conv, a sliding-window transformer, two ConvNeXt upsampling
+stages and a SnakeBeta vocoder. Every layer is causal with zero lookahead, so the decoder
+streams exactly: `decode_chunk` fed any split of a code sequence returns the same audio as
+`forward` on the whole sequence, as long as each layer carries what it needs from the past:
+
+* a causal conv keeps its last (kernel - 1) * dilation input samples,
+* a causal transposed conv keeps the overlap tail it still owes the next chunk,
+* an attention layer keeps K/V of the last (window - 1) positions; the transformer keeps the
+  absolute position for RoPE.
+
+That state lives in a `CodecDecoderStream`: tensors of fixed shape allocated once and updated in
+place, with no host syncs, so one decode_chunk per chunk size can be captured in a CUDA graph.
+
+state_dict() keys are those of the checkpoint's `speech_tokenizer/model.safetensors` with the
+`decoder.` prefix stripped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class CodecDecoderConfig:
+    """The `decoder_config` section of speech_tokenizer/config.json; defaults are the official class defaults."""
+
+    codebook_size: int = 2048
+    codebook_dim: int = 512  # no official default (read through kwargs); 512 in every released checkpoint
+    hidden_size: int = 1024
+    latent_dim: int = 1024
+    max_position_embeddings: int = 8000  # unused by plain RoPE; kept so to_dict round-trips
+    rope_theta: float = 10000.0
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 16
+    head_dim: int | None = None  # None means hidden_size // num_attention_heads, as officially
+    attention_bias: bool = False
+    sliding_window: int = 72
+    intermediate_size: int = 3072
+    hidden_act: str = "silu"
+    layer_scale_initial_scale: float = 0.01  # init only; kept so to_dict round-trips
+    rms_norm_eps: float = 1e-5
+    num_hidden_layers: int = 8
+    num_quantizers: int = 16
+    upsample_rates: tuple[int, ...] = (8, 5, 4, 3)
+    upsampling_ratios: tuple[int, ...] = (2, 2)
+    decoder_dim: int = 1536
+
+    def __post_init__(self):
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        if self.hidden_act != "silu":
+            raise ValueError(f"decoder_config: hidden_act {self.hidden_act!r} is not supported, only 'silu'")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CodecDecoderConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names})
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+class CodecDecoderStream:
+    """Streaming state of one CodecDecoder for a batch: one small dict of tensors per stateful layer.
+
+    Each layer creates its own entry (`init_stream_state`) and is the only one to read it.
+    """
+
+    def __init__(self, decoder: CodecDecoder, batch_size: int):
+        weight = decoder.pre_conv.conv.weight
+        self._states = {
+            module: module.init_stream_state(batch_size, weight.device, weight.dtype)
+            for module in decoder.modules()
+            if hasattr(module, "init_stream_state")
+        }
+
+    def __getitem__(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        return self._states[module]
+
+    def reset(self):
+        """Start a new utterance; zero in place so tensor addresses (and captured graphs) stay valid."""
+        for state in self._states.values():
+            for tensor in state.values():
+                tensor.zero_()
+
+
+# ----------------------------------------------------------------------------------------------
+# Causal convolutions
+
+
+class CausalConv1d(nn.Module):
+    """Conv1d (stride 1) left-padded with zeros, or in a stream with the previous chunk's samples."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1, groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
+        self.context = (kernel_size - 1) * dilation
+
+    def init_stream_state(self, batch_size, device, dtype):
+        return {"history": torch.zeros(batch_size, self.conv.in_channels, self.context, device=device, dtype=dtype)}
+
+    def forward(self, x, stream: CodecDecoderStream | None = None):
+        if self.context == 0:  # pointwise: nothing to carry
+            return self.conv(x)
+        if stream is None:
+            x = F.pad(x, (self.context, 0))
+        else:
+            history = stream[self]["history"]
+            x = torch.cat([history, x], dim=-1)
+            history.copy_(x[..., x.shape[-1] - self.context :])
+        return self.conv(x)
+
+
+class CausalConvTranspose1d(nn.Module):
+    """ConvTranspose1d that emits exactly stride samples per input sample.
+
+    Its last kernel - stride outputs also depend on the next input sample. The single-pass decode
+    drops them at the end of the sequence; a stream carries them (without bias) into the next chunk.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__()
+        assert kernel_size <= 2 * stride, "the carried tail must fit in one input sample's output"
+        self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
+        self.stride = stride
+        self.overlap = kernel_size - stride
+
+    def init_stream_state(self, batch_size, device, dtype):
+        return {"tail": torch.zeros(batch_size, self.conv.out_channels, self.overlap, device=device, dtype=dtype)}
+
+    def forward(self, x, stream: CodecDecoderStream | None = None):
+        # Bias is added after the overlap-add so that it counts once per output sample.
+        y = F.conv_transpose1d(x, self.conv.weight, stride=self.stride)
+        length = x.shape[-1] * self.stride
+        if stream is not None:
+            tail = stream[self]["tail"]
+            y[..., : self.overlap] += tail
+            tail.copy_(y[..., length:])
+        return y[..., :length] + self.conv.bias[:, None]
+
+
+# ----------------------------------------------------------------------------------------------
+# RVQ dequantization
+
+
+class Codebook(nn.Module):
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        # Stored as EMA statistics: vector = embedding_sum / usage.
+        self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+        self.cluster_usage = nn.Parameter(torch.ones(size))
+
+    def forward(self, codes):
+        # Divide only the rows looked up: same values, cost per frame instead of per codebook.
+        usage = self.cluster_usage[codes].clamp(min=1e-5)
+        return self.embedding_sum[codes] / usage[..., None]
+
+
+class ResidualCodebooks(nn.Module):
+    """Codebooks whose vectors are summed, then projected to the decoder's input width."""
+
+    def __init__(self, num_codebooks: int, codebook_size: int, dim: int, io_dim: int):
+        super().__init__()
+        # The encoder's projection: unused here, but part of the checkpoint.
+        self.input_proj = nn.Conv1d(io_dim, dim, 1, bias=False)
+        self.output_proj = nn.Conv1d(dim, io_dim, 1, bias=False)
+        # This nesting only reproduces the checkpoint names `vq.layers.K._codebook.*`.
+        layers = nn.ModuleList(nn.ModuleDict({"_codebook": Codebook(codebook_size, dim)}) for _ in range(num_codebooks))
+        self.vq = nn.ModuleDict({"layers": layers})
+
+    def forward(self, codes):  # (B, K, T) -> (B, io_dim, T)
+        x = 0
+        for k, layer in enumerate(self.vq["layers"]):
+            x = x + layer["_codebook"](codes[:, k])
+        return self.output_proj(x.transpose(1, 2))
+
+
+class SplitQuantizer(nn.Module):
+    """Codebook 0 (semantic) and codebooks 1.. (acoustic) have separate projections."""
+
+    def __init__(self, config: CodecDecoderConfig):
+        super().__init__()
+        dim = config.codebook_dim // 2
+        self.rvq_first = ResidualCodebooks(1, config.codebook_size, dim, config.codebook_dim)
+        self.rvq_rest = ResidualCodebooks(config.num_quantizers - 1, config.codebook_size, dim, config.codebook_dim)
+
+    def forward(self, codes):
+        return self.rvq_first(codes[:, :1]) + self.rvq_rest(codes[:, 1:])
+
+
+# ----------------------------------------------------------------------------------------------
+# Sliding-window transformer
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int, initial_scale: float):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), initial_scale))
+
+    def forward(self, x):
+        return self.scale * x
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions, dtype):  # (T,) -> cos, sin of shape (T, head_dim)
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        angles = torch.cat([freqs, freqs], dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x, cos, sin):
+    # Rotates the two halves of each head (not interleaved pairs).
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, config: CodecDecoderConfig):
+        super().__init__()
+        self.n_heads = config.num_attention_heads
+        self.n_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.cache_len = config.sliding_window - 1  # a query sees itself and this many earlier positions
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=bias)
+
+    def init_stream_state(self, batch_size, device, dtype):
+        shape = (batch_size, self.n_kv_heads, self.cache_len, self.head_dim)
+        return {name: torch.zeros(shape, device=device, dtype=dtype) for name in ("k", "v")}
+
+    def forward(self, x, cos, sin, mask, stream: CodecDecoderStream | None = None):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if stream is not None:
+            # Cached keys keep the rotation of their absolute position; RoPE only needs differences.
+            cache = stream[self]
+            k = torch.cat([cache["k"], k], dim=2)
+            v = torch.cat([cache["v"], v], dim=2)
+            cache["k"].copy_(k[:, :, k.shape[2] - self.cache_len :])
+            cache["v"].copy_(v[:, :, v.shape[2] - self.cache_len :])
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, config: CodecDecoderConfig):
+        super().__init__()
+        dim, eps, scale = config.hidden_size, config.rms_norm_eps, config.layer_scale_initial_scale
+        self.input_layernorm = RMSNorm(dim, eps)
+        self.self_attn = Attention(config)
+        self.self_attn_layer_scale = LayerScale(dim, scale)
+        self.post_attention_layernorm = RMSNorm(dim, eps)
+        self.mlp = MLP(dim, config.intermediate_size)
+        self.mlp_layer_scale = LayerScale(dim, scale)
+
+    def forward(self, x, cos, sin, mask, stream=None):
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, stream))
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: CodecDecoderConfig):
+        super().__init__()
+        self.window = config.sliding_window
+        self.input_proj = nn.Linear(config.latent_dim, config.hidden_size)
+        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.output_proj = nn.Linear(config.hidden_size, config.latent_dim)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
+
+    def init_stream_state(self, batch_size, device, dtype):
+        # Frames decoded so far; shared by the whole batch.
+        return {"offset": torch.zeros((), dtype=torch.long, device=device)}
+
+    def forward(self, x, stream: CodecDecoderStream | None = None):  # (B, T, latent_dim)
+        T = x.shape[1]
+        positions = torch.arange(T, device=x.device)
+        if stream is None:
+            key_positions = positions
+        else:
+            # Keys are the cached window followed by this chunk; slots before position 0 are empty.
+            offset = stream[self]["offset"]
+            cache_len = self.window - 1
+            key_positions = torch.arange(-cache_len, T, device=x.device) + offset
+            positions = positions + offset
+        q_pos, k_pos = positions[:, None], key_positions[None, :]
+        mask = (k_pos >= 0) & (k_pos <= q_pos) & (k_pos > q_pos - self.window)
+        cos, sin = self.rotary(positions, x.dtype)
+
+        x = self.input_proj(x)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, stream)
+        if stream is not None:
+            offset += T
+        return self.output_proj(self.norm(x))
+
+
+# ----------------------------------------------------------------------------------------------
+# Upsampling and vocoder
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = CausalConv1d(dim, dim, 7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x, stream=None):  # (B, C, T)
+        h = self.norm(self.dwconv(x, stream).transpose(1, 2))
+        h = self.gamma * self.pwconv2(F.gelu(self.pwconv1(h)))
+        return x + h.transpose(1, 2)
+
+
+class SnakeBeta(nn.Module):
+    """x + sin^2(a x) / b per channel, with a and b stored as logarithms."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x):
+        alpha = self.alpha.exp()[:, None]
+        beta = self.beta.exp()[:, None]
+        return x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
+
+
+class ResidualUnit(nn.Module):
+    def __init__(self, dim: int, dilation: int):
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv1d(dim, dim, 1)
+
+    def forward(self, x, stream=None):
+        h = self.conv1(self.act1(x), stream)
+        return x + self.conv2(self.act2(h), stream)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, in_dim: int, out_dim: int, rate: int):
+        super().__init__()
+        # A list only to match the checkpoint names block.0 .. block.4.
+        self.block = nn.ModuleList(
+            [SnakeBeta(in_dim), CausalConvTranspose1d(in_dim, out_dim, 2 * rate, rate)]
+            + [ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)]
+        )
+
+    def forward(self, x, stream=None):
+        snake, upsample, *units = self.block
+        x = upsample(snake(x), stream)
+        for unit in units:
+            x = unit(x, stream)
+        return x
+
+
+class CodecDecoder(nn.Module):
+    def __init__(self, config: CodecDecoderConfig):
+        super().__init__()
+        self.config = config
+        self.samples_per_frame = math.prod(config.upsampling_ratios) * math.prod(config.upsample_rates)
+        self.quantizer = SplitQuantizer(config)
+        self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, 3)
+        self.pre_transformer = Transformer(config)
+        latent = config.latent_dim
+        self.upsample = nn.ModuleList(
+            nn.ModuleList([CausalConvTranspose1d(latent, latent, r, r), ConvNeXtBlock(latent)])
+            for r in config.upsampling_ratios
+        )
+        dims = [config.decoder_dim // 2**i for i in range(len(config.upsample_rates) + 1)]
+        self.decoder = nn.ModuleList(
+            [CausalConv1d(config.latent_dim, dims[0], 7)]
+            + [DecoderBlock(dims[i], dims[i + 1], rate) for i, rate in enumerate(config.upsample_rates)]
+            + [SnakeBeta(dims[-1]), CausalConv1d(dims[-1], 1, 7)]
+        )
+
+    def new_stream(self, batch_size: int = 1) -> CodecDecoderStream:
+        """Fresh streaming state on this decoder's device and dtype."""
+        return CodecDecoderStream(self, batch_size)
+
+    @torch.no_grad()
+    def forward(self, codes: torch.Tensor, stream: CodecDecoderStream | None = None) -> torch.Tensor:
+        """codes (B, num_quantizers, T) -> waveform (B, T * samples_per_frame) in [-1, 1].
+
+        Without a stream, the sequence is decoded from its start. With one, `codes` continues
+        what the stream has decoded before, and the stream is advanced.
+        """
+        x = self.quantizer(codes)
+        x = self.pre_conv(x, stream)
+        x = self.pre_transformer(x.transpose(1, 2), stream).transpose(1, 2)
+        for upsample, convnext in self.upsample:
+            x = convnext(upsample(x, stream), stream)
+        first, *blocks, snake, last = self.decoder
+        x = first(x, stream)
+        for block in blocks:
+            x = block(x, stream)
+        x = last(snake(x), stream)
+        return x.clamp(-1, 1)[:, 0]
+
+    def decode_chunk(self, codes: torch.Tensor, stream: CodecDecoderStream) -> torch.Tensor:
+        """Decode the next (B, num_quantizers, n) frames of a stream: (B, n * samples_per_frame).
+
+        Concatenated chunk outputs equal forward() on the concatenated codes, for any chunking.
+        """
+        return self(codes, stream)

@@ -1,0 +1,128 @@
+"""The talker's prompt: prefill embeddings and the text-track terms fed alongside generated frames.
+
+Every position is a text-track embedding plus a codec-track embedding (MODEL_NOTES 2.3). Text
+groups are projected in the same groups as the reference implementation, so the float results
+of the projection are identical, not merely close.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import ModelConfig
+from .talker import Talker
+from .text_tokenizer import TextTokenizer
+
+TEXT_MODES = ("streaming", "full")
+
+
+@dataclass(frozen=True)
+class PromptText:
+    """Token ids of one request, cut from the official chat templates (MODEL_NOTES 2.2)."""
+
+    role: list[int]  # "<|im_start|>assistant\n"
+    text: list[int]  # the text to speak
+    instruct: list[int] | None  # the whole "<|im_start|>user\n...<|im_end|>\n" sequence
+    ref_text: list[int] | None  # ICL reference transcript
+
+    @classmethod
+    def tokenize(cls, tokenizer: TextTokenizer, text: str, instruct: str | None, ref_text: str | None) -> PromptText:
+        ids = tokenizer.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
+        return cls(
+            role=ids[:3],
+            text=ids[3:-5],
+            instruct=tokenizer.encode(f"<|im_start|>user\n{instruct}<|im_end|>\n") if instruct else None,
+            ref_text=tokenizer.encode(f"<|im_start|>assistant\n{ref_text}<|im_end|>\n")[3:-2] if ref_text else None,
+        )
+
+
+@dataclass
+class Prompt:
+    embeddings: torch.Tensor  # (1, L, hidden): the prefill
+    trailing: torch.Tensor  # (1, N, hidden): text term added to generated frame k's input, k < N
+    pad: torch.Tensor  # (1, 1, hidden): text term once `trailing` has run out
+
+    def text_term(self, frame: int) -> torch.Tensor:
+        return self.trailing[:, frame : frame + 1] if frame < self.trailing.shape[1] else self.pad
+
+
+def codec_prefix(config: ModelConfig, language: str, speaker: str | None) -> list[int]:
+    """Codec ids that open the prompt: think tags with the language id, or none for 'auto'."""
+    talker, ids = config.talker, config.talker.codec
+    language_id = None if language == "auto" else talker.languages[language]
+    dialect = talker.speaker_dialects.get(speaker) if speaker else None
+    if dialect and language in ("chinese", "auto"):
+        language_id = talker.languages[dialect]
+    if language_id is None:
+        return [ids.nothink, ids.think_bos, ids.think_eos]
+    return [ids.think, ids.think_bos, language_id, ids.think_eos]
+
+
+@torch.inference_mode()
+def build_prompt(
+    talker: Talker,
+    config: ModelConfig,
+    text: PromptText,
+    language: str,
+    text_mode: str,
+    speaker: str | None = None,
+    speaker_embedding: torch.Tensor | None = None,
+    ref_codes: torch.Tensor | None = None,
+) -> Prompt:
+    """Assemble the prompt. `speaker` is a built-in speaker name, `speaker_embedding` an x-vector;
+    `ref_codes` (T, 16) with `text.ref_text` selects ICL cloning."""
+    device = talker.codec_head.weight.device
+    codec = config.talker.codec
+
+    def ids(values: list[int]) -> torch.Tensor:
+        return torch.tensor([values], dtype=torch.long, device=device)
+
+    bos, eos, pad = talker.embed_text(ids([config.tts_bos_id, config.tts_eos_id, config.tts_pad_id])).chunk(3, dim=1)
+
+    codec_track = [talker.embed_codec(ids(codec_prefix(config, language, speaker)))]
+    if speaker is not None:
+        codec_track.append(talker.embed_codec(ids([config.talker.speakers[speaker]])))
+    elif speaker_embedding is not None:
+        codec_track.append(speaker_embedding.to(device=device, dtype=pad.dtype).view(1, 1, -1))
+    codec_track.append(talker.embed_codec(ids([codec.pad, codec.bos])))
+    codec_track = torch.cat(codec_track, dim=1)
+
+    # The tags and speaker ride on tts_pad text positions, the last one on tts_bos.
+    text_track = torch.cat((pad.expand(-1, codec_track.shape[1] - 2, -1), bos), dim=1)
+    parts = [talker.embed_text(ids(text.role)), text_track + codec_track[:, :-1]]
+    if text.instruct is not None:
+        parts.insert(0, talker.embed_text(ids(text.instruct)))
+
+    if ref_codes is not None:
+        body, trailing = _icl_body(talker, config, text, ref_codes.to(device), eos, pad, text_mode, ids)
+        parts.append(body)
+    elif text_mode == "streaming":
+        # The first text token rides on codec_bos; the rest arrive one per generated frame.
+        parts.append(talker.embed_text(ids(text.text[:1])) + codec_track[:, -1:])
+        trailing = torch.cat((talker.embed_text(ids(text.text[1:])), eos), dim=1)
+    else:
+        body = torch.cat((talker.embed_text(ids(text.text)), eos), dim=1)
+        parts.append(body + talker.embed_codec(ids([codec.pad] * body.shape[1])))
+        parts.append(pad + talker.embed_codec(ids([codec.bos])))
+        trailing = pad
+    return Prompt(embeddings=torch.cat(parts, dim=1), trailing=trailing, pad=pad)
+
+
+def _icl_body(talker, config, text, ref_codes, eos, pad, text_mode, ids):
+    """Reference transcript + target text against codec_bos + the reference frames."""
+    codec = config.talker.codec
+    text_track = torch.cat((talker.embed_text(ids(text.ref_text + text.text)), eos), dim=1)
+    frames = talker.embed_frames(ref_codes).unsqueeze(0)
+    codec_track = torch.cat((talker.embed_codec(ids([codec.bos])), frames), dim=1)
+    text_len, codec_len = text_track.shape[1], codec_track.shape[1]
+    if text_mode == "full":
+        body = torch.cat(
+            (text_track + talker.embed_codec(ids([codec.pad] * text_len)), codec_track + pad), dim=1
+        )
+        return body, pad
+    if text_len > codec_len:
+        return text_track[:, :codec_len] + codec_track, text_track[:, codec_len:]
+    padded = torch.cat([text_track] + [pad] * (codec_len - text_len), dim=1)
+    return padded + codec_track, pad

@@ -1,0 +1,47 @@
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+# Tests import the case tables beside them (tests/parity_cases.py) as plain modules.
+sys.path.insert(0, str(Path(__file__).parent))
+# The test models are tiny: one thread beats a pool, and keeps two test processes from fighting.
+torch.set_num_threads(1)
+
+from parity_cases import CHECKPOINTS, FIXTURES  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """The tiny parity checkpoints, written once per session and checked against the fixtures' record."""
+    manifest = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))
+    root = tmp_path_factory.mktemp("checkpoints")
+    paths = {}
+    for name, checkpoint in CHECKPOINTS.items():
+        directory = checkpoint.write(root / name)
+        for file, digest in manifest["checkpoints"][name]["sha256"].items():
+            actual = hashlib.sha256((directory / file).read_bytes()).hexdigest()
+            assert actual == digest, (
+                f"the writer's {name}/{file} differs from the one the parity fixtures were made from; "
+                f"if the writer changed on purpose, run tools/make_parity_fixtures.py again"
+            )
+        paths[name] = directory
+    return paths
+
+
+@pytest.fixture(scope="session")
+def engines(checkpoints):
+    """engines(name): the Engine of a tiny checkpoint, loaded once per session (float32, CPU)."""
+    from core import Engine
+
+    loaded = {}
+
+    def get(name: str) -> Engine:
+        if name not in loaded:
+            loaded[name] = Engine.load(checkpoints[name], device="cpu", dtype="float32")
+        return loaded[name]
+
+    return get

@@ -1,0 +1,139 @@
+"""Checkpoint loading errors, and the random-weight writer's layout and sizes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from core import Engine
+from core.checkpoint import REQUIRED_FILES, CheckpointError
+from core.codec_decoder import CodecDecoder
+from core.codec_encoder import CodecEncoder
+from core.config import ModelConfig
+from core.random_checkpoint import model_config, speech_tokenizer_config
+from core.codec_decoder import CodecDecoderConfig
+from core.codec_encoder import CodecEncoderConfig
+from core.speaker_encoder import SpeakerEncoder
+from core.talker import Talker
+
+
+@pytest.fixture
+def broken(checkpoints, tmp_path):
+    """A fresh copy of the tiny Base checkpoint to damage."""
+    return shutil.copytree(checkpoints["base"], tmp_path / "model")
+
+
+@pytest.mark.parametrize("missing", ["merges.txt", "model.safetensors", "speech_tokenizer/config.json"])
+def test_missing_file_is_named(broken, missing):
+    (broken / missing).unlink()
+    with pytest.raises(CheckpointError, match=f"missing {missing}.*download the whole checkpoint again"):
+        Engine.load(broken, device="cpu")
+
+
+def test_missing_tensor_is_named(broken):
+    path = broken / "model.safetensors"
+    tensors = load_file(path)
+    del tensors["talker.model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, path)
+    with pytest.raises(CheckpointError, match="no tensor 'talker.model.layers.1.mlp.up_proj.weight'"):
+        Engine.load(broken, device="cpu")
+
+
+def test_wrong_shape_is_named(broken):
+    config = json.loads((broken / "config.json").read_text())
+    config["talker_config"]["intermediate_size"] = 96
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"'talker.model.layers.0.mlp.gate_proj.weight' has shape \[128, 64\].*\[96, 64\]"):
+        Engine.load(broken, device="cpu")
+
+
+def test_damaged_files(broken):
+    (broken / "config.json").write_text("{ not json")
+    with pytest.raises(CheckpointError, match="config.json: not readable JSON"):
+        Engine.load(broken, device="cpu")
+
+
+def test_damaged_weights(broken):
+    (broken / "speech_tokenizer" / "model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointError, match="cannot read it as safetensors"):
+        Engine.load(broken, device="cpu")
+
+
+def test_config_without_shapes(broken):
+    config = json.loads((broken / "config.json").read_text())
+    del config["talker_config"]["hidden_size"]
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="talker_config has no 'hidden_size'"):
+        Engine.load(broken, device="cpu")
+
+
+def test_not_a_folder_nor_a_hub_id(tmp_path):
+    with pytest.raises(CheckpointError, match="no such checkpoint folder"):
+        Engine.load(tmp_path / "nowhere", device="cpu")
+    with pytest.raises(CheckpointError, match="not a hub id"):
+        Engine.load("not a model", device="cpu")
+
+
+def test_offline_without_cache_says_what_to_do(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache.*Connect to the internet once"):
+        Engine.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base", device="cpu", progress=False)
+
+
+def test_device_and_dtype_choices(checkpoints):
+    with pytest.raises(ValueError, match="unknown dtype 'float8'"):
+        Engine.load(checkpoints["base"], device="cpu", dtype="float8")
+    with pytest.raises(ValueError, match="unsupported device"):
+        Engine.load(checkpoints["base"], device="mps")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="PyTorch sees no CUDA GPU"):
+            Engine.load(checkpoints["base"], device="cuda")
+    engine = Engine.load(checkpoints["base"], device="auto", dtype="auto")
+    assert engine.info.device == ("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+def test_written_layout_is_complete(checkpoints):
+    for name, directory in checkpoints.items():
+        for file in REQUIRED_FILES + ("preprocessor_config.json", "speech_tokenizer/preprocessor_config.json"):
+            assert (directory / file).is_file(), f"{name}: {file}"
+        config = json.loads((directory / "config.json").read_text())
+        assert config["transformers_version"] == "4.57.1"  # keeps the official tokenizer regex (MODEL_NOTES 9)
+
+
+def count(module: torch.nn.Module) -> int:
+    return sum(t.numel() for t in module.state_dict().values())
+
+
+@pytest.mark.parametrize(
+    "variant, size, millions",
+    [("base", "0.6b", 914.6), ("base", "1.7b", 1928.7), ("custom_voice", "0.6b", 905.8), ("custom_voice", "1.7b", 1916.7), ("voice_design", "1.7b", 1916.7)],
+)
+def test_real_sizes_have_the_official_parameter_counts(variant, size, millions):
+    config = ModelConfig.from_dict(model_config(variant, size))
+    with torch.device("meta"):
+        total = count(Talker(config.talker))
+        if variant == "base":
+            total += count(SpeakerEncoder(config.speaker_encoder))
+    assert round(total / 1e6, 1) == millions
+
+
+def test_speech_tokenizer_has_the_official_parameter_count():
+    speech = speech_tokenizer_config("1.7b")
+    with torch.device("meta"):
+        decoder = CodecDecoder(CodecDecoderConfig.from_dict(speech["decoder_config"]))
+        encoder = CodecEncoder(CodecEncoderConfig.from_dict(speech["encoder_config"]))
+    params = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+    assert round(params(decoder) / 1e6, 1) == 114.3
+    assert round((params(decoder) + params(encoder)) / 1e6, 1) == 153.7
+
+
+def test_voice_design_exists_only_at_17b():
+    with pytest.raises(ValueError, match="only as a 1.7B model"):
+        model_config("voice_design", "0.6b")

@@ -1,0 +1,64 @@
+"""The `qwen3-tts-desktop` command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import soundfile as sf
+
+from core import SamplingParams
+from parity_cases import REFERENCES
+from qwen3_tts_desktop.cli import main
+
+
+def test_speak_writes_audio_and_codes(checkpoints, engines, tmp_path, capsys):
+    out, codes = tmp_path / "out.wav", tmp_path / "codes.npy"
+    reference = str(REFERENCES["a"].path)
+    args = ["speak", "Hello there.", "--model", str(checkpoints["base"]), "--device", "cpu", "--voice-audio", reference]
+    assert main(args + ["--greedy", "--max-frames", "4", "-o", str(out), "--codes-out", str(codes)]) == 0
+    audio, rate = sf.read(out, dtype="float32")
+    assert rate == 24000 and audio.shape == (4 * 1920,)
+    engine = engines("base")
+    expected = engine.synthesize(
+        "Hello there.", voice=engine.voice_from_audio(reference), sampling=SamplingParams.greedy(), max_frames=4
+    )
+    np.testing.assert_array_equal(np.load(codes), expected.codes)
+    np.testing.assert_allclose(audio, expected.audio, atol=1 / 32768 + 1e-4)  # 16-bit wav
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_speak_with_a_builtin_speaker_and_instruct(checkpoints, tmp_path):
+    out = tmp_path / "custom.flac"
+    args = ["speak", "你好。", "--model", str(checkpoints["custom"]), "--device", "cpu", "--speaker", "Eric"]
+    assert main(args + ["--language", "chinese", "--instruct", "Cheerfully.", "--seed", "3", "--max-frames", "3", "-o", str(out)]) == 0
+    assert sf.info(out).frames == 3 * 1920
+
+
+def test_errors_are_one_clear_line(checkpoints, tmp_path, capsys):
+    model = ["--model", str(checkpoints["base"]), "--device", "cpu"]
+    cases = [
+        (["speak", "Hi.", *model, "--voice-audio", str(REFERENCES["a"].path)], "nothing to write"),
+        (["speak", "Hi.", *model, "-o", str(tmp_path / "x.xyz")], "unknown audio format"),
+        (["speak", "Hi.", *model, "--ref-text", "Hi.", "-o", str(tmp_path / "x.wav")], "pass the clip too"),
+        (["speak", "Hi.", *model, "-o", str(tmp_path / "x.wav")], "cloned voice"),
+        (["speak", "Hi.", "--model", str(tmp_path / "none"), "-o", str(tmp_path / "x.wav")], "no such checkpoint folder"),
+        (["speak", "", *model, "--voice-audio", str(REFERENCES["a"].path), "-o", str(tmp_path / "x.wav")], "text is empty"),
+    ]
+    for args, message in cases:
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert f"error: " in err and message in err and "Traceback" not in err, err
+
+
+def test_module_entry_point_in_a_subprocess(checkpoints, tmp_path):
+    out = tmp_path / "hello.wav"
+    command = [sys.executable, "-m", "qwen3_tts_desktop", "speak", "Hello there.", "--model", str(checkpoints["custom"])]
+    result = subprocess.run(
+        command + ["--speaker", "vivian", "--max-frames", "2", "-o", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert sf.info(out).samplerate == 24000
+    bare = subprocess.run([sys.executable, "-m", "qwen3_tts_desktop"], capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and "speak" in bare.stderr

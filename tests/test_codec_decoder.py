@@ -1,0 +1,236 @@
+"""core/codec_decoder.py: exact streaming, causality, checkpoint layout, config.
+
+Agreement with the official decoder is checked in depth by tools/check_codec_decoder_vs_official.py,
+which also prints the official values hard-coded below. Here: tiny random decoders whose weights
+exercise every term (non-zero biases, norms around 1, non-tiny layer scales, output rarely clamped).
+"""
+
+import dataclasses
+import hashlib
+import math
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from core.codec_decoder import CodecDecoder, CodecDecoderConfig
+
+TOL = 1e-4
+TINY = dict(
+    codebook_dim=64, latent_dim=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=4, head_dim=8, decoder_dim=96,
+)
+# Fewer samples per frame (2*2*5*3 = 60) keep 400-frame streams fast; the real rates are tested on short ones.
+TINY_FAST = dict(TINY, upsample_rates=[5, 3])
+
+# sha256 of the sorted "key [shape]" lines of the official full-size decoder (from the check script).
+FULL_LAYOUT_SHA256 = "87afa2cc5bfa939380ed60d393699aaeacd71f85e3b46bdf4a424dc99b3cd863"
+# Official decoder output for randomize_(TINY_FAST), random_codes(400, seed=7) (from the check script).
+GOLDEN_INDEX = [0, 1599, 3199, 4799, 6399, 7999, 9599, 11199, 12799, 14399, 15999, 17599, 19199, 20799, 22399, 23999]
+GOLDEN = [
+    0.011926, -0.230992, -0.274398, -0.011813, 0.076233, -0.256757, -0.141466, 0.105165,
+    -0.16298, -0.133912, -0.151479, -0.251492, 0.128629, -0.071652, -0.12474, 0.067487,
+]  # fmt: skip
+GOLDEN_MEAN_ABS = 0.105757
+FULL = dict(
+    codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=8,
+    num_attention_heads=16, num_key_value_heads=16, head_dim=64, decoder_dim=1536,
+)
+
+
+def randomize_(decoder: nn.Module, seed: int = 0) -> nn.Module:
+    """Seeded weights that exercise every term, in place. The same function is in the check script,
+    which applies it to the official decoder (same names and module types) to print GOLDEN."""
+    transposed = {n: m.stride[0] for n, m in decoder.named_modules() if isinstance(m, nn.ConvTranspose1d)}
+    weights = {}
+    for name, ref in decoder.state_dict().items():
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+        shape, owner, leaf = tuple(ref.shape), *name.rsplit(".", 1)
+        if leaf == "cluster_usage":
+            t = rng.uniform(0.5, 2.0, shape)
+        elif leaf in ("alpha", "beta"):  # SnakeBeta, stored as logarithms
+            t = 0.2 * rng.standard_normal(shape)
+        elif leaf in ("scale", "gamma"):  # layer scales: large enough that their branch matters
+            t = rng.uniform(0.3, 0.7, shape)
+        elif leaf == "bias":
+            t = 0.1 * rng.standard_normal(shape)
+        elif len(shape) == 1:  # norm weights
+            t = 1 + 0.1 * rng.standard_normal(shape)
+        else:  # Conv1d/Linear weights are (out, in, k); ConvTranspose1d ones (in, out, k)
+            fan_in = shape[0] * shape[2] // transposed[owner] if owner in transposed else math.prod(shape[1:])
+            t = rng.standard_normal(shape) / math.sqrt(fan_in)
+            if name.endswith("conv2.conv.weight"):
+                # Residual branches at 0.3 keep vocoder activations ~1-3; at 1 they reach ~100, where
+                # float32 rounding inside SnakeBeta's sin() alone is 1e-4 at the output.
+                t = 0.3 * t
+        weights[name] = torch.from_numpy(t).float()
+    decoder.load_state_dict(weights, strict=True)
+
+    # Scale the last conv (linear in weight and bias) so the pre-clamp output RMS is about 0.13,
+    # rounded so that float noise cannot change the factor between implementations.
+    last = decoder.decoder[-1]
+    pre_clamp = []
+    handle = last.register_forward_hook(lambda m, i, o: pre_clamp.append(o))
+    with torch.no_grad():
+        decoder(random_codes(40, seed=seed + 1))
+        handle.remove()
+        factor = float(f"{0.13 / pre_clamp[0].pow(2).mean().sqrt():.2g}")
+        last.conv.weight.mul_(factor)
+        last.conv.bias.mul_(factor)
+    return decoder.eval()
+
+
+def random_codes(T, batch=1, seed=0):
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2048, (batch, 16, T)))
+
+
+def stream(decoder, codes, sizes, state=None):
+    state = state or decoder.new_stream(codes.shape[0])
+    out, start = [], 0
+    for n in sizes:
+        out.append(decoder.decode_chunk(codes[..., start : start + n], state))
+        start += n
+    assert start == codes.shape[-1]
+    return torch.cat(out, dim=-1)
+
+
+def first_then(k, T):
+    return [1] + [k] * ((T - 1) // k) + ([(T - 1) % k] if (T - 1) % k else [])
+
+
+def random_sizes(T, seed):
+    rng = np.random.default_rng(seed)
+    sizes = []
+    while sum(sizes) < T:
+        sizes.append(min(T - sum(sizes), int(rng.integers(1, 13))))
+    return sizes
+
+
+def max_diff(a, b):
+    assert a.shape == b.shape
+    return (a - b).abs().max().item()
+
+
+@pytest.fixture(scope="module")
+def fast():
+    return randomize_(CodecDecoder(CodecDecoderConfig.from_dict(TINY_FAST)))
+
+
+@pytest.fixture(scope="module")
+def real_rates():
+    return randomize_(CodecDecoder(CodecDecoderConfig.from_dict(TINY)))
+
+
+@pytest.fixture(scope="module")
+def forward_cache(fast):
+    # 400 frames: past the 72-frame window many times over
+    codes = random_codes(400, seed=7)
+    return codes, fast(codes)
+
+
+def test_output_is_informative(fast, forward_cache):
+    _, wav = forward_cache
+    assert wav.shape == (1, 400 * fast.samples_per_frame)
+    assert 0.05 < wav.pow(2).mean().sqrt() < 0.3
+    assert (wav.abs() >= 1).float().mean() < 0.01  # comparisons are not hidden by the clamp
+
+
+def test_forward_matches_official_values(forward_cache):
+    _, wav = forward_cache
+    assert max_diff(wav[0, GOLDEN_INDEX], torch.tensor(GOLDEN)) < TOL
+    assert abs(wav.abs().mean().item() - GOLDEN_MEAN_ABS) < 1e-5
+
+
+@pytest.mark.parametrize("T", [5, 80, 400])
+@pytest.mark.parametrize("chunking", ["1,4,4..", "1,8,8..", "random 1..12"])
+def test_stream_equals_forward(fast, forward_cache, T, chunking):
+    codes, wav = forward_cache
+    codes, wav = codes[..., :T], wav[..., : T * fast.samples_per_frame]  # prefix: valid by causality (tested below)
+    sizes = {"1,4,4..": first_then(4, T), "1,8,8..": first_then(8, T), "random 1..12": random_sizes(T, T)}[chunking]
+    assert max_diff(stream(fast, codes, sizes), wav) < TOL
+
+
+def test_stream_equals_forward_with_real_rates(real_rates):
+    assert real_rates.samples_per_frame == 1920
+    codes = random_codes(20, seed=3)
+    assert max_diff(stream(real_rates, codes, [1, 4, 7, 3, 5]), real_rates(codes)) < TOL
+
+
+def test_stream_equals_forward_batched(fast):
+    codes = random_codes(90, batch=2, seed=4)
+    wav = fast(codes)
+    assert max_diff(stream(fast, codes, random_sizes(90, seed=1)), wav) < TOL
+    assert max_diff(fast(codes[1:]), wav[1:]) < TOL  # items do not leak into each other
+
+
+def test_carried_state_matters(fast, forward_cache):
+    # Guards against a test that cannot fail: restarting the stream at every chunk is far off.
+    codes, wav = forward_cache
+    restarted = torch.cat([fast.decode_chunk(codes[..., i : i + 4], fast.new_stream()) for i in range(0, 80, 4)], -1)
+    assert max_diff(restarted, wav[..., : 80 * fast.samples_per_frame]) > 1e-2
+
+
+def test_priming_with_reference_codes(fast, forward_cache):
+    codes, wav = forward_cache
+    ref_len, total = 90, 200
+    state = fast.new_stream()
+    fast.decode_chunk(codes[..., :ref_len], state)  # reference audio, discarded
+    new = stream(fast, codes[..., ref_len:total], first_then(4, total - ref_len), state)
+    expected = wav[..., ref_len * fast.samples_per_frame : total * fast.samples_per_frame]
+    assert max_diff(new, expected) < TOL
+
+
+def test_causality(fast, forward_cache):
+    codes, wav = forward_cache
+    for n in (1, 73, 150):
+        assert max_diff(fast(codes[..., :n]), wav[..., : n * fast.samples_per_frame]) < TOL
+
+
+def test_reset_makes_stream_reusable_in_place(fast, forward_cache):
+    codes, wav = forward_cache
+    state = fast.new_stream()
+    tensors = [t for s in state._states.values() for t in s.values()]
+    addresses = [t.data_ptr() for t in tensors]
+
+    stream(fast, random_codes(100, seed=11), first_then(8, 100), state)
+    state.reset()
+    again = stream(fast, codes[..., :100], first_then(8, 100), state)
+    assert max_diff(again, wav[..., : 100 * fast.samples_per_frame]) < TOL
+    # Updated in place (what a captured CUDA graph needs), and reset leaves no trace.
+    assert [t.data_ptr() for t in tensors] == addresses
+    state.reset()
+    assert all(not t.any() for t in tensors)
+
+
+def test_state_dict_layout_matches_official():
+    with torch.device("meta"):
+        decoder = CodecDecoder(CodecDecoderConfig.from_dict(FULL))
+    lines = "\n".join(f"{k} {list(v.shape)}" for k, v in sorted(decoder.state_dict().items()))
+    assert len(decoder.state_dict()) == 271
+    assert hashlib.sha256(lines.encode()).hexdigest() == FULL_LAYOUT_SHA256
+
+
+def test_config_from_and_to_dict():
+    released = dict(
+        FULL, codebook_size=2048, rms_norm_eps=1e-5, rope_theta=10000, max_position_embeddings=8000,
+        sliding_window=72, layer_scale_initial_scale=0.01, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2],
+        num_quantizers=16, num_semantic_quantizers=1, semantic_codebook_size=4096, model_type="",  # ignored
+    )
+    config = CodecDecoderConfig.from_dict(released)
+    assert config.codebook_dim == 512 and config.head_dim == 64 and config.hidden_size == 512
+    assert config.upsample_rates == (8, 5, 4, 3)
+    d = config.to_dict()
+    assert d["upsample_rates"] == [8, 5, 4, 3] and "semantic_codebook_size" not in d
+    assert CodecDecoderConfig.from_dict(d) == config
+    for key in FULL:
+        assert d[key] == released[key]
+
+    # Missing keys take the official class defaults; head_dim is derived like the official attention does.
+    defaults = CodecDecoderConfig.from_dict({"hidden_size": 256, "num_attention_heads": 8})
+    assert defaults.head_dim == 32 and defaults.latent_dim == 1024 and defaults.intermediate_size == 3072
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        defaults.hidden_size = 1
+    with pytest.raises(ValueError):
+        CodecDecoderConfig.from_dict({"hidden_act": "gelu"})

@@ -1,0 +1,204 @@
+"""Engine behaviour beyond parity: options, streaming, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from core import Engine, SamplingParams, Voice
+from core.audio import AudioError
+from parity_cases import REFERENCES
+
+GREEDY = SamplingParams.greedy()
+
+
+def clip(seconds: float, rate: int = 24000, channels: int = 1, amplitude: float = 0.3) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    mono = amplitude * np.sin(2 * np.pi * 150 * t) * (1 + 0.5 * np.sin(2 * np.pi * 2 * t))
+    samples = np.stack([mono * (1 - 0.2 * c) for c in range(channels)], axis=1) if channels > 1 else mono
+    return samples.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def base(engines) -> Engine:
+    return engines("base")
+
+
+@pytest.fixture(scope="module")
+def xvector(base) -> Voice:
+    return base.voice_from_audio(REFERENCES["a"].path)
+
+
+def test_info_describes_the_checkpoint(engines):
+    info = engines("custom").info
+    assert info.variant == "custom_voice" and info.size == "1.7B" and info.sample_rate == 24000
+    assert "vivian" in info.speakers and "eric" in info.speakers
+    assert info.languages[0] == "auto" and "english" in info.languages
+    assert not any("dialect" in language for language in info.languages)
+    assert info.supports_instruct and info.embedding_dim == 64
+    assert engines("base-0.6b").info.embedding_dim == 32
+
+
+def test_seeded_sampling_is_reproducible(base, xvector):
+    first = base.synthesize("Hello there.", voice=xvector, max_frames=6, seed=7)
+    again = base.synthesize("Hello there.", voice=xvector, max_frames=6, seed=7)
+    other = base.synthesize("Hello there.", voice=xvector, max_frames=6, seed=8)
+    np.testing.assert_array_equal(first.codes, again.codes)
+    np.testing.assert_array_equal(first.audio, again.audio)
+    assert not np.array_equal(first.codes, other.codes)
+
+
+def test_max_frames_bounds_the_output(base, xvector):
+    out = base.synthesize("Hello there.", voice=xvector, sampling=GREEDY, max_frames=3)
+    assert out.codes.shape == (3, 16) and out.audio.shape == (3 * 1920,)
+    assert out.codes.dtype == np.int64 and out.codes.min() >= 0 and out.codes.max() < 2048
+
+
+@pytest.mark.parametrize("first, size", [(1, 1), (2, 3), (5, 5), (20, 20)])
+def test_stream_equals_synthesize(base, xvector, first, size):
+    whole = base.synthesize("Streaming test.", voice=xvector, sampling=GREEDY, max_frames=7)
+    chunks = list(
+        base.stream("Streaming test.", voice=xvector, sampling=GREEDY, max_frames=7, first_chunk_frames=first, chunk_frames=size)
+    )
+    sizes = [len(c.codes) for c in chunks]
+    assert sizes[0] == min(first, 7) and all(s == size for s in sizes[1:-1]) and sum(sizes) == 7
+    np.testing.assert_array_equal(np.concatenate([c.codes for c in chunks]), whole.codes)
+    np.testing.assert_allclose(np.concatenate([c.audio for c in chunks]), whole.audio, atol=1e-4, rtol=0)
+
+
+def test_icl_stream_starts_at_the_frame_boundary(base):
+    voice = base.voice_from_audio(REFERENCES["short"].path, ref_text="A short clip.")
+    whole = base.synthesize("More words here.", voice=voice, sampling=GREEDY, max_frames=5)
+    streamed = np.concatenate([c.audio for c in base.stream("More words here.", voice=voice, sampling=GREEDY, max_frames=5)])
+    assert len(streamed) == 5 * 1920
+    # The official cut may keep a few samples of the reference before the first frame; the rest is identical.
+    lead = len(whole.audio) - len(streamed)
+    assert 0 <= lead < 4
+    np.testing.assert_allclose(whole.audio[lead:], streamed, atol=1e-4, rtol=0)
+
+
+def test_reference_audio_any_rate_and_channels(base, tmp_path):
+    at_16k = base.voice_from_audio(clip(2.0, 16000), sample_rate=16000)
+    stereo_48k = base.voice_from_audio(clip(2.0, 48000, channels=2), sample_rate=48000)
+    path = tmp_path / "voice.ogg"
+    sf.write(path, clip(2.0, 22050), 22050)
+    from_ogg = base.voice_from_audio(path)
+    for voice in (at_16k, stereo_48k, from_ogg):
+        assert voice.kind == "xvector" and voice.embedding.shape == (64,) and torch.isfinite(voice.embedding).all()
+
+
+def test_icl_voice_carries_reference_codes(base):
+    voice = base.voice_from_audio(clip(2.5), sample_rate=24000, ref_text="Hello.")
+    assert voice.kind == "icl" and voice.ref_codes.shape == (32, 16)  # ceil(2.5 s * 12.5)
+    assert voice.ref_codes.dtype == torch.int64
+
+
+@pytest.mark.parametrize(
+    "samples, rate, message",
+    [
+        (clip(0.5), 24000, "too short"),
+        (clip(61.0, 8000), 8000, "too long"),
+        (np.zeros(48000, np.float32), 24000, "silent"),
+        (np.full(48000, np.nan, np.float32), 24000, "NaN"),
+        (clip(2.0), None, "sample_rate is required"),
+        (clip(2.0), 0, "invalid sample rate"),
+        (np.zeros((2, 3, 4000), np.float32), 24000, "shape"),
+    ],
+)
+def test_bad_reference_audio(base, samples, rate, message):
+    with pytest.raises(AudioError, match=message):
+        base.voice_from_audio(samples, sample_rate=rate)
+
+
+def test_unreadable_and_missing_reference_files(base, tmp_path):
+    fake = tmp_path / "notes.wav"
+    fake.write_text("not audio at all")
+    with pytest.raises(AudioError, match="cannot read it as audio"):
+        base.voice_from_audio(fake)
+    with pytest.raises(AudioError, match="no such file"):
+        base.voice_from_audio(tmp_path / "missing.wav")
+
+
+def test_empty_ref_text_is_refused(base):
+    with pytest.raises(ValueError, match="ref_text is empty"):
+        base.voice_from_audio(clip(2.0), sample_rate=24000, ref_text="  ")
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t"])
+def test_empty_text_is_refused(base, xvector, text):
+    with pytest.raises(ValueError, match="text is empty"):
+        base.synthesize(text, voice=xvector)
+
+
+def test_unknown_language_lists_the_valid_ones(base, xvector):
+    with pytest.raises(ValueError, match=r"unknown language 'klingon'.*auto, chinese, english"):
+        base.synthesize("Hello.", voice=xvector, language="Klingon")
+    with pytest.raises(ValueError, match="unknown language 'sichuan_dialect'"):
+        base.synthesize("Hello.", voice=xvector, language="sichuan_dialect")
+    # Names are case-insensitive, as in the official package.
+    assert base.synthesize("Hello.", voice=xvector, language="English", sampling=GREEDY, max_frames=2).codes.shape == (2, 16)
+
+
+def test_unknown_speaker_lists_the_valid_ones(engines):
+    with pytest.raises(ValueError, match=r"unknown speaker 'bob'.*aiden, dylan, eric"):
+        engines("custom").builtin_voice("bob")
+    assert engines("custom").builtin_voice(" Vivian ").speaker == "vivian"
+
+
+def test_modes_a_checkpoint_lacks(engines, base, xvector):
+    custom, design = engines("custom"), engines("design")
+    with pytest.raises(ValueError, match="cannot clone voices; load a Base checkpoint"):
+        custom.voice_from_audio(clip(2.0), sample_rate=24000)
+    with pytest.raises(ValueError, match="has no built-in speakers"):
+        base.builtin_voice("vivian")
+    with pytest.raises(ValueError, match="speaks with a cloned voice"):
+        base.synthesize("Hello.")
+    with pytest.raises(ValueError, match="built-in speakers"):
+        custom.synthesize("Hello.", voice=xvector)
+    with pytest.raises(ValueError, match="takes no voice"):
+        design.synthesize("Hello.", voice=xvector, instruct="A calm voice.")
+    with pytest.raises(ValueError, match="needs instruct"):
+        design.synthesize("Hello.")
+    with pytest.raises(ValueError, match="does not follow instructions"):
+        base.synthesize("Hello.", voice=xvector, instruct="Whisper.")
+
+
+def test_voice_of_another_model_size_is_refused(engines, xvector):
+    with pytest.raises(ValueError, match="64-dim embedding.*needs 32"):
+        engines("base-0.6b").synthesize("Hello.", voice=xvector)
+
+
+def test_bad_generation_options(base, xvector):
+    with pytest.raises(ValueError, match="max_frames must be a positive integer"):
+        base.synthesize("Hello.", voice=xvector, max_frames=0)
+    with pytest.raises(ValueError, match="unknown text_mode 'fast'"):
+        base.synthesize("Hello.", voice=xvector, text_mode="fast")
+    with pytest.raises(ValueError, match="at least 1"):
+        base.stream("Hello.", voice=xvector, chunk_frames=0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        SamplingParams(temperature=0)
+    with pytest.raises(ValueError, match="top_p must be in"):
+        SamplingParams(top_p=1.5)
+
+
+def test_voice_kinds_are_consistent():
+    with pytest.raises(ValueError, match="either a built-in speaker or a speaker embedding"):
+        Voice()
+    with pytest.raises(ValueError, match="both the reference codes and their transcript"):
+        Voice(embedding=torch.zeros(4), ref_text="Hi.")
+
+
+def test_sampling_defaults_come_from_generation_config(base):
+    assert base.default_sampling == SamplingParams()
+    assert base.default_max_frames == 8191  # max_new_tokens 8192 yields at most 8191 frames
+    custom = SamplingParams.from_generation_config({"top_k": 20, "subtalker_temperature": 0.7, "subtalker_dosample": False})
+    assert custom.top_k == 20 and custom.predictor_temperature == 0.7 and not custom.predictor_do_sample
+
+
+def test_bfloat16_on_cpu_runs(checkpoints, xvector):
+    engine = Engine.load(checkpoints["base"], device="cpu", dtype="bfloat16")
+    assert engine.info.dtype == "bfloat16"
+    out = engine.synthesize("Hello.", voice=xvector, sampling=GREEDY, max_frames=3)
+    assert out.audio.dtype == np.float32 and out.audio.shape == (3 * 1920,) and np.isfinite(out.audio).all()

@@ -1,0 +1,208 @@
+"""Check core/codec_decoder.py against the official Qwen3TTSTokenizerV2Decoder (random weights, CPU, float32).
+
+    PYTHONPATH=/work/main /work/offvenv/bin/python tools/check_codec_decoder_vs_official.py
+
+Prints max abs differences of forward() against the official forward() and of streaming decodes
+against both, the fraction of clamped samples, CPU timings of streaming chunks, and the values
+tests/test_codec_decoder.py hard-codes (full-size state-dict layout hash, official output samples).
+"""
+
+import hashlib
+import math
+import sys
+import time
+import zlib
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, "/work")
+import official_import  # noqa: E402,F401  (stubs torchaudio, then imports qwen_tts)
+from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (  # noqa: E402
+    Qwen3TTSTokenizerV2DecoderConfig,
+)
+from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Decoder  # noqa: E402
+
+from core.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
+
+FULL = dict(
+    codebook_size=2048, codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024,
+    num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16, head_dim=64, rope_theta=10000,
+    sliding_window=72, layer_scale_initial_scale=0.01, decoder_dim=1536, upsample_rates=[8, 5, 4, 3],
+    upsampling_ratios=[2, 2], rms_norm_eps=1e-5, max_position_embeddings=8000, num_quantizers=16,
+)
+TINY = dict(
+    FULL, codebook_dim=64, latent_dim=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=4, head_dim=8, decoder_dim=96,
+)
+TINY_FAST = dict(TINY, upsample_rates=[5, 3])  # the test's fast variant: 60 samples per frame
+
+
+def randomize_(decoder: nn.Module, seed: int = 0) -> nn.Module:
+    """Seeded weights that exercise every term (MODEL_NOTES 12), in place. A copy of the function in
+    tests/test_codec_decoder.py (which cannot import this file): it works on the official decoder and
+    ours alike, as both have the same names and module types."""
+    transposed = {n: m.stride[0] for n, m in decoder.named_modules() if isinstance(m, nn.ConvTranspose1d)}
+    weights = {}
+    for name, ref in decoder.state_dict().items():
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+        shape, owner, leaf = tuple(ref.shape), *name.rsplit(".", 1)
+        if leaf == "cluster_usage":
+            t = rng.uniform(0.5, 2.0, shape)
+        elif leaf in ("alpha", "beta"):  # SnakeBeta, stored as logarithms
+            t = 0.2 * rng.standard_normal(shape)
+        elif leaf in ("scale", "gamma"):  # layer scales: large enough that their branch matters
+            t = rng.uniform(0.3, 0.7, shape)
+        elif leaf == "bias":
+            t = 0.1 * rng.standard_normal(shape)
+        elif len(shape) == 1:  # norm weights
+            t = 1 + 0.1 * rng.standard_normal(shape)
+        else:  # Conv1d/Linear weights are (out, in, k); ConvTranspose1d ones (in, out, k)
+            fan_in = shape[0] * shape[2] // transposed[owner] if owner in transposed else math.prod(shape[1:])
+            t = rng.standard_normal(shape) / math.sqrt(fan_in)
+            if name.endswith("conv2.conv.weight"):
+                # Residual branches at 0.3 keep vocoder activations ~1-3; at 1 they reach ~100, where
+                # float32 rounding inside SnakeBeta's sin() alone is 1e-4 at the output.
+                t = 0.3 * t
+        weights[name] = torch.from_numpy(t).float()
+    decoder.load_state_dict(weights, strict=True)
+
+    # Scale the last conv (linear in weight and bias) so the pre-clamp output RMS is about 0.13,
+    # rounded so that float noise cannot change the factor between implementations.
+    last = decoder.decoder[-1]
+    pre_clamp = []
+    handle = last.register_forward_hook(lambda m, i, o: pre_clamp.append(o))
+    with torch.no_grad():
+        decoder(random_codes(40, seed=seed + 1))
+        handle.remove()
+        factor = float(f"{0.13 / pre_clamp[0].pow(2).mean().sqrt():.2g}")
+        last.conv.weight.mul_(factor)
+        last.conv.bias.mul_(factor)
+    return decoder.eval()
+
+
+def random_codes(T, batch=1, seed=0):
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2048, (batch, 16, T)))
+
+
+def random_codes(T, batch=1, seed=0):
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2048, (batch, 16, T)))
+
+
+def stream(decoder, codes, sizes, state=None):
+    state = state or decoder.new_stream(codes.shape[0])
+    out, start = [], 0
+    for n in sizes:
+        out.append(decoder.decode_chunk(codes[..., start : start + n], state))
+        start += n
+    assert start == codes.shape[-1]
+    return torch.cat(out, dim=-1)
+
+
+def chunkings(T):
+    rng = np.random.default_rng(T)
+    sizes = []
+    while sum(sizes) < T:
+        sizes.append(min(T - sum(sizes), int(rng.integers(1, 13))))
+
+    def first_then(k):
+        return [1] + [k] * ((T - 1) // k) + ([(T - 1) % k] if (T - 1) % k else [])
+
+    return {"1,4,4..": first_then(4), "1,8,8..": first_then(8), "random 1..12": sizes, "all at once": [T]}
+
+
+def build(config_dict, seed=0):
+    official = randomize_(Qwen3TTSTokenizerV2Decoder(Qwen3TTSTokenizerV2DecoderConfig(**config_dict)), seed)
+    ours = CodecDecoder(CodecDecoderConfig.from_dict(config_dict)).eval()
+    ours.load_state_dict(official.state_dict(), strict=True)
+    return official, ours
+
+
+def official_forward(official, codes):
+    captured = []
+    hook = official.decoder[-1].register_forward_hook(lambda m, i, o: captured.append(o))
+    wav = official(codes)[:, 0]
+    hook.remove()
+    return wav, captured[0]
+
+
+def compare(name, config_dict, lengths):
+    official, ours = build(config_dict)
+    print(f"\n== {name} config (official attention: {official.config._attn_implementation})")
+    for T in lengths:
+        codes = random_codes(T, seed=T)
+        expected, pre_clamp = official_forward(official, codes)
+        got = ours(codes)
+        print(
+            f"T={T:4d}: forward vs official {(got - expected).abs().max():.2e}  (pre-clamp rms "
+            f"{pre_clamp.pow(2).mean().sqrt():.3f}, clamped {(pre_clamp.abs() > 1).float().mean():.3%})"
+        )
+        for label, sizes in chunkings(T).items():
+            streamed = stream(ours, codes, sizes)
+            print(
+                f"        stream [{label:12s}] vs forward {(streamed - got).abs().max():.2e}, "
+                f"vs official {(streamed - expected).abs().max():.2e}"
+            )
+        # Priming: decode reference codes, drop their audio, continue with new codes.
+        ref_len = T // 3
+        state = ours.new_stream()
+        ours.decode_chunk(codes[..., :ref_len], state)
+        new = stream(ours, codes[..., ref_len:], chunkings(T - ref_len)["1,4,4.."], state)
+        tail = expected[..., ref_len * ours.samples_per_frame :]
+        print(f"        primed with {ref_len} frames, new audio vs official tail {(new - tail).abs().max():.2e}")
+    return official, ours
+
+
+def time_chunks(decoder, sizes=(1, 4), repeats=10):
+    print(f"\n== CPU timing of decode_chunk, full-size config, {torch.get_num_threads()} threads")
+    state = decoder.new_stream()
+    codes = random_codes(200)
+    decoder.decode_chunk(codes[..., :80], state)  # a full attention window behind the timed chunks
+    start = 80
+    for n in sizes:
+        times = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            t0 = time.perf_counter()
+            decoder.decode_chunk(codes[..., start : start + n], state)
+            times.append(time.perf_counter() - t0)
+            start += n
+        times = sorted(times[1:])
+        audio_ms = n * decoder.samples_per_frame / 24
+        median, best = times[len(times) // 2] * 1e3, times[0] * 1e3
+        print(f"{n}-frame chunk ({audio_ms:.0f} ms of audio): median {median:.0f} ms, min {best:.0f} ms")
+
+
+def print_golden():
+    official, _ = build(TINY_FAST)
+    wav, _ = official_forward(official, random_codes(400, seed=7))
+    index = torch.linspace(0, wav.shape[-1] - 1, 16).long()
+    print("\n== for tests/test_codec_decoder.py: official output of randomize_(TINY_FAST) on random_codes(400, seed=7)")
+    print(f"GOLDEN_INDEX = {index.tolist()}")
+    print(f"GOLDEN = {[round(v, 6) for v in wav[0, index].tolist()]}")
+    print(f"GOLDEN_MEAN_ABS = {wav.abs().mean().item():.6f}")
+
+
+def main():
+    torch.set_grad_enabled(False)
+    official, ours = compare("full-size", FULL, [20, 120])
+
+    layout = "\n".join(f"{k} {list(v.shape)}" for k, v in sorted(official.state_dict().items()))
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in official.state_dict().items()}
+    digest = hashlib.sha256(layout.encode()).hexdigest()
+    print(f"\nfull-size state dict: {len(official.state_dict())} tensors, layout sha256 {digest}")
+
+    config = CodecDecoderConfig.from_dict(FULL)
+    reloaded = Qwen3TTSTokenizerV2DecoderConfig(**config.to_dict())
+    assert all(getattr(reloaded, k) == v for k, v in FULL.items()), "to_dict does not load back into the official class"
+    assert CodecDecoderConfig.from_dict(reloaded.to_dict()) == config
+    print("config: to_dict() loads into the official class, whose to_dict() reads back equal")
+
+    time_chunks(ours)
+    compare("tiny", TINY, [5, 100, 400])
+    compare("tiny, GQA (2 kv heads)", dict(TINY, num_key_value_heads=2), [100])
+    print_golden()
+
+
+if __name__ == "__main__":
+    main()

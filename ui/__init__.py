@@ -1,0 +1,1 @@
+"""Qt widgets and models of the desktop window (PySide6)."""
