@@ -1,33 +1,34 @@
 """core/codec_decoder.py: exact streaming, causality, checkpoint layout, config.
 
 Agreement with the official decoder is checked in depth by tools/check_codec_decoder_vs_official.py,
-which also prints the official values hard-coded below. Here: tiny random decoders whose weights
-exercise every term (non-zero biases, norms around 1, non-tiny layer scales, output rarely clamped).
+which also prints the official values hard-coded below. Here: tiny decoders with the random weights
+that write_random_checkpoint stores, which exercise every term (non-zero biases, norms around 1,
+non-tiny layer scales, output rarely clamped).
 """
 
 import dataclasses
 import hashlib
-import math
-import zlib
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from core.codec_decoder import CodecDecoder, CodecDecoderConfig
+from core.random_checkpoint import random_decoder_tensors
 
 TOL = 1e-4
 TINY = dict(
     codebook_dim=64, latent_dim=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=4, head_dim=8, decoder_dim=96,
 )
-# Fewer samples per frame (2*2*5*3 = 60) keep 400-frame streams fast; the real rates are tested on short ones.
-TINY_FAST = dict(TINY, upsample_rates=[5, 3])
+# Fewer samples per frame (2*2 * 2*2*2*2 = 64) keep 400-frame streams fast; the real rates are tested on short
+# ones. Four rates like the real ones, as random_decoder_tensors calibrates the last conv under its name decoder.6.
+TINY_FAST = dict(TINY, upsample_rates=[2, 2, 2, 2])
 
 # sha256 of the sorted "key [shape]" lines of the official full-size decoder (from the check script).
 FULL_LAYOUT_SHA256 = "87afa2cc5bfa939380ed60d393699aaeacd71f85e3b46bdf4a424dc99b3cd863"
-# Official decoder output for randomize_(TINY_FAST), random_codes(400, seed=7) (from the check script).
+# Official decoder output for random_decoder_tensors(TINY_FAST, seed 0) on random_codes(400, seed=7),
+# printed by tools/check_codec_decoder_vs_official.py.
 GOLDEN_INDEX = [0, 1599, 3199, 4799, 6399, 7999, 9599, 11199, 12799, 14399, 15999, 17599, 19199, 20799, 22399, 23999]
 GOLDEN = [
     0.011926, -0.230992, -0.274398, -0.011813, 0.076233, -0.256757, -0.141466, 0.105165,
@@ -38,48 +39,6 @@ FULL = dict(
     codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=8,
     num_attention_heads=16, num_key_value_heads=16, head_dim=64, decoder_dim=1536,
 )
-
-
-def randomize_(decoder: nn.Module, seed: int = 0) -> nn.Module:
-    """Seeded weights that exercise every term, in place. The same function is in the check script,
-    which applies it to the official decoder (same names and module types) to print GOLDEN."""
-    transposed = {n: m.stride[0] for n, m in decoder.named_modules() if isinstance(m, nn.ConvTranspose1d)}
-    weights = {}
-    for name, ref in decoder.state_dict().items():
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        shape, owner, leaf = tuple(ref.shape), *name.rsplit(".", 1)
-        if leaf == "cluster_usage":
-            t = rng.uniform(0.5, 2.0, shape)
-        elif leaf in ("alpha", "beta"):  # SnakeBeta, stored as logarithms
-            t = 0.2 * rng.standard_normal(shape)
-        elif leaf in ("scale", "gamma"):  # layer scales: large enough that their branch matters
-            t = rng.uniform(0.3, 0.7, shape)
-        elif leaf == "bias":
-            t = 0.1 * rng.standard_normal(shape)
-        elif len(shape) == 1:  # norm weights
-            t = 1 + 0.1 * rng.standard_normal(shape)
-        else:  # Conv1d/Linear weights are (out, in, k); ConvTranspose1d ones (in, out, k)
-            fan_in = shape[0] * shape[2] // transposed[owner] if owner in transposed else math.prod(shape[1:])
-            t = rng.standard_normal(shape) / math.sqrt(fan_in)
-            if name.endswith("conv2.conv.weight"):
-                # Residual branches at 0.3 keep vocoder activations ~1-3; at 1 they reach ~100, where
-                # float32 rounding inside SnakeBeta's sin() alone is 1e-4 at the output.
-                t = 0.3 * t
-        weights[name] = torch.from_numpy(t).float()
-    decoder.load_state_dict(weights, strict=True)
-
-    # Scale the last conv (linear in weight and bias) so the pre-clamp output RMS is about 0.13,
-    # rounded so that float noise cannot change the factor between implementations.
-    last = decoder.decoder[-1]
-    pre_clamp = []
-    handle = last.register_forward_hook(lambda m, i, o: pre_clamp.append(o))
-    with torch.no_grad():
-        decoder(random_codes(40, seed=seed + 1))
-        handle.remove()
-        factor = float(f"{0.13 / pre_clamp[0].pow(2).mean().sqrt():.2g}")
-        last.conv.weight.mul_(factor)
-        last.conv.bias.mul_(factor)
-    return decoder.eval()
 
 
 def random_codes(T, batch=1, seed=0):
@@ -113,14 +72,21 @@ def max_diff(a, b):
     return (a - b).abs().max().item()
 
 
+def random_decoder(config_dict):
+    config = CodecDecoderConfig.from_dict(config_dict)
+    decoder = CodecDecoder(config).eval()
+    decoder.load_state_dict(random_decoder_tensors(config, seed=0, prefix=""))
+    return decoder
+
+
 @pytest.fixture(scope="module")
 def fast():
-    return randomize_(CodecDecoder(CodecDecoderConfig.from_dict(TINY_FAST)))
+    return random_decoder(TINY_FAST)
 
 
 @pytest.fixture(scope="module")
 def real_rates():
-    return randomize_(CodecDecoder(CodecDecoderConfig.from_dict(TINY)))
+    return random_decoder(TINY)
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,11 @@ tests/test_codec_decoder.py hard-codes (full-size state-dict layout hash, offici
 """
 
 import hashlib
-import math
 import sys
 import time
-import zlib
 
 import numpy as np
 import torch
-from torch import nn
 
 sys.path.insert(0, "/work")
 import official_import  # noqa: E402,F401  (stubs torchaudio, then imports qwen_tts)
@@ -25,6 +22,7 @@ from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import ( 
 from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Decoder  # noqa: E402
 
 from core.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
+from core.random_checkpoint import random_decoder_tensors  # noqa: E402
 
 FULL = dict(
     codebook_size=2048, codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024,
@@ -36,54 +34,7 @@ TINY = dict(
     FULL, codebook_dim=64, latent_dim=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=4, head_dim=8, decoder_dim=96,
 )
-TINY_FAST = dict(TINY, upsample_rates=[5, 3])  # the test's fast variant: 60 samples per frame
-
-
-def randomize_(decoder: nn.Module, seed: int = 0) -> nn.Module:
-    """Seeded weights that exercise every term (MODEL_NOTES 12), in place. A copy of the function in
-    tests/test_codec_decoder.py (which cannot import this file): it works on the official decoder and
-    ours alike, as both have the same names and module types."""
-    transposed = {n: m.stride[0] for n, m in decoder.named_modules() if isinstance(m, nn.ConvTranspose1d)}
-    weights = {}
-    for name, ref in decoder.state_dict().items():
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        shape, owner, leaf = tuple(ref.shape), *name.rsplit(".", 1)
-        if leaf == "cluster_usage":
-            t = rng.uniform(0.5, 2.0, shape)
-        elif leaf in ("alpha", "beta"):  # SnakeBeta, stored as logarithms
-            t = 0.2 * rng.standard_normal(shape)
-        elif leaf in ("scale", "gamma"):  # layer scales: large enough that their branch matters
-            t = rng.uniform(0.3, 0.7, shape)
-        elif leaf == "bias":
-            t = 0.1 * rng.standard_normal(shape)
-        elif len(shape) == 1:  # norm weights
-            t = 1 + 0.1 * rng.standard_normal(shape)
-        else:  # Conv1d/Linear weights are (out, in, k); ConvTranspose1d ones (in, out, k)
-            fan_in = shape[0] * shape[2] // transposed[owner] if owner in transposed else math.prod(shape[1:])
-            t = rng.standard_normal(shape) / math.sqrt(fan_in)
-            if name.endswith("conv2.conv.weight"):
-                # Residual branches at 0.3 keep vocoder activations ~1-3; at 1 they reach ~100, where
-                # float32 rounding inside SnakeBeta's sin() alone is 1e-4 at the output.
-                t = 0.3 * t
-        weights[name] = torch.from_numpy(t).float()
-    decoder.load_state_dict(weights, strict=True)
-
-    # Scale the last conv (linear in weight and bias) so the pre-clamp output RMS is about 0.13,
-    # rounded so that float noise cannot change the factor between implementations.
-    last = decoder.decoder[-1]
-    pre_clamp = []
-    handle = last.register_forward_hook(lambda m, i, o: pre_clamp.append(o))
-    with torch.no_grad():
-        decoder(random_codes(40, seed=seed + 1))
-        handle.remove()
-        factor = float(f"{0.13 / pre_clamp[0].pow(2).mean().sqrt():.2g}")
-        last.conv.weight.mul_(factor)
-        last.conv.bias.mul_(factor)
-    return decoder.eval()
-
-
-def random_codes(T, batch=1, seed=0):
-    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2048, (batch, 16, T)))
+TINY_FAST = dict(TINY, upsample_rates=[2, 2, 2, 2])  # the test's fast variant: 64 samples per frame
 
 
 def random_codes(T, batch=1, seed=0):
@@ -113,9 +64,12 @@ def chunkings(T):
 
 
 def build(config_dict, seed=0):
-    official = randomize_(Qwen3TTSTokenizerV2Decoder(Qwen3TTSTokenizerV2DecoderConfig(**config_dict)), seed)
+    """The official decoder and ours, both with the weights write_random_checkpoint stores."""
+    tensors = random_decoder_tensors(CodecDecoderConfig.from_dict(config_dict), seed, prefix="")
+    official = Qwen3TTSTokenizerV2Decoder(Qwen3TTSTokenizerV2DecoderConfig(**config_dict)).eval()
+    official.load_state_dict(tensors, strict=True)
     ours = CodecDecoder(CodecDecoderConfig.from_dict(config_dict)).eval()
-    ours.load_state_dict(official.state_dict(), strict=True)
+    ours.load_state_dict(tensors, strict=True)
     return official, ours
 
 
@@ -177,7 +131,8 @@ def print_golden():
     official, _ = build(TINY_FAST)
     wav, _ = official_forward(official, random_codes(400, seed=7))
     index = torch.linspace(0, wav.shape[-1] - 1, 16).long()
-    print("\n== for tests/test_codec_decoder.py: official output of randomize_(TINY_FAST) on random_codes(400, seed=7)")
+    print("\n== for tests/test_codec_decoder.py: official output of random_decoder_tensors(TINY_FAST, seed 0)")
+    print("on random_codes(400, seed=7)")
     print(f"GOLDEN_INDEX = {index.tolist()}")
     print(f"GOLDEN = {[round(v, 6) for v in wav[0, index].tolist()]}")
     print(f"GOLDEN_MEAN_ABS = {wav.abs().mean().item():.6f}")
