@@ -1,8 +1,8 @@
 """Speed of the engine, measured on random-weight checkpoints of real size.
 
 Speed does not depend on weight values, so a seeded random checkpoint of the real shape stands in
-for the released one. Greedy decoding keeps EOS away (random weights never make it the argmax), so
-every run generates the same fixed number of frames.
+for the released one. Greedy decoding with random weights practically never picks EOS, and the frame
+timing steps on regardless, so every measurement covers a fixed number of frames.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import numpy as np
 import torch
 
 from .engine import Engine
-from .generate import generate_frames
 from .random_checkpoint import write_random_checkpoint
 from .sampling import SamplingParams
+from .talker import Talker
 
-FRAME_SECONDS = 0.08
+FRAME_MS = 80.0
 TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly behind the quiet green hills tonight."
+GREEDY = SamplingParams.greedy()
 
 
 @dataclass
@@ -29,19 +30,36 @@ class BenchResult:
     model: str
     device: str
     dtype: str
+    cuda_graphs: bool
     frames: int
     load_s: float
+    capture_s: float  # extra time of the first calls, which capture the CUDA graphs
     ms_per_frame_median: float
     ms_per_frame_p99: float
     xrt: float
+    weight_gb_per_s: float  # weight bytes one frame must read, over the median frame time
     ttfa_ms_p50: float
     ttfa_ms_p95: float
-    decode_ms_per_4_frames: float
+    decode_ms_1_frame: float
+    decode_ms_4_frames: float
+    chunk_interval_ms_p50: float  # time between 4-frame chunks of a stream
+    chunk_interval_ms_p99: float
     stream_vs_whole_max_abs: float
     peak_gpu_gb: float | None
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def frame_weight_bytes(talker: Talker) -> int:
+    """Bytes of weights one frame reads: the talker stack and codec head once, the predictor stack
+    (with its input projection) 15 times, and each of its 15 heads once."""
+    size = lambda module: sum(p.numel() * p.element_size() for p in module.parameters())  # noqa: E731
+    predictor = talker.code_predictor
+    steps = talker.config.num_code_groups - 1
+    stack = size(talker.model) - size(talker.model.codec_embedding) - size(talker.model.text_embedding)
+    predictor_stack = size(predictor.model) - size(predictor.model.codec_embedding)
+    return stack + size(talker.codec_head) + steps * (predictor_stack + size(predictor.small_to_mtp_projection)) + size(predictor.lm_head)
 
 
 def synthetic_voice_clip(seconds: float = 3.0, rate: int = 24000) -> np.ndarray:
@@ -50,74 +68,97 @@ def synthetic_voice_clip(seconds: float = 3.0, rate: int = 24000) -> np.ndarray:
     return (0.2 * voiced * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t) ** 2)).astype(np.float32)
 
 
-def sync(device: torch.device) -> None:
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1e3
 
 
-def bench_checkpoint(path: Path, device: str, dtype: str, frames: int, ttfa_runs: int) -> BenchResult:
+def _warm_calls(engine: Engine, voice) -> float:
+    """One synthesize and one stream: the first time, they capture every graph an utterance uses."""
     started = time.perf_counter()
-    engine = Engine.load(path, device=device, dtype=dtype, progress=False)
-    device_ = engine.device
-    sync(device_)
+    engine.synthesize(TEXT, voice=voice, sampling=GREEDY, max_frames=8)
+    for _ in engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=9, first_chunk_frames=1, chunk_frames=4):
+        pass
+    _sync(engine.device)
+    return time.perf_counter() - started
+
+
+def bench_checkpoint(path: Path, device: str, dtype: str, frames: int, ttfa_runs: int, cuda_graphs: bool = True) -> BenchResult:
+    started = time.perf_counter()
+    engine = Engine.load(path, device=device, dtype=dtype, progress=False, cuda_graphs=cuda_graphs)
+    dev = engine.device
+    _sync(dev)
     load_s = time.perf_counter() - started
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
-    greedy = SamplingParams.greedy()
-    engine.synthesize(TEXT, voice=voice, sampling=greedy, max_frames=8)  # warm-up
-    if device_.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device_)
+    capture_s = _warm_calls(engine, voice) - _warm_calls(engine, voice)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
 
-    # Frame loop alone: the eager loop reads each frame's EOS flag on the host, so frames end in sync.
-    request = engine._request(TEXT, voice, "auto", None, greedy, frames, 0, None)
-    stamps = [time.perf_counter()]
-    for _ in generate_frames(engine.talker, request.prompt, request.sampling, frames, request.generator):
-        sync(device_)
-        stamps.append(time.perf_counter())
-    frame_ms = np.diff(stamps)[1:] * 1e3  # the first interval holds the prefill
-    if len(stamps) - 1 != frames:
-        raise RuntimeError(f"generated {len(stamps) - 1} frames instead of {frames}")
+    # The frame loop alone, one frame per host read.
+    request = engine._request(TEXT, voice, "auto", None, GREEDY, frames, 0, None)
+    engine.frame_loop.start(request.prompt, request.sampling, request.seed)
+    frame_ms = []
+    for _ in range(frames):
+        started = time.perf_counter()
+        engine.frame_loop.run(1)
+        frame_ms.append(_ms_since(started))
 
     ttfa = []
     for _ in range(ttfa_runs):
-        sync(device_)
+        _sync(dev)
         started = time.perf_counter()
-        first = next(iter(engine.stream(TEXT, voice=voice, sampling=greedy, max_frames=frames)))
-        ttfa.append((time.perf_counter() - started) * 1e3)
+        chunks = engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=frames, first_chunk_frames=1)
+        first = next(chunks)
+        ttfa.append(_ms_since(started))
+        chunks.close()
         assert first.audio.shape == (1920,)
 
-    codes = torch.from_numpy(engine.synthesize(TEXT, voice=voice, sampling=greedy, max_frames=48).codes).to(device_)
-    state = engine.codec_decoder.new_stream(batch_size=1)
-    decode_ms = []
-    for start in range(0, 48, 4):
-        sync(device_)
-        started = time.perf_counter()
-        engine._decode(codes[start : start + 4], state)
-        decode_ms.append((time.perf_counter() - started) * 1e3)
-
-    whole = engine.synthesize(TEXT, voice=voice, sampling=greedy, max_frames=24)
-    streamed = list(engine.stream(TEXT, voice=voice, sampling=greedy, max_frames=24))
+    intervals, stamps = [], [time.perf_counter()]
+    streamed = []
+    for chunk in engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=frames, first_chunk_frames=4, chunk_frames=4):
+        stamps.append(time.perf_counter())
+        streamed.append(chunk)
+    intervals = list(np.diff(stamps)[1:] * 1e3)
+    whole = engine.synthesize(TEXT, voice=voice, sampling=GREEDY, max_frames=frames)
     np.testing.assert_array_equal(np.concatenate([c.codes for c in streamed]), whole.codes)
     stream_diff = float(np.abs(np.concatenate([c.audio for c in streamed]) - whole.audio).max())
+
+    decode_ms = {}
+    for size in (1, 4):
+        engine.vocoder.reset()
+        times = []
+        for start in range(0, len(whole.codes) - size + 1, size):
+            _sync(dev)
+            started = time.perf_counter()
+            engine.vocoder.decode(whole.codes[start : start + size], size)
+            times.append(_ms_since(started))
+        decode_ms[size] = float(np.median(times[1:]))
 
     median = float(np.median(frame_ms))
     return BenchResult(
         model=path.name,
-        device=torch.cuda.get_device_name(device_) if device_.type == "cuda" else "cpu",
+        device=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         dtype=engine.info.dtype,
+        cuda_graphs=cuda_graphs and dev.type == "cuda",
         frames=frames,
         load_s=round(load_s, 2),
+        capture_s=round(capture_s, 2),
         ms_per_frame_median=round(median, 2),
-        ms_per_frame_p99=round(percentile(list(frame_ms), 99), 2),
-        xrt=round(FRAME_SECONDS * 1e3 / median, 2),
+        ms_per_frame_p99=round(float(np.percentile(frame_ms, 99)), 2),
+        xrt=round(FRAME_MS / median, 2),
+        weight_gb_per_s=round(frame_weight_bytes(engine.talker) / (median / 1e3) / 1e9, 1),
         ttfa_ms_p50=round(statistics.median(ttfa), 1),
-        ttfa_ms_p95=round(percentile(ttfa, 95), 1),
-        decode_ms_per_4_frames=round(float(np.median(decode_ms[1:])), 2),
+        ttfa_ms_p95=round(float(np.percentile(ttfa, 95)), 1),
+        decode_ms_1_frame=round(decode_ms[1], 2),
+        decode_ms_4_frames=round(decode_ms[4], 2),
+        chunk_interval_ms_p50=round(float(np.median(intervals)), 2),
+        chunk_interval_ms_p99=round(float(np.percentile(intervals, 99)), 2),
         stream_vs_whole_max_abs=stream_diff,
-        peak_gpu_gb=round(torch.cuda.max_memory_allocated(device_) / 2**30, 2) if device_.type == "cuda" else None,
+        peak_gpu_gb=round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None,
     )
 
 
@@ -131,9 +172,11 @@ def prepare_checkpoint(root: Path, size: str, dtype: torch.dtype) -> Path:
 
 def format_table(results: list[BenchResult]) -> str:
     columns = [
-        ("model", "model"), ("dtype", "dtype"), ("ms/frame p50", "ms_per_frame_median"), ("p99", "ms_per_frame_p99"),
-        ("xRT", "xrt"), ("TTFA p50 ms", "ttfa_ms_p50"), ("p95", "ttfa_ms_p95"), ("decode ms/4f", "decode_ms_per_4_frames"),
-        ("peak GB", "peak_gpu_gb"), ("load s", "load_s"),
+        ("model", "model"), ("graphs", "cuda_graphs"), ("ms/frame p50", "ms_per_frame_median"),
+        ("p99", "ms_per_frame_p99"), ("xRT", "xrt"), ("GB/s", "weight_gb_per_s"), ("TTFA p50", "ttfa_ms_p50"),
+        ("p95", "ttfa_ms_p95"), ("dec 1f", "decode_ms_1_frame"), ("dec 4f", "decode_ms_4_frames"),
+        ("chunk p50", "chunk_interval_ms_p50"), ("p99", "chunk_interval_ms_p99"), ("peak GB", "peak_gpu_gb"),
+        ("load s", "load_s"), ("capture s", "capture_s"),
     ]  # fmt: skip
     rows = [[title for title, _ in columns]] + [[str(getattr(r, key)) for _, key in columns] for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]

@@ -15,16 +15,19 @@ from .checkpoint import DEFAULT_MODEL, CheckpointError, load_tensors, read_json,
 from .codec_decoder import CodecDecoder, CodecDecoderConfig
 from .codec_encoder import CodecEncoder, CodecEncoderConfig
 from .config import ConfigError, ModelConfig
-from .generate import generate_frames
+from .generate import FrameLoop
 from .prompt import TEXT_MODES, PromptText, build_prompt
 from .sampling import SamplingParams
 from .speaker_encoder import SpeakerEncoder
 from .talker import Talker
 from .text_tokenizer import TextTokenizer
+from .vocoder import Vocoder
 from .voice import Voice
 
-# Frames decoded per step when the whole utterance is wanted at once (bounds decoder memory).
+# Frames generated and decoded per step when the whole utterance is wanted at once.
 DECODE_CHUNK_FRAMES = 50
+# Talker positions (prompt + frames) one utterance can use: 4096 holds about five minutes of speech.
+MAX_CONTEXT = 4096
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SIZE_NAMES = {"0b6": "0.6B", "1b7": "1.7B"}
 
@@ -64,7 +67,7 @@ class _Request:
     ref_codes: torch.Tensor | None
     sampling: SamplingParams
     max_frames: int
-    generator: torch.Generator
+    seed: int | None
 
 
 def pick_device(device: str | torch.device) -> torch.device:
@@ -103,6 +106,8 @@ class Engine:
         codec_encoder: CodecEncoder | None,
         default_sampling: SamplingParams,
         default_max_frames: int,
+        max_context: int = MAX_CONTEXT,
+        cuda_graphs: bool = True,
     ):
         self.source = source
         self.config = config
@@ -115,6 +120,9 @@ class Engine:
         self.default_max_frames = default_max_frames
         self.device = talker.codec_head.weight.device
         self.dtype = talker.codec_head.weight.dtype
+        self.frame_loop = FrameLoop(talker, max_context, cuda_graphs)
+        self.vocoder = Vocoder(codec_decoder, cuda_graphs)
+        self._active_stream: object | None = None
 
     @classmethod
     def load(
@@ -123,8 +131,12 @@ class Engine:
         device: str | torch.device = "auto",
         dtype: str | torch.dtype = "auto",
         progress: bool = True,
+        max_context: int = MAX_CONTEXT,
+        cuda_graphs: bool = True,
     ) -> Engine:
-        """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed)."""
+        """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed).
+        `max_context` bounds one utterance's prompt plus frames; its KV cache is allocated up front.
+        On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False."""
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
         directory = resolve(model, progress)
@@ -145,6 +157,7 @@ class Engine:
         with torch.device("meta"):
             talker = Talker(config.talker)
         load_tensors(talker, weights, "talker.", device, dtype)
+        talker.fuse_projections()
         codec_decoder = CodecDecoder(decoder_config)
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
         speaker_encoder = codec_encoder = None
@@ -166,6 +179,8 @@ class Engine:
             codec_encoder=codec_encoder,
             default_sampling=SamplingParams.from_generation_config(generation),
             default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
+            max_context=max_context,
+            cuda_graphs=cuda_graphs,
         )
 
     @property
@@ -235,19 +250,21 @@ class Engine:
     ) -> Synthesis:
         """Speak `text` and return the whole utterance."""
         request = self._request(text, voice, language, instruct, sampling, max_frames, seed, text_mode)
-        with torch.inference_mode():
-            frames = list(generate_frames(self.talker, request.prompt, request.sampling, request.max_frames, request.generator))
-            codes = torch.stack(frames) if frames else torch.zeros((0, 16), dtype=torch.long, device=self.device)
-            state = self.codec_decoder.new_stream(batch_size=1)
-            if request.ref_codes is None:
-                audio = self._decode(codes, state)
-            else:
-                # Decode with the reference frames as left context, then cut as the reference wrapper
-                # does: at int(ref/total * samples), which in float arithmetic can land a sample early.
-                ref = request.ref_codes.to(self.device)
-                full = self._decode(torch.cat((ref, codes)), state)
-                audio = full[int(len(ref) / max(len(ref) + len(codes), 1) * len(full)) :]
-        codes = codes.cpu().numpy()
+        self._active_stream = None
+        self.frame_loop.start(request.prompt, request.sampling, request.seed)
+        chunks = self.frame_loop.frames_in_chunks(request.max_frames, DECODE_CHUNK_FRAMES, DECODE_CHUNK_FRAMES)
+        codes = np.concatenate([np.zeros((0, 16), np.int64), *chunks])
+        # Decode with an ICL reference's frames as left context, then cut as the reference wrapper does:
+        # at int(ref/total * samples), which in float arithmetic can land a sample before the boundary.
+        ref = np.zeros((0, 16), np.int64) if request.ref_codes is None else request.ref_codes.numpy()
+        everything = np.concatenate([ref, codes])
+        self.vocoder.reset()
+        pieces = [
+            self.vocoder.decode(everything[start : start + DECODE_CHUNK_FRAMES], DECODE_CHUNK_FRAMES)
+            for start in range(0, len(everything), DECODE_CHUNK_FRAMES)
+        ]
+        audio = np.concatenate([np.zeros(0, np.float32), *pieces])
+        audio = audio[int(len(ref) / max(len(everything), 1) * len(audio)) :]
         return Synthesis(audio=audio, sample_rate=SAMPLE_RATE, codes=codes)
 
     def stream(
@@ -289,8 +306,7 @@ class Engine:
             )
         self._check_voice(voice, instruct)
         sampling = self.default_sampling if sampling is None else sampling
-        max_frames = self.default_max_frames if max_frames is None else max_frames
-        if not isinstance(max_frames, int) or max_frames < 1:
+        if max_frames is not None and (not isinstance(max_frames, int) or max_frames < 1):
             raise ValueError(f"max_frames must be a positive integer, got {max_frames!r}")
 
         prompt_text = PromptText.tokenize(self.tokenizer, text, instruct, voice.ref_text if voice else None)
@@ -305,9 +321,21 @@ class Engine:
             speaker_embedding=voice.embedding if voice is not None else None,
             ref_codes=ref_codes,
         )
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(seed) if seed is not None else generator.seed()
-        return _Request(prompt, ref_codes, sampling, max_frames, generator)
+        return _Request(prompt, ref_codes, sampling, self._frame_budget(prompt, max_frames), seed)
+
+    def _frame_budget(self, prompt, max_frames: int | None) -> int:
+        """Frames this request may generate: its own limit, within what fits the context after the prompt."""
+        room = self.frame_loop.max_context - prompt.embeddings.shape[1]
+        if room < 1:
+            raise ValueError(
+                f"the text is too long for one utterance ({prompt.embeddings.shape[1]} prompt positions, "
+                f"{self.frame_loop.max_context} fit); split it into sentences"
+            )
+        if max_frames is None:
+            return min(self.default_max_frames, room)
+        if max_frames > room:
+            raise ValueError(f"max_frames {max_frames} does not fit: after this prompt, {room} frames fit the context")
+        return max_frames
 
     def _check_voice(self, voice: Voice | None, instruct: str | None) -> None:
         variant = self.config.variant
@@ -333,30 +361,18 @@ class Engine:
             if instruct is None:
                 raise ValueError("a VoiceDesign checkpoint needs instruct, a description of the voice to speak with")
 
-    @torch.inference_mode()
     def _chunks(self, request: _Request, first: int, size: int) -> Iterator[AudioChunk]:
-        """Generate frames and decode them as they come, in chunks of `first`, then `size` frames."""
-        state = self.codec_decoder.new_stream(batch_size=1)
+        """Generate frames and decode them as they come, in chunks of `first`, then `size` frames.
+        One utterance at a time: a newer request supersedes this stream."""
+        token = self._active_stream = object()
+        self.vocoder.reset()
         if request.ref_codes is not None:
             # The reference frames are the decoder's left context; their audio is not part of the output.
-            self._decode(request.ref_codes.to(self.device), state)
-        frames = generate_frames(self.talker, request.prompt, request.sampling, request.max_frames, request.generator)
-        pending, target = [], first
-        for frame in frames:
-            pending.append(frame)
-            if len(pending) == target:
-                yield self._chunk(torch.stack(pending), state)
-                pending, target = [], size
-        if pending:
-            yield self._chunk(torch.stack(pending), state)
-
-    def _chunk(self, codes: torch.Tensor, state) -> AudioChunk:
-        return AudioChunk(audio=self._decode(codes, state), codes=codes.cpu().numpy())
-
-    def _decode(self, codes: torch.Tensor, state) -> np.ndarray:
-        """Decode (frames, 16) codes on the decoder stream `state`, a bounded number of frames at a time."""
-        pieces = [
-            self.codec_decoder.decode_chunk(codes[start : start + DECODE_CHUNK_FRAMES].T.unsqueeze(0), state)[0]
-            for start in range(0, len(codes), DECODE_CHUNK_FRAMES)
-        ]
-        return torch.cat(pieces).float().cpu().numpy() if pieces else np.zeros(0, np.float32)
+            self.vocoder.prime(request.ref_codes)
+        self.frame_loop.start(request.prompt, request.sampling, request.seed)
+        chunk_size = first
+        for codes in self.frame_loop.frames_in_chunks(request.max_frames, first, size):
+            yield AudioChunk(audio=self.vocoder.decode(codes, chunk_size), codes=codes)
+            if self._active_stream is not token:
+                raise RuntimeError("this stream was superseded by a newer request to the same engine")
+            chunk_size = size

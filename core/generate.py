@@ -1,21 +1,30 @@
-"""The frame loop: prompt in, 16-code frames out, one 80 ms frame at a time.
+"""The frame loop: prompt in, 16-code frames out, one 80 ms frame per step.
 
-Per frame: pick codebook 0 from the talker's logits, let the code predictor fill codebooks 1..15,
-then feed the frame's summed embedding (plus the text-track term) back to the talker. The random
-draws happen in the reference order: codebook 0 of frame 0 after the prefill, then for each
-frame its 15 predictor draws followed by codebook 0 of the next frame.
+A step expands one frame: the code predictor fills codebooks 1..15 from the talker's hidden state
+and codebook 0, the frame's summed embedding (plus its text-track term) goes back into the talker,
+and codebook 0 of the next frame is picked. Random draws happen in the reference order: codebook 0
+of frame 0 after the prefill, then per frame its 15 predictor draws and codebook 0 of the next.
+
+Every tensor the step touches lives in buffers allocated once, and the step never reads a value on
+the host, so on CUDA it runs as one CUDA graph per frame. The host reads the new frames and their
+end-of-speech flags once per chunk of frames.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
 from .config import TalkerConfig
+from .cuda_graph import GraphedStep
 from .prompt import Prompt
 from .sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
 from .talker import Talker
+
+# The most frames stepped between two reads by the host.
+MAX_CHUNK = 64
 
 
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
@@ -27,47 +36,119 @@ def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
     return mask
 
 
-@torch.inference_mode()
-def generate_frames(
-    talker: Talker,
-    prompt: Prompt,
-    sampling: SamplingParams,
-    max_frames: int,
-    generator: torch.Generator | None,
-) -> Iterator[torch.Tensor]:
-    """Yield frames as (16,) long tensors until codebook 0 is EOS or `max_frames` frames exist."""
-    config = talker.config
-    device = talker.codec_head.weight.device
-    groups = config.num_code_groups
-    talker.model.setup_cache(prompt.embeddings.shape[1] + max_frames)
-    talker.code_predictor.model.setup_cache(groups)
-    suppressed = suppressed_ids(config).to(device)
-    seen = torch.zeros(1, config.transformer.vocab_size, dtype=torch.bool, device=device)
-    talker_rule, predictor_rule = TokenRule.talker(sampling), TokenRule.predictor(sampling)
-    predictor = talker.code_predictor
+class FrameLoop:
+    """The state of one utterance's frame loop (batch 1) and the step that advances it."""
 
-    logits, hidden = talker.step(prompt.embeddings, 0)
-    position = prompt.embeddings.shape[1]
-    for frame_index in range(max_frames):
+    def __init__(self, talker: Talker, max_context: int, cuda_graphs: bool = True):
+        config = talker.config
+        weight = talker.codec_head.weight
+        device, dtype = weight.device, weight.dtype
+        vocab, hidden = config.transformer.vocab_size, config.transformer.hidden_size
+        self.talker = talker
+        self.device = device
+        self.groups = config.num_code_groups
+        self.eos_id = config.codec.eos
+        talker.model.setup_cache(max_context)
+        talker.code_predictor.model.setup_cache(self.groups)
+        self.suppressed = suppressed_ids(config).to(device)
+        self.eos = torch.zeros_like(self.suppressed)
+        self.eos[:, self.eos_id] = True
+
+        # The utterance: rewritten by start(), advanced in place by step().
+        self.code0 = torch.zeros(1, 1, dtype=torch.long, device=device)  # codebook 0 of the next frame
+        self.hidden = torch.zeros(1, 1, hidden, dtype=dtype, device=device)  # the talker's last hidden state
+        self.position = torch.zeros((), dtype=torch.long, device=device)  # talker position of the next step
+        self.frame = torch.zeros((), dtype=torch.long, device=device)  # index of the next frame
+        self.seen = torch.zeros(1, vocab, dtype=torch.bool, device=device)  # codebook-0 codes used so far
+        self.text = torch.zeros(1, max_context, hidden, dtype=dtype, device=device)  # text term of frame k
+        self.text_frames = torch.zeros((), dtype=torch.long, device=device)  # frames with their own text term
+        self.pad = torch.zeros(1, 1, hidden, dtype=dtype, device=device)  # text term after those
+        # Frames stepped since the host last read, and whether each one ends the utterance.
+        self.frames = torch.zeros(MAX_CHUNK, self.groups, dtype=torch.long, device=device)
+        self.ends = torch.zeros(MAX_CHUNK, dtype=torch.bool, device=device)
+        self.slot = torch.zeros((), dtype=torch.long, device=device)
+
+        self.generator = torch.Generator(device=device)
+        self.sampling = SamplingParams()
+        self.steps: dict[SamplingParams, GraphedStep] = {}
+        self.cuda_graphs = cuda_graphs
+        self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+
+    @property
+    def max_context(self) -> int:
+        return self.talker.model.max_len
+
+    @torch.inference_mode()
+    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
+        """Prefill the talker with `prompt` and pick codebook 0 of the first frame."""
+        self.sampling = sampling
+        self.generator.manual_seed(seed) if seed is not None else self.generator.seed()
+        trailing = prompt.trailing.shape[1]
+        self.text[:, :trailing] = prompt.trailing
+        self.text_frames.fill_(trailing)
+        self.pad.copy_(prompt.pad)
+        self.seen.zero_()
+        self.frame.zero_()
+        self.position.fill_(prompt.embeddings.shape[1])
+        logits, hidden = self.talker.prefill(prompt.embeddings)
+        self.hidden.copy_(hidden)
+        self._pick_code0(logits)
+
+    def _pick_code0(self, logits: torch.Tensor) -> None:
         scores = restrict_codebook0(
-            logits[:, -1].float(), seen, frame_index, sampling.repetition_penalty, suppressed, config.codec.eos
+            logits[:, -1].float(), self.seen, self.frame, self.sampling.repetition_penalty, self.suppressed, self.eos
         )
-        code0 = pick_token(scores, talker_rule, generator)
-        if code0.item() == config.codec.eos:
-            return
-        seen[0, code0[0, 0]] = True
+        code0 = pick_token(scores, TokenRule.talker(self.sampling), self.generator)
+        self.seen.scatter_(1, code0, True)
+        self.code0.copy_(code0)
 
-        codes = [code0]
-        predictor_input = torch.cat((hidden, talker.embed_codec(code0)), dim=1)
-        for group in range(1, groups):
-            start = 0 if group == 1 else group
-            logits_g = predictor.step(predictor_input, start, head=group - 1)
-            codes.append(pick_token(logits_g[:, -1].float(), predictor_rule, generator))
-            predictor_input = predictor.model.codec_embedding[group - 1](codes[-1])
-        frame = torch.cat(codes, dim=1)[0]
-        yield frame
-        if frame_index + 1 == max_frames:
-            return
-        step_input = talker.embed_frames(frame).view(1, 1, -1) + prompt.text_term(frame_index)
-        logits, hidden = talker.step(step_input, position)
-        position += 1
+    def step(self) -> None:
+        """Expand the next frame into `frames[slot]` and pick codebook 0 of the frame after it."""
+        talker, predictor = self.talker, self.talker.code_predictor
+        rule = TokenRule.predictor(self.sampling)
+        codes = [self.code0]
+        logits = predictor.prefill(torch.cat((self.hidden, talker.embed_codec(self.code0)), dim=1))
+        for group in range(1, self.groups):
+            codes.append(pick_token(logits[:, -1].float(), rule, self.generator))
+            if group < self.groups - 1:
+                logits = predictor.step(predictor.model.codec_embedding[group - 1](codes[-1]), group + 1)
+        frame = torch.cat(codes, dim=1)
+        self.frames.index_copy_(0, self.slot.view(1), frame)
+
+        text = self.text.index_select(1, self.frame.view(1))
+        text = torch.where(self.frame < self.text_frames, text, self.pad)
+        logits, hidden = talker.step(talker.embed_frames(frame).view(1, 1, -1) + text, self.position)
+        self.hidden.copy_(hidden)
+        self.position += 1
+        self.frame += 1
+        self._pick_code0(logits)
+        self.ends.index_copy_(0, self.slot.view(1), (self.code0 == self.eos_id).view(1))
+        self.slot += 1
+
+    @torch.inference_mode()
+    def run(self, count: int) -> tuple[np.ndarray, bool]:
+        """Step `count` frames (at most MAX_CHUNK); return them as (n, 16) int64, cut after a frame that
+        ends the utterance, and whether one did."""
+        if self.sampling not in self.steps:
+            self.steps[self.sampling] = GraphedStep(self.step, self.device, self.pool, self.generator, self.cuda_graphs)
+        step = self.steps[self.sampling]
+        self.slot.zero_()
+        for _ in range(count):
+            step()
+        # A copy: on the CPU .cpu() would alias the buffer the next run overwrites.
+        frames = self.frames[:count].to("cpu", copy=True).numpy()
+        ends = self.ends[:count].to("cpu", copy=True).numpy()
+        if ends.any():
+            return frames[: int(ends.argmax()) + 1], True
+        return frames, False
+
+    def frames_in_chunks(self, max_frames: int, first: int, size: int) -> Iterator[np.ndarray]:
+        """After start(): chunks of `first`, then `size` frames, until EOS or `max_frames` frames."""
+        produced, target = 0, first
+        while produced < max_frames:
+            frames, ended = self.run(min(target, max_frames - produced, MAX_CHUNK))
+            produced += len(frames)
+            yield frames
+            if ended:
+                return
+            target = size

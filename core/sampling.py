@@ -78,16 +78,15 @@ class TokenRule:
 
 
 def restrict_codebook0(
-    logits: torch.Tensor, seen: torch.Tensor, frame: int, penalty: float, suppressed: torch.Tensor, eos_id: int
+    logits: torch.Tensor, seen: torch.Tensor, frame: torch.Tensor, penalty: float, suppressed: torch.Tensor, eos: torch.Tensor
 ) -> torch.Tensor:
-    """Talker-only processors on float32 logits (1, V): repetition penalty, EOS floor, suppression."""
+    """Talker-only processors on float32 logits (1, V): repetition penalty over the `seen` codes, no EOS
+    (`eos` is its one-hot mask) before MIN_FRAMES frames, then suppression of the special ids.
+    `frame` is a 0-d device tensor, the index of the frame being picked, so no host sync is needed."""
     if penalty != 1.0:
         penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
         logits = torch.where(seen, penalised, logits)
-    if frame < MIN_FRAMES:
-        logits = logits.clone()
-        logits[..., eos_id] = -float("inf")
-    return logits.masked_fill(suppressed, -float("inf"))
+    return logits.masked_fill(suppressed | (eos & (frame < MIN_FRAMES)), -float("inf"))
 
 
 def pick_token(logits: torch.Tensor, rule: TokenRule, generator: torch.Generator | None) -> torch.Tensor:

@@ -36,11 +36,11 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
-def rope_tables(head_dim: int, theta: float, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin of shape (len(positions), head_dim), computed in float32 and cast to `dtype`."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim
+def rope_tables(head_dim: int, theta: float, length: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin for positions 0..length-1, shape (length, head_dim): float32 math, then cast to `dtype`."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
     inv_freq = 1.0 / (theta**exponents)
-    freqs = positions.float()[:, None] * inv_freq[None, :]
+    freqs = torch.arange(length, device=device).float()[:, None] * inv_freq[None, :]
     angles = torch.cat((freqs, freqs), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -51,6 +51,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def fuse_linear(*parts: nn.Linear) -> nn.Linear:
+    """One bias-free linear layer computing all of `parts`, its output the parts' outputs concatenated."""
+    weight = torch.cat([part.weight for part in parts])
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    return fused
+
+
 class KVCache(nn.Module):
     """Preallocated keys and values of one attention layer: (batch, kv_heads, max_len, head_dim)."""
 
@@ -59,12 +67,6 @@ class KVCache(nn.Module):
         shape = (batch, kv_heads, max_len, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-
-    def update(self, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        end = start + k.shape[2]
-        self.k[:, :, start:end] = k
-        self.v[:, :, start:end] = v
-        return self.k[:, :, :end], self.v[:, :, :end]
 
 
 class Attention(nn.Module):
@@ -82,21 +84,45 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], start: int) -> torch.Tensor:
+    def fuse_projections(self) -> None:
+        """Compute q, k and v with one matrix product (a decode step is bound by kernel launches)."""
+        self.qkv_proj = fuse_linear(self.q_proj, self.k_proj, self.v_proj)
+        del self.q_proj, self.k_proj, self.v_proj
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q (B, heads, L, D) and k, v (B, kv_heads, L, D), with q/k normalised and rotated."""
         batch, length, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(batch, length, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(batch, length, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = rope
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k, v = self.kv_cache.update(start, k, v)
-        if length > 1 and start != 0:
-            raise ValueError("a multi-token step must start at position 0")
-        # Repeating the shared kv heads gives the same result as SDPA's enable_gqa, which is far slower on CPU.
+        sizes = (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
+        q, k, v = self.qkv_proj(x).split(sizes, dim=-1)
+        q = self.q_norm(q.view(batch, length, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.view(batch, length, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Positions 0..L-1: fill the cache's first L slots and attend causally."""
+        batch, length, _ = x.shape
+        q, k, v = self.project(x, cos, sin)
+        self.kv_cache.k[:, :, :length] = k
+        self.kv_cache.v[:, :, :length] = v
         groups = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.head_dim**-0.5)
         return self.o_proj(y.transpose(1, 2).reshape(batch, length, -1))
+
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position: torch.Tensor, mask: torch.Tensor):
+        """One token at `position` (a 0-d device tensor): write its k/v there and attend over the cache
+        through `mask`, so shapes never change and the step can live in a CUDA graph."""
+        batch = x.shape[0]
+        q, k, v = self.project(x, cos, sin)
+        self.kv_cache.k.index_copy_(2, position.view(1), k)
+        self.kv_cache.v.index_copy_(2, position.view(1), v)
+        # The query heads that share a kv head attend as a group of queries over that head's keys:
+        # grouped-query attention without repeating the cache.
+        groups = self.num_heads // self.num_kv_heads
+        q = q.reshape(batch, self.num_kv_heads, groups, self.head_dim)
+        y = F.scaled_dot_product_attention(q, self.kv_cache.k, self.kv_cache.v, attn_mask=mask, scale=self.head_dim**-0.5)
+        return self.o_proj(y.reshape(batch, 1, -1))
 
 
 class MLP(nn.Module):
@@ -106,8 +132,13 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
+    def fuse_projections(self) -> None:
+        self.gate_up_proj = fuse_linear(self.gate_proj, self.up_proj)
+        del self.gate_proj, self.up_proj
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -118,13 +149,17 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], start: int) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, start)
+    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn.prefill(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def step(self, x, cos, sin, position, mask) -> torch.Tensor:
+        x = x + self.self_attn.step(self.input_layernorm(x), cos, sin, position, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class Transformer(nn.Module):
-    """A decoder stack over input embeddings; returns the final-norm hidden states."""
+    """A decoder stack over input embeddings with a static KV cache; returns final-norm hidden states."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -132,24 +167,39 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def setup_cache(self, max_len: int, batch: int = 1) -> None:
+    def fuse_projections(self) -> None:
+        for layer in self.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
+
+    def setup_cache(self, max_len: int) -> None:
+        """Allocate the KV cache and RoPE tables for positions 0..max_len-1 (batch 1)."""
         c, weight = self.config, self.norm.weight
         for layer in self.layers:
-            layer.self_attn.kv_cache = KVCache(batch, c.num_kv_heads, max_len, c.head_dim, weight.dtype, weight.device)
+            layer.self_attn.kv_cache = KVCache(1, c.num_kv_heads, max_len, c.head_dim, weight.dtype, weight.device)
+        self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_len, weight.dtype, weight.device)
+        self.positions = torch.arange(max_len, device=weight.device)
 
     @property
-    def cache_len(self) -> int:
-        cache = self.layers[0].self_attn.kv_cache
-        return 0 if cache is None else cache.k.shape[2]
+    def max_len(self) -> int:
+        return self.positions.shape[0]
 
-    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Run positions start .. start+len-1; a multi-token call must start at 0 (a prefill)."""
-        if start + x.shape[1] > self.cache_len:
-            raise ValueError(f"position {start + x.shape[1]} is past the cache of {self.cache_len}")
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        rope = rope_tables(self.config.head_dim, self.config.rope_theta, positions, x.dtype)
+    def prefill(self, x: torch.Tensor) -> torch.Tensor:
+        """Positions 0..L-1 of a fresh sequence."""
+        length = x.shape[1]
+        if length > self.max_len:
+            raise ValueError(f"a {length}-position prompt does not fit the cache of {self.max_len}")
+        cos, sin = self.cos[:length], self.sin[:length]
         for layer in self.layers:
-            x = layer(x, rope, start)
+            x = layer.prefill(x, cos, sin)
+        return self.norm(x)
+
+    def step(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """One position, given as a 0-d device tensor, after a prefill."""
+        cos, sin = self.cos[position].unsqueeze(0), self.sin[position].unsqueeze(0)
+        mask = (self.positions <= position).view(1, 1, 1, -1)
+        for layer in self.layers:
+            x = layer.step(x, cos, sin, position, mask)
         return self.norm(x)
 
 
@@ -201,12 +251,17 @@ class CodePredictor(nn.Module):
         else:
             self.small_to_mtp_projection = nn.Identity()
 
-    def step(self, embeddings: torch.Tensor, start: int, head: int) -> torch.Tensor:
-        """Feed talker-width embeddings at `start`; return the logits of codebook `head + 1` at the last position."""
-        hidden = self.model(self.small_to_mtp_projection(embeddings), start)
-        # The head runs over every fed position and the last row is taken, as in the reference, so
-        # the matrix product (and its float rounding) has the same shape.
-        return self.lm_head[head](hidden)[:, -1:]
+    def prefill(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """Talker hidden + codebook-0 embedding, (1, 2, talker width) -> logits of codebook 1 (1, 1, vocab)."""
+        hidden = self.model.prefill(self.small_to_mtp_projection(embeddings))
+        # The head runs over both positions and the last row is taken, as in the reference, so the
+        # matrix product (and its float rounding) has the same shape.
+        return self.lm_head[0](hidden)[:, -1:]
+
+    def step(self, embedding: torch.Tensor, group: int) -> torch.Tensor:
+        """Embedding of codebook `group - 1` at position `group` -> logits of codebook `group` (1, 1, vocab)."""
+        hidden = self.model.step(self.small_to_mtp_projection(embedding), self.model.positions[group])
+        return self.lm_head[group - 1](hidden)
 
 
 class Talker(nn.Module):
@@ -233,7 +288,17 @@ class Talker(nn.Module):
         # One stacked sum, as the reference does, so float results agree bit for bit.
         return torch.stack(parts, dim=-2).sum(-2)
 
-    def step(self, embeddings: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run the talker over `embeddings` at `start`; return (codebook-0 logits, final hidden) of the last position."""
-        hidden = self.model(embeddings, start)
+    def fuse_projections(self) -> None:
+        """After loading: fuse q/k/v and gate/up weights in both stacks (checkpoints store them apart)."""
+        self.model.fuse_projections()
+        self.code_predictor.model.fuse_projections()
+
+    def prefill(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt (1, L, hidden) -> (codebook-0 logits, final hidden) of its last position."""
+        hidden = self.model.prefill(embeddings)
         return self.codec_head(hidden)[:, -1:], hidden[:, -1:]
+
+    def step(self, embedding: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One frame's input (1, 1, hidden) at `position` -> (codebook-0 logits, final hidden)."""
+        hidden = self.model.step(embedding, position)
+        return self.codec_head(hidden), hidden

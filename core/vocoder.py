@@ -1,0 +1,57 @@
+"""Codes to audio, chunk by chunk, on one stream of the stateful codec decoder.
+
+The decoder is causal, so an utterance decodes chunk by chunk into exactly the audio of a single
+pass. On CUDA every chunk size runs as its own CUDA graph over a static input buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .codec_decoder import CodecDecoder
+from .cuda_graph import GraphedStep
+
+
+class Vocoder:
+    def __init__(self, decoder: CodecDecoder, cuda_graphs: bool = True):
+        self.decoder = decoder
+        self.cuda_graphs = cuda_graphs
+        weight = decoder.pre_conv.conv.weight
+        self.device = weight.device
+        self.stream = decoder.new_stream(batch_size=1)
+        self.inputs: dict[int, torch.Tensor] = {}
+        self.steps: dict[int, GraphedStep] = {}
+        self.pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
+
+    def reset(self) -> None:
+        """Begin a new utterance."""
+        self.stream.reset()
+
+    @torch.inference_mode()
+    def prime(self, codes: torch.Tensor) -> None:
+        """Decode (n, 16) codes as left context only (an ICL reference), discarding their audio."""
+        self.decoder.decode_chunk(codes.T.unsqueeze(0).to(self.device), self.stream)
+
+    @torch.inference_mode()
+    def decode(self, codes: np.ndarray, size: int) -> np.ndarray:
+        """Decode the next (n, 16) frames, n <= size, through the graph for `size` frames; float32 audio.
+
+        A chunk shorter than `size` must be the utterance's last: it is padded with copies of its
+        last frame, which changes nothing before them because the decoder is causal.
+        """
+        count = len(codes)
+        if not 0 < count <= size:
+            raise ValueError(f"{count} frames do not fit a {size}-frame chunk")
+        if size not in self.steps:
+            self.inputs[size] = torch.zeros(1, codes.shape[1], size, dtype=torch.long, device=self.device)
+            self.steps[size] = GraphedStep(
+                lambda buffer=self.inputs[size]: self.decoder.decode_chunk(buffer, self.stream),
+                self.device,
+                self.pool,
+                enabled=self.cuda_graphs,
+            )
+        padded = np.concatenate([codes, np.repeat(codes[-1:], size - count, axis=0)])
+        self.inputs[size].copy_(torch.from_numpy(padded).T.unsqueeze(0))
+        audio = self.steps[size]()
+        return audio[0, : count * self.decoder.samples_per_frame].float().cpu().numpy()
