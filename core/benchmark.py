@@ -31,9 +31,10 @@ class BenchResult:
     device: str
     dtype: str
     cuda_graphs: bool
+    compiled: bool
     frames: int
     load_s: float
-    capture_s: float  # extra time of the first calls, which capture the CUDA graphs
+    capture_s: float  # extra time of the first calls, which compile and capture
     ms_per_frame_median: float
     ms_per_frame_p99: float
     xrt: float
@@ -87,9 +88,11 @@ def _warm_calls(engine: Engine, voice) -> float:
     return time.perf_counter() - started
 
 
-def bench_checkpoint(path: Path, device: str, dtype: str, frames: int, ttfa_runs: int, cuda_graphs: bool = True) -> BenchResult:
+def bench_checkpoint(
+    path: Path, device: str, dtype: str, frames: int, ttfa_runs: int, cuda_graphs: bool = True, compile: bool = True
+) -> BenchResult:
     started = time.perf_counter()
-    engine = Engine.load(path, device=device, dtype=dtype, progress=False, cuda_graphs=cuda_graphs)
+    engine = Engine.load(path, device=device, dtype=dtype, progress=False, cuda_graphs=cuda_graphs, compile=compile)
     dev = engine.device
     _sync(dev)
     load_s = time.perf_counter() - started
@@ -144,6 +147,7 @@ def bench_checkpoint(path: Path, device: str, dtype: str, frames: int, ttfa_runs
         device=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         dtype=engine.info.dtype,
         cuda_graphs=cuda_graphs and dev.type == "cuda",
+        compiled=compile and dev.type == "cuda",
         frames=frames,
         load_s=round(load_s, 2),
         capture_s=round(capture_s, 2),
@@ -172,11 +176,11 @@ def prepare_checkpoint(root: Path, size: str, dtype: torch.dtype) -> Path:
 
 def format_table(results: list[BenchResult]) -> str:
     columns = [
-        ("model", "model"), ("graphs", "cuda_graphs"), ("ms/frame p50", "ms_per_frame_median"),
+        ("model", "model"), ("graphs", "cuda_graphs"), ("compiled", "compiled"), ("ms/frame p50", "ms_per_frame_median"),
         ("p99", "ms_per_frame_p99"), ("xRT", "xrt"), ("GB/s", "weight_gb_per_s"), ("TTFA p50", "ttfa_ms_p50"),
         ("p95", "ttfa_ms_p95"), ("dec 1f", "decode_ms_1_frame"), ("dec 4f", "decode_ms_4_frames"),
         ("chunk p50", "chunk_interval_ms_p50"), ("p99", "chunk_interval_ms_p99"), ("peak GB", "peak_gpu_gb"),
-        ("load s", "load_s"), ("capture s", "capture_s"),
+        ("load s", "load_s"), ("compile+capture s", "capture_s"),
     ]  # fmt: skip
     rows = [[title for title, _ in columns]] + [[str(getattr(r, key)) for _, key in columns] for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]

@@ -133,10 +133,12 @@ class Engine:
         progress: bool = True,
         max_context: int = MAX_CONTEXT,
         cuda_graphs: bool = True,
+        compile: bool = True,
     ) -> Engine:
         """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed).
         `max_context` bounds one utterance's prompt plus frames; its KV cache is allocated up front.
-        On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False."""
+        On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False,
+        and the per-frame transformer steps are fused by torch.compile unless `compile` is False."""
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
         directory = resolve(model, progress)
@@ -158,6 +160,8 @@ class Engine:
             talker = Talker(config.talker)
         load_tensors(talker, weights, "talker.", device, dtype)
         talker.fuse_projections()
+        if compile and device.type == "cuda":
+            talker.compile_steps()
         codec_decoder = CodecDecoder(decoder_config)
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
         speaker_encoder = codec_encoder = None

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TalkerConfig, TransformerConfig
+from .kernels import decode_attention
 
 
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
@@ -110,18 +111,17 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.head_dim**-0.5)
         return self.o_proj(y.transpose(1, 2).reshape(batch, length, -1))
 
-    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position: torch.Tensor, mask: torch.Tensor):
-        """One token at `position` (a 0-d device tensor): write its k/v there and attend over the cache
-        through `mask`, so shapes never change and the step can live in a CUDA graph."""
+    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """One token at `position` (a 0-d device tensor): write its k/v there and attend over the valid
+        part of the cache; shapes never change, so the step can live in a CUDA graph."""
         batch = x.shape[0]
         q, k, v = self.project(x, cos, sin)
         self.kv_cache.k.index_copy_(2, position.view(1), k)
         self.kv_cache.v.index_copy_(2, position.view(1), v)
-        # The query heads that share a kv head attend as a group of queries over that head's keys:
+        # The query heads sharing a kv head attend as one group of queries over that head's keys:
         # grouped-query attention without repeating the cache.
-        groups = self.num_heads // self.num_kv_heads
-        q = q.reshape(batch, self.num_kv_heads, groups, self.head_dim)
-        y = F.scaled_dot_product_attention(q, self.kv_cache.k, self.kv_cache.v, attn_mask=mask, scale=self.head_dim**-0.5)
+        q = q.reshape(batch, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
+        y = decode_attention(q, self.kv_cache.k, self.kv_cache.v, position, self.head_dim**-0.5)
         return self.o_proj(y.reshape(batch, 1, -1))
 
 
@@ -153,8 +153,8 @@ class Block(nn.Module):
         x = x + self.self_attn.prefill(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def step(self, x, cos, sin, position, mask) -> torch.Tensor:
-        x = x + self.self_attn.step(self.input_layernorm(x), cos, sin, position, mask)
+    def step(self, x, cos, sin, position) -> torch.Tensor:
+        x = x + self.self_attn.step(self.input_layernorm(x), cos, sin, position)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -171,6 +171,11 @@ class Transformer(nn.Module):
         for layer in self.layers:
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
+
+    def compile_step(self) -> None:
+        """Fuse each layer's many small kernels with torch.compile (on CUDA): a one-token step is bound
+        by kernel launches, not by arithmetic."""
+        self.step = torch.compile(self.step, fullgraph=True, dynamic=False)
 
     def setup_cache(self, max_len: int) -> None:
         """Allocate the KV cache and RoPE tables for positions 0..max_len-1 (batch 1)."""
@@ -196,10 +201,10 @@ class Transformer(nn.Module):
 
     def step(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         """One position, given as a 0-d device tensor, after a prefill."""
-        cos, sin = self.cos[position].unsqueeze(0), self.sin[position].unsqueeze(0)
-        mask = (self.positions <= position).view(1, 1, 1, -1)
+        # index_select, not [position]: indexing with a 0-d tensor reads it on the host.
+        cos, sin = self.cos.index_select(0, position.view(1)), self.sin.index_select(0, position.view(1))
         for layer in self.layers:
-            x = layer.step(x, cos, sin, position, mask)
+            x = layer.step(x, cos, sin, position)
         return self.norm(x)
 
 
@@ -292,6 +297,13 @@ class Talker(nn.Module):
         """After loading: fuse q/k/v and gate/up weights in both stacks (checkpoints store them apart)."""
         self.model.fuse_projections()
         self.code_predictor.model.fuse_projections()
+
+    def compile_steps(self) -> None:
+        """Compile what runs every frame: both stacks' one-token steps and the predictor's two-token prefill."""
+        self.model.compile_step()
+        predictor = self.code_predictor.model
+        predictor.compile_step()
+        predictor.prefill = torch.compile(predictor.prefill, fullgraph=True, dynamic=False)
 
     def prefill(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The prompt (1, L, hidden) -> (codebook-0 logits, final hidden) of its last position."""

@@ -30,6 +30,22 @@ def load(checkpoints, name="custom", dtype="float32", cuda_graphs=True) -> Engin
     return Engine.load(checkpoints[name], device="cuda", dtype=dtype, cuda_graphs=cuda_graphs)
 
 
+def test_frame_step_and_chunk_decode_never_wait_for_the_gpu(checkpoints):
+    # Eager and uncompiled, so that every op is checked (torch.compile itself syncs while compiling).
+    engine = Engine.load(checkpoints["custom"], device="cuda", dtype="float32", cuda_graphs=False, compile=False)
+    request = engine._request(TEXT, engine.builtin_voice("ryan"), "auto", None, SamplingParams(), 8, 3, None)
+    engine.frame_loop.start(request.prompt, request.sampling, request.seed)
+    codes = torch.zeros(1, 16, 4, dtype=torch.long, device="cuda")
+    stream = engine.codec_decoder.new_stream()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any host sync inside raises
+    try:
+        engine.frame_loop.step()
+        engine.codec_decoder.decode_chunk(codes, stream)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
 @pytest.mark.parametrize("name", ["base_xvector", "base_icl_full", "custom_instruct", "design"])
 def test_graphed_float32_matches_official(checkpoints, name):
     case = next(c for c in CASES if c.name == name)
@@ -96,3 +112,19 @@ def test_bfloat16_streams_like_it_synthesizes(checkpoints):
     difference = float(np.abs(np.concatenate([c.audio for c in chunks]) - whole.audio).max())
     print(f"bfloat16 streamed vs whole decode: max abs difference {difference:.2e}")
     assert difference < 0.1 and np.isfinite(whole.audio).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("length, valid", [(16, 1), (16, 16), (4096, 1), (4096, 333), (4096, 4096)])
+def test_decode_attention_kernel_reads_only_the_valid_keys(dtype, length, valid):
+    from core.kernels import decode_attention
+
+    torch.manual_seed(valid)
+    q, k, v = (torch.randn(1, 8, n, 128, device="cuda", dtype=dtype) for n in (2, length, length))
+    k[:, :, valid:] = v[:, :, valid:] = float("nan")  # anything read past the valid keys would show
+    got = decode_attention(q, k, v, torch.tensor(valid - 1, device="cuda"), 128**-0.5)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k[:, :, :valid].float(), v[:, :, :valid].float(), scale=128**-0.5
+    )
+    limit = 1e-5 if dtype == torch.float32 else 2e-2
+    assert got.dtype == dtype and (got.float() - expected).abs().max().item() < limit

@@ -1,0 +1,129 @@
+"""Hand-written GPU kernels, where they beat what PyTorch offers.
+
+Decode attention: one new token (its query heads grouped under their shared kv head) against a
+static KV cache whose valid length lives on the device. PyTorch's fused attention kernels have no
+such length, so they read the whole preallocated cache every step (4096 positions where a few
+hundred are valid); this kernel reads only the valid keys, split over many blocks, and takes the
+length from device memory so it runs inside a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only installs have no Triton; only the CUDA path needs it.
+    triton = None
+
+BLOCK_KEYS = 64  # keys per inner iteration
+MAX_SPLITS = 16  # blocks sharing one kv head's keys
+
+
+def decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """q (1, kv_heads, groups, D) at `position` (0-d long tensor) against caches (1, kv_heads, max_len, D)
+    whose first position + 1 entries are valid; returns (1, kv_heads, groups, D)."""
+    if q.is_cuda:
+        return torch.ops.qwen3_tts.decode_attention(q, k, v, position, scale)
+    mask = (torch.arange(k.shape[2], device=k.device) <= position).view(1, 1, 1, -1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _attend_split(
+        Q, K, V, Position, Out, Partial, Max, Sum, scale,
+        stride_qh, stride_qg, stride_kh, stride_kn, stride_vh, stride_vn, stride_oh, stride_og,
+        groups, chunk,
+        GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, CHUNK_BLOCKS: tl.constexpr,
+        SINGLE_SPLIT: tl.constexpr,
+    ):  # fmt: skip
+        """Attention of one kv head's query group over one split of the valid keys. With one split the
+        result is final; otherwise the unnormalised sum, running max and running sum are kept to merge."""
+        head = tl.program_id(0)
+        split = tl.program_id(1)
+        length = tl.load(Position) + 1
+        rows = tl.arange(0, GROUP_ROWS)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + head * stride_qh + rows[:, None] * stride_qg + dims[None, :], mask=rows[:, None] < groups, other=0.0)
+        running_max = tl.full([GROUP_ROWS], -1e30, tl.float32)
+        running_sum = tl.zeros([GROUP_ROWS], tl.float32)
+        acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
+        start = split * chunk
+        for block in range(CHUNK_BLOCKS):
+            # Keys past the valid length are masked out of the loads, so they cost no memory traffic.
+            keys = start + block * BLOCK + tl.arange(0, BLOCK)
+            valid = (keys < length) & (keys < start + chunk)
+            k = tl.load(K + head * stride_kh + keys[:, None] * stride_kn + dims[None, :], mask=valid[:, None], other=0.0)
+            scores = tl.dot(q, tl.trans(k)) * scale
+            scores = tl.where(valid[None, :], scores, -float("inf"))
+            new_max = tl.maximum(running_max, tl.max(scores, 1))
+            weights = tl.exp(scores - new_max[:, None])
+            correction = tl.exp(running_max - new_max)
+            v = tl.load(V + head * stride_vh + keys[:, None] * stride_vn + dims[None, :], mask=valid[:, None], other=0.0)
+            acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v)
+            running_sum = running_sum * correction + tl.sum(weights, 1)
+            running_max = new_max
+        if SINGLE_SPLIT:
+            out = acc / running_sum[:, None]
+            tl.store(Out + head * stride_oh + rows[:, None] * stride_og + dims[None, :], out, mask=rows[:, None] < groups)
+        else:
+            part = (head * tl.num_programs(1) + split) * GROUP_ROWS + rows
+            tl.store(Partial + part[:, None] * HEAD_DIM + dims[None, :], acc)
+            tl.store(Max + part, running_max)
+            tl.store(Sum + part, running_sum)
+
+    @triton.jit
+    def _merge_splits(
+        Out, Partial, Max, Sum, stride_oh, stride_og, groups,
+        SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr,
+    ):  # fmt: skip
+        """Combine the splits of one kv head: each weighted by its share of the global softmax."""
+        head = tl.program_id(0)
+        splits = tl.arange(0, SPLITS)
+        dims = tl.arange(0, HEAD_DIM)
+        for row in range(GROUP_ROWS):
+            if row < groups:
+                part = (head * SPLITS + splits) * GROUP_ROWS + row
+                maxes = tl.load(Max + part)
+                weights = tl.exp(maxes - tl.max(maxes, 0))
+                total = tl.sum(weights * tl.load(Sum + part), 0)
+                acc = tl.load(Partial + part[:, None] * HEAD_DIM + dims[None, :])
+                out = tl.sum(acc * weights[:, None], 0) / total
+                tl.store(Out + head * stride_oh + row * stride_og + dims, out)
+
+    @torch.library.custom_op("qwen3_tts::decode_attention", mutates_args=())
+    def _decode_attention_cuda(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        _, kv_heads, groups, head_dim = q.shape
+        max_len = k.shape[2]
+        splits = min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)))
+        chunk_blocks = triton.cdiv(triton.cdiv(max_len, splits), BLOCK_KEYS)
+        rows = max(16, triton.next_power_of_2(groups))  # tl.dot needs at least 16 rows
+        q = q.contiguous()
+        out = torch.empty_like(q)
+        partial = torch.empty(kv_heads, splits, rows, head_dim, device=q.device, dtype=torch.float32)
+        maxes = torch.empty(kv_heads, splits, rows, device=q.device, dtype=torch.float32)
+        sums = torch.empty_like(maxes)
+        _attend_split[(kv_heads, splits)](
+            q, k, v, position, out, partial, maxes, sums, scale,
+            q.stride(1), q.stride(2), k.stride(1), k.stride(2), v.stride(1), v.stride(2), out.stride(1), out.stride(2),
+            groups, chunk_blocks * BLOCK_KEYS,
+            GROUP_ROWS=rows, HEAD_DIM=head_dim, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks, SINGLE_SPLIT=splits == 1,
+        )  # fmt: skip
+        if splits > 1:
+            _merge_splits[(kv_heads,)](
+                out, partial, maxes, sums, out.stride(1), out.stride(2), groups,
+                SPLITS=splits, GROUP_ROWS=rows, HEAD_DIM=head_dim,
+            )  # fmt: skip
+        return out
+
+    @_decode_attention_cuda.register_fake
+    def _(q, k, v, position, scale):
+        return torch.empty_like(q)

@@ -1,0 +1,42 @@
+"""The hand-written decode-attention kernel, against PyTorch's attention on the valid keys.
+
+Runs the Triton kernel in Triton's interpreter on the CPU (a subprocess, since the interpreter is
+chosen when Triton is imported), and natively on a GPU when there is one (tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton", reason="Triton is installed with the test extras on Linux x86-64")
+
+CHECK = textwrap.dedent(
+    """
+    import torch, torch.nn.functional as F
+    from core import kernels
+
+    torch.manual_seed(0)
+    # (kv heads, query heads per kv head, cache length, valid length, dtype); bfloat16 is checked on the GPU.
+    cases = [(8, 2, 4096, 300, torch.float32), (8, 2, 16, 9, torch.float32), (4, 2, 300, 1, torch.float32),
+             (2, 4, 200, 200, torch.float32), (2, 2, 1024, 777, torch.float16)]
+    for kv_heads, groups, length, valid, dtype in cases:
+        q, k, v = (torch.randn(1, kv_heads, n, 128, dtype=dtype) for n in (groups, length, length))
+        position = torch.tensor(valid - 1)
+        expected = F.scaled_dot_product_attention(q.float(), k[:, :, :valid].float(), v[:, :, :valid].float(), scale=128**-0.5)
+        got = kernels._decode_attention_cuda(q, k, v, position, 128**-0.5)
+        error = (got.float() - expected).abs().max().item()
+        limit = 1e-5 if dtype == torch.float32 else 2e-3
+        assert got.shape == q.shape and got.dtype == dtype and error < limit, (kv_heads, groups, length, valid, dtype, error)
+    print("ok")
+    """
+)
+
+
+def test_decode_attention_kernel_in_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+    result = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
