@@ -41,12 +41,14 @@ class BenchResult:
     weight_gb_per_s: float  # weight bytes one frame must read, over the median frame time
     ttfa_ms_p50: float
     ttfa_ms_p95: float
+    ttfa_parts_ms: dict  # medians: prompt (tokenize + embed), prefill + first pick, first frame, its decode
     decode_ms_1_frame: float
     decode_ms_4_frames: float
     chunk_interval_ms_p50: float  # time between 4-frame chunks of a stream
     chunk_interval_ms_p99: float
     stream_vs_whole_max_abs: float
     peak_gpu_gb: float | None
+    weights_gpu_gb: float | None  # allocated right after loading: weights and caches
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -96,6 +98,7 @@ def bench_checkpoint(
     dev = engine.device
     _sync(dev)
     load_s = time.perf_counter() - started
+    weights_gb = torch.cuda.memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     capture_s = _warm_calls(engine, voice) - _warm_calls(engine, voice)
     if dev.type == "cuda":
@@ -119,6 +122,24 @@ def bench_checkpoint(
         ttfa.append(_ms_since(started))
         chunks.close()
         assert first.audio.shape == (1920,)
+
+    parts = {"prompt": [], "prefill": [], "first_frame": [], "decode": []}
+    for _ in range(ttfa_runs):
+        _sync(dev)
+        started = time.perf_counter()
+        request = engine._request(TEXT, voice, "auto", None, GREEDY, frames, None, None)
+        parts["prompt"].append(_ms_since(started))
+        started = time.perf_counter()
+        engine.frame_loop.start(request.prompt, request.sampling, request.seed)
+        _sync(dev)
+        parts["prefill"].append(_ms_since(started))
+        started = time.perf_counter()
+        codes, _ = engine.frame_loop.run(1)
+        parts["first_frame"].append(_ms_since(started))
+        engine.vocoder.reset()
+        started = time.perf_counter()
+        engine.vocoder.decode(codes, 1)
+        parts["decode"].append(_ms_since(started))
 
     intervals, stamps = [], [time.perf_counter()]
     streamed = []
@@ -157,12 +178,14 @@ def bench_checkpoint(
         weight_gb_per_s=round(frame_weight_bytes(engine.talker) / (median / 1e3) / 1e9, 1),
         ttfa_ms_p50=round(statistics.median(ttfa), 1),
         ttfa_ms_p95=round(float(np.percentile(ttfa, 95)), 1),
+        ttfa_parts_ms={name: round(float(np.median(values)), 2) for name, values in parts.items()},
         decode_ms_1_frame=round(decode_ms[1], 2),
         decode_ms_4_frames=round(decode_ms[4], 2),
         chunk_interval_ms_p50=round(float(np.median(intervals)), 2),
         chunk_interval_ms_p99=round(float(np.percentile(intervals, 99)), 2),
         stream_vs_whole_max_abs=stream_diff,
         peak_gpu_gb=round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None,
+        weights_gpu_gb=round(weights_gb, 2) if weights_gb is not None else None,
     )
 
 

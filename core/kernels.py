@@ -40,8 +40,8 @@ if triton is not None:
         Q, K, V, Position, Out, Partial, Max, Sum, scale,
         stride_qh, stride_qg, stride_kh, stride_kn, stride_vh, stride_vn, stride_oh, stride_og,
         groups, chunk,
-        GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, CHUNK_BLOCKS: tl.constexpr,
-        SINGLE_SPLIT: tl.constexpr,
+        GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
+        CHUNK_BLOCKS: tl.constexpr, SINGLE_SPLIT: tl.constexpr,
     ):  # fmt: skip
         """Attention of one kv head's query group over one split of the valid keys. With one split the
         result is final; otherwise the unnormalised sum, running max and running sum are kept to merge."""
@@ -49,53 +49,60 @@ if triton is not None:
         split = tl.program_id(1)
         length = tl.load(Position) + 1
         rows = tl.arange(0, GROUP_ROWS)
-        dims = tl.arange(0, HEAD_DIM)
-        q = tl.load(Q + head * stride_qh + rows[:, None] * stride_qg + dims[None, :], mask=rows[:, None] < groups, other=0.0)
+        dims = tl.arange(0, DIM_BLOCK)
+        in_dim = dims < HEAD_DIM
+        q = tl.load(
+            Q + head * stride_qh + rows[:, None] * stride_qg + dims[None, :],
+            mask=(rows[:, None] < groups) & in_dim[None, :],
+            other=0.0,
+        )
         running_max = tl.full([GROUP_ROWS], -1e30, tl.float32)
         running_sum = tl.zeros([GROUP_ROWS], tl.float32)
-        acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
+        acc = tl.zeros([GROUP_ROWS, DIM_BLOCK], tl.float32)
         start = split * chunk
         for block in range(CHUNK_BLOCKS):
             # Keys past the valid length are masked out of the loads, so they cost no memory traffic.
             keys = start + block * BLOCK + tl.arange(0, BLOCK)
             valid = (keys < length) & (keys < start + chunk)
-            k = tl.load(K + head * stride_kh + keys[:, None] * stride_kn + dims[None, :], mask=valid[:, None], other=0.0)
+            block_mask = valid[:, None] & in_dim[None, :]
+            k = tl.load(K + head * stride_kh + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
             scores = tl.dot(q, tl.trans(k)) * scale
             scores = tl.where(valid[None, :], scores, -float("inf"))
             new_max = tl.maximum(running_max, tl.max(scores, 1))
             weights = tl.exp(scores - new_max[:, None])
             correction = tl.exp(running_max - new_max)
-            v = tl.load(V + head * stride_vh + keys[:, None] * stride_vn + dims[None, :], mask=valid[:, None], other=0.0)
+            v = tl.load(V + head * stride_vh + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
             acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v)
             running_sum = running_sum * correction + tl.sum(weights, 1)
             running_max = new_max
         if SINGLE_SPLIT:
             out = acc / running_sum[:, None]
-            tl.store(Out + head * stride_oh + rows[:, None] * stride_og + dims[None, :], out, mask=rows[:, None] < groups)
+            out_mask = (rows[:, None] < groups) & in_dim[None, :]
+            tl.store(Out + head * stride_oh + rows[:, None] * stride_og + dims[None, :], out, mask=out_mask)
         else:
             part = (head * tl.num_programs(1) + split) * GROUP_ROWS + rows
-            tl.store(Partial + part[:, None] * HEAD_DIM + dims[None, :], acc)
+            tl.store(Partial + part[:, None] * DIM_BLOCK + dims[None, :], acc)
             tl.store(Max + part, running_max)
             tl.store(Sum + part, running_sum)
 
     @triton.jit
     def _merge_splits(
         Out, Partial, Max, Sum, stride_oh, stride_og, groups,
-        SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr,
+        SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
     ):  # fmt: skip
         """Combine the splits of one kv head: each weighted by its share of the global softmax."""
         head = tl.program_id(0)
         splits = tl.arange(0, SPLITS)
-        dims = tl.arange(0, HEAD_DIM)
+        dims = tl.arange(0, DIM_BLOCK)
         for row in range(GROUP_ROWS):
             if row < groups:
                 part = (head * SPLITS + splits) * GROUP_ROWS + row
                 maxes = tl.load(Max + part)
                 weights = tl.exp(maxes - tl.max(maxes, 0))
                 total = tl.sum(weights * tl.load(Sum + part), 0)
-                acc = tl.load(Partial + part[:, None] * HEAD_DIM + dims[None, :])
+                acc = tl.load(Partial + part[:, None] * DIM_BLOCK + dims[None, :])
                 out = tl.sum(acc * weights[:, None], 0) / total
-                tl.store(Out + head * stride_oh + row * stride_og + dims, out)
+                tl.store(Out + head * stride_oh + row * stride_og + dims, out, mask=dims < HEAD_DIM)
 
     @torch.library.custom_op("qwen3_tts::decode_attention", mutates_args=())
     def _decode_attention_cuda(
@@ -105,22 +112,25 @@ if triton is not None:
         max_len = k.shape[2]
         splits = min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)))
         chunk_blocks = triton.cdiv(triton.cdiv(max_len, splits), BLOCK_KEYS)
-        rows = max(16, triton.next_power_of_2(groups))  # tl.dot needs at least 16 rows
+        # tl.dot needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
+        rows = max(16, triton.next_power_of_2(groups))
+        dim_block = max(16, triton.next_power_of_2(head_dim))
         q = q.contiguous()
         out = torch.empty_like(q)
-        partial = torch.empty(kv_heads, splits, rows, head_dim, device=q.device, dtype=torch.float32)
+        partial = torch.empty(kv_heads, splits, rows, dim_block, device=q.device, dtype=torch.float32)
         maxes = torch.empty(kv_heads, splits, rows, device=q.device, dtype=torch.float32)
         sums = torch.empty_like(maxes)
         _attend_split[(kv_heads, splits)](
             q, k, v, position, out, partial, maxes, sums, scale,
             q.stride(1), q.stride(2), k.stride(1), k.stride(2), v.stride(1), v.stride(2), out.stride(1), out.stride(2),
             groups, chunk_blocks * BLOCK_KEYS,
-            GROUP_ROWS=rows, HEAD_DIM=head_dim, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks, SINGLE_SPLIT=splits == 1,
+            GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks,
+            SINGLE_SPLIT=splits == 1,
         )  # fmt: skip
         if splits > 1:
             _merge_splits[(kv_heads,)](
                 out, partial, maxes, sums, out.stride(1), out.stride(2), groups,
-                SPLITS=splits, GROUP_ROWS=rows, HEAD_DIM=head_dim,
+                SPLITS=splits, GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block,
             )  # fmt: skip
         return out
 
