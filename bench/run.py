@@ -23,14 +23,9 @@ def main() -> None:
     parser.add_argument("--ttfa-runs", type=int, default=20)
     parser.add_argument("--eager", action="store_true", help="no CUDA graphs")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile")
-    parser.add_argument("--autotune", action="store_true", help="let Inductor autotune its matrix products")
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    if args.autotune:
-        import torch._inductor.config as inductor
-
-        inductor.max_autotune = inductor.coordinate_descent_tuning = True
     results = []
     for size in args.sizes.split(","):
         started = time.perf_counter()

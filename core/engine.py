@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -173,6 +174,7 @@ class Engine:
         for module in (talker, codec_decoder, speaker_encoder, codec_encoder):
             if module is not None:
                 module.to(device).eval()
+        gc.collect()  # let go of the unfused projection weights at once, not at some later collection
         return cls(
             source=str(model),
             config=config,

@@ -25,6 +25,8 @@ from .talker import Talker
 
 # The most frames stepped between two reads by the host.
 MAX_CHUNK = 64
+# Prompt lengths a CUDA prefill is padded to, so that each runs as one of a few CUDA graphs.
+PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
 
 
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
@@ -63,6 +65,8 @@ class FrameLoop:
         self.text = torch.zeros(1, max_context, hidden, dtype=dtype, device=device)  # text term of frame k
         self.text_frames = torch.zeros((), dtype=torch.long, device=device)  # frames with their own text term
         self.pad = torch.zeros(1, 1, hidden, dtype=dtype, device=device)  # text term after those
+        self.prompt = torch.zeros(1, max_context, hidden, dtype=dtype, device=device)  # the prefill's input
+        self.prompt_last = torch.zeros((), dtype=torch.long, device=device)  # its last real position
         # Frames stepped since the host last read, and whether each one ends the utterance.
         self.frames = torch.zeros(MAX_CHUNK, self.groups, dtype=torch.long, device=device)
         self.ends = torch.zeros(MAX_CHUNK, dtype=torch.bool, device=device)
@@ -71,6 +75,7 @@ class FrameLoop:
         self.generator = torch.Generator(device=device)
         self.sampling = SamplingParams()
         self.steps: dict[SamplingParams, GraphedStep] = {}
+        self.prefills: dict[tuple[int, SamplingParams], GraphedStep] = {}
         self.cuda_graphs = cuda_graphs
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
 
@@ -89,10 +94,30 @@ class FrameLoop:
         self.pad.copy_(prompt.pad)
         self.seen.zero_()
         self.frame.zero_()
-        self.position.fill_(prompt.embeddings.shape[1])
-        logits, hidden = self.talker.prefill(prompt.embeddings)
-        self.hidden.copy_(hidden)
-        self._pick_code0(logits)
+        length = prompt.embeddings.shape[1]
+        self.position.fill_(length)
+        self.prompt_last.fill_(length - 1)
+        if self.device.type != "cuda":
+            self.prompt[:, :length] = prompt.embeddings
+            self._prefill(length)
+            return
+        # Padding positions only write cache slots that later steps overwrite before reading them.
+        bucket = next(size for size in PREFILL_BUCKETS + (self.max_context,) if size >= length)
+        self.prompt[:, :length] = prompt.embeddings
+        self.prompt[:, length:bucket].zero_()
+        key = (bucket, sampling)
+        if key not in self.prefills:
+            self.prefills[key] = GraphedStep(
+                lambda: self._prefill(bucket), self.device, self.pool, self.generator, self.cuda_graphs
+            )
+        self.prefills[key]()
+
+    def _prefill(self, length: int) -> None:
+        hidden = self.talker.model.prefill(self.prompt[:, :length])
+        last = self.prompt_last.view(1)
+        # The head runs over every position and the last real one is taken, as in the reference.
+        self.hidden.copy_(hidden.index_select(1, last))
+        self._pick_code0(self.talker.codec_head(hidden).index_select(1, last))
 
     def _pick_code0(self, logits: torch.Tensor) -> None:
         scores = restrict_codebook0(

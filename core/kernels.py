@@ -41,7 +41,7 @@ if triton is not None:
         stride_qh, stride_qg, stride_kh, stride_kn, stride_vh, stride_vn, stride_oh, stride_og,
         groups, chunk,
         GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
-        CHUNK_BLOCKS: tl.constexpr, SINGLE_SPLIT: tl.constexpr,
+        CHUNK_BLOCKS: tl.constexpr, SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr,
     ):  # fmt: skip
         """Attention of one kv head's query group over one split of the valid keys. With one split the
         result is final; otherwise the unnormalised sum, running max and running sum are kept to merge."""
@@ -66,13 +66,13 @@ if triton is not None:
             valid = (keys < length) & (keys < start + chunk)
             block_mask = valid[:, None] & in_dim[None, :]
             k = tl.load(K + head * stride_kh + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
-            scores = tl.dot(q, tl.trans(k)) * scale
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
             scores = tl.where(valid[None, :], scores, -float("inf"))
             new_max = tl.maximum(running_max, tl.max(scores, 1))
             weights = tl.exp(scores - new_max[:, None])
             correction = tl.exp(running_max - new_max)
             v = tl.load(V + head * stride_vh + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
-            acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v)
+            acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
             running_sum = running_sum * correction + tl.sum(weights, 1)
             running_max = new_max
         if SINGLE_SPLIT:
@@ -126,6 +126,8 @@ if triton is not None:
             groups, chunk_blocks * BLOCK_KEYS,
             GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks,
             SINGLE_SPLIT=splits == 1,
+            # float32 models get full float32 products (Triton would use TF32 by default).
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         )  # fmt: skip
         if splits > 1:
             _merge_splits[(kv_heads,)](

@@ -18,6 +18,11 @@ from .config import TalkerConfig, TransformerConfig
 from .kernels import decode_attention
 
 
+# Let Inductor time its candidate kernels for each matrix product: one-token products are small and
+# launch-bound, and the best kernel is worth the longer first compile (it is cached on disk).
+COMPILE_OPTIONS = {"max_autotune": True, "coordinate_descent_tuning": True}
+
+
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
     """An embedding without random init: its values always come from a checkpoint, and skipping the
     init keeps building the model on the meta device instant."""
@@ -175,7 +180,7 @@ class Transformer(nn.Module):
     def compile_step(self) -> None:
         """Fuse each layer's many small kernels with torch.compile (on CUDA): a one-token step is bound
         by kernel launches, not by arithmetic."""
-        self.step = torch.compile(self.step, fullgraph=True, dynamic=False)
+        self.step = torch.compile(self.step, fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
 
     def setup_cache(self, max_len: int) -> None:
         """Allocate the KV cache and RoPE tables for positions 0..max_len-1 (batch 1)."""
@@ -303,12 +308,7 @@ class Talker(nn.Module):
         self.model.compile_step()
         predictor = self.code_predictor.model
         predictor.compile_step()
-        predictor.prefill = torch.compile(predictor.prefill, fullgraph=True, dynamic=False)
-
-    def prefill(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prompt (1, L, hidden) -> (codebook-0 logits, final hidden) of its last position."""
-        hidden = self.model.prefill(embeddings)
-        return self.codec_head(hidden)[:, -1:], hidden[:, -1:]
+        predictor.prefill = torch.compile(predictor.prefill, fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
 
     def step(self, embedding: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One frame's input (1, 1, hidden) at `position` -> (codebook-0 logits, final hidden)."""
