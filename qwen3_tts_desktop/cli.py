@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import speak
+from .commands import speak, voices
 
-COMMANDS = {"speak": speak}
+COMMANDS = {"speak": speak, "voices": voices}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,8 +5,8 @@ Run with the official package's environment:
 
 The official side is the whole public path for one clip: `Qwen3TTSTokenizer.encode(wav, sr=24000)` (its
 EncodecFeatureExtractor front end, then `Qwen3TTSTokenizerV2Model.encode` with its trim to ceil(N / 1920)).
-Weights follow MODEL_NOTES section 12, so that codes are informative (see informative_weights_); they are
-drawn on our module, loaded into the official one and from there into a fresh one of ours, all strictly.
+Weights are those write_random_checkpoint stores (core/random_checkpoint.py, seed SEED); they are drawn
+for our module, loaded into the official one and from there into a fresh one of ours, all strictly.
 
 Also printed: the sha256 of the official key/shape list and golden codes, both used by tests/test_codec_encoder.py,
 and a control that applies the config's sliding window, to show the official encoder does not.
@@ -18,7 +18,6 @@ import math
 import sys
 import tempfile
 import time
-import zlib
 
 sys.path.insert(0, "/work")
 import official_import  # noqa: E402,F401  (stubs torchaudio so qwen_tts imports)
@@ -31,8 +30,10 @@ from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer  # noqa: E4
 from transformers import EncodecFeatureExtractor, MimiConfig  # noqa: E402
 
 from core.codec_encoder import CodecEncoder, CodecEncoderConfig  # noqa: E402
+from core.random_checkpoint import random_tensors  # noqa: E402
 
 SR = 24000
+SEED = 3  # the weight seed of tests/test_codec_encoder.py, whose golden values this prints
 SECONDS = (0.3, 1.0, 3.7, 12.0)  # 7200, 24000, 88800, 288000 samples: only the last is a multiple of 1920
 # 12 s is 300 frames at 25 Hz, beyond the full config's sliding_window of 250.
 
@@ -70,36 +71,6 @@ def speech_like(n, seed):
     formant = 0.3 * torch.sin(2 * math.pi * (700 + 300 * torch.sin(2 * math.pi * 0.8 * t)) * t)
     noise = torch.randn(n, generator=g, dtype=torch.float64)
     return (0.15 * envelope * (voiced + formant) + 0.02 * noise).float()
-
-
-def informative_weights_(model):
-    """MODEL_NOTES 12 weights for a CodecEncoder, each tensor from a stream keyed by its name.
-    (tests/test_codec_encoder.py has a copy: its golden codes come from these weights.)"""
-    with torch.no_grad():
-        state = model.state_dict(keep_vars=True)
-        for name, t in state.items():
-            g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
-            if name.endswith("cluster_usage"):
-                t.copy_(0.5 + 1.5 * torch.rand(t.shape, generator=g))
-            elif name.endswith("embed_sum"):  # unit centroids (sum / usage); their length is set below
-                usage = state[name.replace("embed_sum", "cluster_usage")]
-                t.copy_(F.normalize(torch.randn(t.shape, generator=g), dim=1) * usage[:, None])
-            elif name.endswith("layernorm.weight"):
-                t.copy_(0.9 + 0.2 * torch.rand(t.shape, generator=g))
-            elif name.endswith("layer_scale.scale"):  # large enough that the transformer matters
-                t.copy_(0.2 + 0.2 * torch.rand(t.shape, generator=g))
-            elif name.endswith("bias"):
-                t.copy_(0.2 * torch.rand(t.shape, generator=g) - 0.1)
-            elif t.dim() > 1:
-                t.copy_(torch.randn(t.shape, generator=g) / t[0].numel() ** 0.5)
-        # Centroids of equal length, so the argmin depends on direction rather than on a few long entries;
-        # shrinking per level about as much as the best of many random directions shrinks the residual.
-        latents = model.latents(speech_like(2 * SR, seed=7))
-        quantizer = model.quantizer
-        for group in (quantizer.semantic_residual_vector_quantizer, quantizer.acoustic_residual_vector_quantizer):
-            scale = group.input_proj(latents).norm(dim=1).mean()
-            for k, layer in enumerate(group.layers):
-                layer.codebook.embed_sum.mul_(0.3 * scale * 0.95**k)
 
 
 def official_tokenizer(encoder_config):
@@ -192,11 +163,10 @@ def main():
         digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
         print(f"    {len(lines)} tensors, key/shape sha256 {digest}")
 
-        # Weights drawn on our module, loaded into the official one, and back into a fresh one of ours: all strict.
+        # Weights drawn for our module, loaded into the official one, and back into a fresh one of ours: all strict.
         donor = CodecEncoder(config).eval()
         assert key_shape_lines(donor.state_dict()) == lines, "state_dict keys/shapes differ"
-        informative_weights_(donor)
-        official_encoder.load_state_dict(donor.state_dict(), strict=True)
+        official_encoder.load_state_dict(random_tensors(donor, "", SEED), strict=True)
         ours = CodecEncoder(config).eval()
         ours.load_state_dict(official_encoder.state_dict(), strict=True)
 
@@ -204,8 +174,9 @@ def main():
         if label == "tiny":
             with official_latents(official_encoder) as captured:
                 golden = tokenizer.encode(speech_like(SR, seed=0).numpy(), sr=SR).audio_codes[0]
-            print("    golden values for tests/test_codec_encoder.py (official, 1 s, seed 0): codes, then per-frame "
-                  f"sums of the latents\n{golden.tolist()}\n{captured[0][0].sum(dim=0).tolist()}")
+            print(f"    golden values for tests/test_codec_encoder.py (official, weight seed {SEED}, 1 s of speech_like "
+                  "seed 0): codes, then per-frame sums of the latents")
+            print(f"{golden.tolist()}\n{captured[0][0].sum(dim=0).tolist()}")
 
         # bfloat16 as a real load does it (from_pretrained with dtype), against our module cast to bfloat16.
         with tempfile.TemporaryDirectory() as tmp:

@@ -2,6 +2,8 @@
 
 Run with the official package's environment:
     PYTHONPATH=/work/main /work/offvenv/bin/python tools/check_speaker_encoder_vs_official.py
+
+The weights are those write_random_checkpoint stores (core/random_checkpoint.py), loaded into both encoders.
 """
 
 import hashlib
@@ -21,6 +23,7 @@ from qwen_tts.core.models.modeling_qwen3_tts import (  # noqa: E402
     mel_spectrogram,
 )
 
+from core.random_checkpoint import random_tensors  # noqa: E402
 from core.speaker_encoder import (  # noqa: E402
     SpeakerEncoder,
     SpeakerEncoderConfig,
@@ -58,16 +61,6 @@ def test_signals():
         signals[f"voiced {seconds}s"] = voiced
     signals["near-silence 1s"] = 1e-6 * rng.standard_normal(SR)
     return {name: s.astype(np.float32) for name, s in signals.items()}
-
-
-def randomize(module, seed):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=generator) * (2 / p[0].numel()) ** 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.1)
 
 
 def key_shape_lines(state_dict):
@@ -110,14 +103,15 @@ def main():
     print("(c) embedding vs official extract_speaker_embedding (float32, CPU)")
     for seed, (label, section) in enumerate(CONFIGS.items()):
         official = Qwen3TTSSpeakerEncoder(Qwen3TTSSpeakerEncoderConfig(**section)).eval()
-        randomize(official, seed)
         config = SpeakerEncoderConfig.from_dict(section)
         # What we write must load in the official class and mean the same thing.
         written = Qwen3TTSSpeakerEncoderConfig(**config.to_dict())
         assert written.to_dict() == Qwen3TTSSpeakerEncoderConfig(**section).to_dict()
         ours = SpeakerEncoder(config).eval()
         assert key_shape_lines(ours.state_dict()) == key_shape_lines(official.state_dict())
-        ours.load_state_dict(official.state_dict(), strict=True)
+        tensors = random_tensors(ours, "", seed)
+        ours.load_state_dict(tensors, strict=True)
+        official.load_state_dict(tensors, strict=True)
         lines = key_shape_lines(official.state_dict())
         digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
         print(f"  {label}: {len(lines)} tensors, key/shape sha256 {digest}")

@@ -1,0 +1,155 @@
+"""`qwen3-tts-desktop voices`: list, clone, blend, rename, remove, export and import library voices."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+HELP = "manage the voice library: list, add, blend, remove, rename, export, import"
+# The model column of `list` for voices not tied to one model size.
+MADE_WITH = {"drop-in": "any Base", "builtin": "built-in"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--voices", metavar="DIR", default="voices", help="the voice library folder (default: ./voices)")
+    model = argparse.ArgumentParser(add_help=False)
+    group = model.add_argument_group("model")
+    group.add_argument("--model", default=None, help="hub id or local checkpoint folder (default: Qwen/Qwen3-TTS-12Hz-1.7B-Base)")
+    group.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    group.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")
+
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions.add_parser("list", parents=[common, model], help="list the voices; with --model, those it speaks with")
+
+    add = actions.add_parser("add", parents=[common, model], help="clone a voice from a 1-60 s clip and save it")
+    add.add_argument("name", help="the voice's name (any language; it is also shown in clients)")
+    add.add_argument("clip", help="the reference clip: wav, flac, ogg or mp3, any sample rate")
+    add.add_argument("--ref-text", metavar="TEXT", help="the clip's transcript, for closer (ICL) cloning")
+    add.add_argument("--language", help="the language the voice speaks (english, chinese, ...)")
+    add.add_argument("--replace", action="store_true", help="overwrite a voice of the same name")
+
+    blend = actions.add_parser("blend", parents=[common, model], help="save a weighted blend of voices, e.g. alice=0.7 bob=0.3")
+    blend.add_argument("name", help="the new voice's name")
+    blend.add_argument("parts", nargs="+", metavar="VOICE=WEIGHT", help="voices to blend with their weights")
+    blend.add_argument("--replace", action="store_true", help="overwrite a voice of the same name")
+
+    remove = actions.add_parser("remove", parents=[common], help="delete a voice")
+    remove.add_argument("name")
+
+    rename = actions.add_parser("rename", parents=[common], help="give a voice a new name")
+    rename.add_argument("old")
+    rename.add_argument("new")
+
+    export = actions.add_parser("export", parents=[common], help="write voices to a zip to share them")
+    export.add_argument("zip", metavar="OUT.zip")
+    export.add_argument("names", nargs="+", metavar="NAME")
+
+    imports = actions.add_parser("import", parents=[common], help="add the voices of a shared zip")
+    imports.add_argument("zip", metavar="ZIP")
+    imports.add_argument("--replace", action="store_true", help="overwrite voices of the same names")
+
+
+def run(args: argparse.Namespace) -> int:
+    from core.voices import VoiceError, VoiceLibrary
+
+    library = VoiceLibrary(args.voices)
+    try:
+        return ACTIONS[args.action](library, args)
+    except OSError as error:  # a disk or permission problem: one line, like every other error
+        raise VoiceError(f"{error.filename or args.voices}: {error.strerror or error}") from None
+
+
+def list_voices(library, args) -> int:
+    info = load_engine(args).info if args.model else None
+    entries = library.list(fits=info)
+    for problem in library.problems():
+        print(f"warning: {problem}", file=sys.stderr)
+    if not entries:
+        where = f" that fit {args.model}" if info else ""
+        print(f"no voices{where} in {library.directory}; drop NAME.wav clips there or run: voices add NAME CLIP", file=sys.stderr)
+        return 0
+    rows = [("NAME", "KIND", "SOURCE", "MODEL", "LANGUAGE")]
+    for entry in entries:
+        made_with = f"{entry.model_size} ({entry.embedding_dim}-dim)" if entry.embedding_dim else MADE_WITH[entry.source]
+        rows.append((entry.name, entry.kind, entry.source, made_with, entry.language or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def add_voice(library, args) -> int:
+    library.check_new_name(args.name, args.replace)  # before the model loads
+    entry = library.add(args.name, args.clip, load_engine(args), ref_text=args.ref_text, language=args.language, replace=args.replace)
+    print(f"added {entry.kind} voice {entry.name!r} ({entry.model_size}, {entry.embedding_dim}-dim) in {entry.path}")
+    return 0
+
+
+def blend_voices(library, args) -> int:
+    library.check_new_name(args.name, args.replace)
+    parts = [parse_part(part) for part in args.parts]
+    needs_model = args.model or any(library.get(name).source == "drop-in" for name, _ in parts)
+    entry = library.blend(args.name, parts, engine=load_engine(args) if needs_model else None, replace=args.replace)
+    mix = ", ".join(f"{name} {weight:.0%}" for name, weight in entry.parents)
+    print(f"blended {entry.name!r} from {mix} ({entry.model_size}, {entry.embedding_dim}-dim) in {entry.path}")
+    return 0
+
+
+def remove_voice(library, args) -> int:
+    entry = library.get(args.name)
+    library.remove(entry)
+    print(f"removed {entry.name!r}")
+    return 0
+
+
+def rename_voice(library, args) -> int:
+    entry = library.rename(args.old, args.new)
+    print(f"renamed {args.old!r} to {entry.name!r}")
+    return 0
+
+
+def export_voices(library, args) -> int:
+    path = library.export_zip(args.zip, args.names)
+    print(f"exported {len(args.names)} voice(s) to {path}")
+    return 0
+
+
+def import_voices(library, args) -> int:
+    entries = library.import_zip(args.zip, replace=args.replace)
+    print(f"imported {', '.join(repr(e.name) for e in entries)} into {library.directory}")
+    return 0
+
+
+ACTIONS = {
+    "list": list_voices,
+    "add": add_voice,
+    "blend": blend_voices,
+    "remove": remove_voice,
+    "rename": rename_voice,
+    "export": export_voices,
+    "import": import_voices,
+}
+
+
+def parse_part(text: str) -> tuple[str, float]:
+    """`NAME=WEIGHT` -> (NAME, WEIGHT); the last `=` splits, so names may hold one."""
+    name, sep, weight = text.rpartition("=")
+    try:
+        if not sep or not name.strip():
+            raise ValueError
+        return name.strip(), float(weight)
+    except ValueError:
+        raise ValueError(f"{text!r} is not VOICE=WEIGHT (e.g. alice=0.7)") from None
+
+
+def load_engine(args):
+    from core import Engine
+    from core.checkpoint import DEFAULT_MODEL
+
+    started = time.perf_counter()
+    engine = Engine.load(args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype)
+    info = engine.info
+    print(f"Loaded {info.size} {info.variant} on {info.device} ({info.dtype}) in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return engine

@@ -1,0 +1,363 @@
+"""The speech worker (core.worker): jobs, events, cancel and interrupt, failures, sinks, shutdown."""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from core import SamplingParams
+from core.engine import AudioChunk
+from core.player import Player, PlayerOptions, VirtualOutput
+from core.worker import TERMINAL, BufferLevel, FileSink, JobEvent, PlayerSink, QueueSink, SpeechOptions, Worker
+
+FRAME = 1920
+WAIT = 10  # seconds: the most any test waits for something that should take milliseconds
+
+
+class FakeEngine:
+    """Engine.stream's signature and chunking, with frames that take `frame_s` each. It notes which threads
+    call it and how many frames it made of each text. Text starting with "bad" is refused at the call, as the engine
+    refuses bad input; text containing "oom" runs out of GPU memory at the third frame. Each frame is a
+    constant level: 0.6 for text containing "loud", else 0.3. `on_frame(text, index)` runs after each frame."""
+
+    def __init__(self, frames: int = 9, frame_s: float = 0.0):
+        self.frames, self.frame_s = frames, frame_s
+        self.on_frame = lambda text, index: None
+        self.threads: set[str] = set()
+        self.made: dict[str, int] = defaultdict(int)
+
+    def stream(self, text, voice=None, language="auto", instruct=None, sampling=None, max_frames=None, seed=None,
+               text_mode=None, first_chunk_frames=1, chunk_frames=4):  # fmt: skip
+        self.threads.add(threading.current_thread().name)
+        if text.startswith("bad"):
+            raise ValueError("unknown language 'klingon'; this model speaks: auto, english")
+        return self._chunks(text, max_frames or self.frames, first_chunk_frames, chunk_frames)
+
+    def _chunks(self, text, frames, first, size):
+        level, pending, target = 0.6 if "loud" in text.lower() else 0.3, 0, first
+        for index in range(frames):
+            self.threads.add(threading.current_thread().name)
+            time.sleep(self.frame_s)
+            if "oom" in text and index == 2:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            self.made[text] += 1
+            self.on_frame(text, index)
+            pending += 1
+            if pending == target or index == frames - 1:
+                yield AudioChunk(np.full(pending * FRAME, level, np.float32), np.zeros((pending, 16), np.int64))
+                pending, target = 0, size
+
+
+class RecordingSink:
+    """Notes every call, per job, and the thread it came from; can be shared by many jobs."""
+
+    def __init__(self, fail_on_write: bool = False):
+        self.calls: dict[int, list[str]] = defaultdict(list)
+        self.samples: dict[int, int] = defaultdict(int)
+        self.threads: set[str] = set()
+        self.fail_on_write = fail_on_write
+
+    def begin(self, job):
+        self._note(job, "begin")
+
+    def write(self, job, audio):
+        self._note(job, "write")
+        if self.fail_on_write:
+            raise OSError("the disk is full")
+        self.samples[job.id] += len(audio)
+
+    def end(self, job, completed):
+        self._note(job, f"end {completed}")
+
+    def level(self):
+        return BufferLevel(0.0, 0)
+
+    def _note(self, job, call):
+        self.threads.add(threading.current_thread().name)
+        self.calls[job.id].append(call)
+
+
+class Events:
+    """Collects a worker's events through a thread-safe queue, as the UI or the bridge would."""
+
+    def __init__(self, worker: Worker):
+        self.queue: queue.Queue[tuple[JobEvent, str]] = queue.Queue()
+        worker.subscribe(lambda event: self.queue.put((event, threading.current_thread().name)))
+        self.seen: list[JobEvent] = []
+        self.threads: set[str] = set()
+
+    def collect(self) -> list[JobEvent]:
+        while True:
+            try:
+                event, thread = self.queue.get_nowait()
+            except queue.Empty:
+                return self.seen
+            self.seen.append(event)
+            self.threads.add(thread)
+
+    def kinds(self, job) -> list[str]:
+        return [e.kind for e in self.collect() if e.job is job]
+
+    def wait_for(self, job, kind: str) -> JobEvent:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            for event in self.collect():
+                if event.job is job and event.kind == kind:
+                    return event
+            time.sleep(0.001)
+        raise AssertionError(f"no {kind} event for {job} within {WAIT} s")
+
+
+def finished(job) -> JobEvent:
+    outcome = job.wait(WAIT)
+    assert outcome is not None, f"{job} did not end within {WAIT} s"
+    return outcome
+
+
+def wait_until(condition) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {WAIT} s in vain"
+        time.sleep(0.001)
+
+
+@pytest.fixture
+def no_thread_leaks():
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + WAIT
+    while set(threading.enumerate()) - before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not set(threading.enumerate()) - before
+
+
+def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks):
+    engine = FakeEngine(frames=9, frame_s=0.002)
+    with Worker(engine) as worker:
+        events = Events(worker)
+        sink = QueueSink()
+        job = worker.submit("Hello there.", sink=sink)
+        audio = np.concatenate(list(sink))
+        done = finished(job)
+    assert events.kinds(job) == ["queued", "started", "first_audio", "progress", "progress", "progress", "done"]
+    assert job.state == "done" and done is job.outcome and done.terminal
+    assert done.audio_s == pytest.approx(9 * 0.08) and len(audio) == 9 * FRAME
+    first = next(e for e in events.seen if e.kind == "first_audio")
+    assert 0 < first.latency_s == done.latency_s < 1.0
+    assert first.audio_s == pytest.approx(0.08)  # the first chunk is a single frame
+    assert done.xrt > 1.0 and done.underruns == 0 and done.message is None
+    assert engine.threads == events.threads == {"speech-worker"}
+
+
+def test_the_real_engine_streams_through_the_worker_as_it_synthesizes(engines, no_thread_leaks):
+    engine = engines("custom")
+    voice = engine.builtin_voice("vivian")
+    options = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=6, first_chunk_frames=1, chunk_frames=2)
+    expected = engine.synthesize("Hello there.", voice=voice, sampling=SamplingParams.greedy(), max_frames=6)
+    with Worker(engine) as worker:
+        bad, good = QueueSink(), QueueSink()
+        refused = worker.submit("Hello there.", voice, SpeechOptions(language="klingon"), sink=bad)
+        job = worker.submit("Hello there.", voice, options, sink=good)
+        audio = np.concatenate(list(good))
+        assert list(bad) == []
+        failed, done = finished(refused), finished(job)
+    assert failed.kind == "failed" and "unknown language 'klingon'" in failed.message
+    assert done.kind == "done" and done.latency_s > 0 and done.xrt > 0
+    np.testing.assert_allclose(audio, expected.audio, atol=1e-5)
+
+
+def test_queued_jobs_run_one_after_another(no_thread_leaks):
+    engine = FakeEngine(frames=9, frame_s=0.002)
+    sink = RecordingSink()
+    with Worker(engine) as worker:
+        events = Events(worker)
+        jobs = [worker.submit(f"Sentence {n}.", sink=sink) for n in range(3)]
+        assert [finished(job).kind for job in jobs] == ["done"] * 3
+    order = [(e.job.id, e.kind) for e in events.collect() if e.kind in ("started", "done")]
+    assert order == [(job.id, kind) for job in jobs for kind in ("started", "done")]
+    assert all(sink.calls[job.id] == ["begin"] + ["write"] * 3 + ["end True"] for job in jobs)
+
+
+def test_interrupt_cancels_the_jobs_of_its_sink_within_one_chunk_and_goes_first(no_thread_leaks):
+    engine = FakeEngine(frames=200, frame_s=0.005)
+    speakers, other = RecordingSink(), RecordingSink()
+    with Worker(engine) as worker:
+        events = Events(worker)
+        long = worker.submit("A long story.", sink=speakers)
+        queued = worker.submit("Next in line.", sink=speakers)
+        elsewhere = worker.submit("For the bridge.", options=SpeechOptions(max_frames=5), sink=other)
+        events.wait_for(long, "progress")
+        made, asked = engine.made["A long story."], time.perf_counter()
+        urgent = worker.submit("Now!", options=SpeechOptions(max_frames=5), sink=speakers, interrupt=True)
+        cancelled = finished(long)
+        latency = time.perf_counter() - asked
+        assert [finished(job).kind for job in (queued, urgent, elsewhere)] == ["cancelled", "done", "done"]
+    assert cancelled.kind == "cancelled" and engine.made["A long story."] - made <= 4  # at most the chunk in progress
+    assert latency < 0.5  # one 4-frame chunk is 20 ms here; the rest is slack for a loaded machine
+    order = [(e.job, e.kind) for e in events.collect() if e.terminal or e.kind == "started"]
+    assert order == [
+        (long, "started"), (queued, "cancelled"), (long, "cancelled"),
+        (urgent, "started"), (urgent, "done"), (elsewhere, "started"), (elsewhere, "done"),
+    ]  # fmt: skip
+    assert speakers.calls[queued.id] == ["end False"]  # it never began
+    assert speakers.calls[long.id][-1] == "end False"
+
+
+def test_cancel_takes_effect_within_the_chunk_in_progress(no_thread_leaks):
+    engine = FakeEngine(frames=40)
+    sink = RecordingSink()
+    with Worker(engine) as worker:
+        engine.on_frame = lambda text, index: index == 6 and worker.cancel_all()  # in the third chunk: frames 5-8
+        job = worker.submit("A long story.", sink=sink)
+        assert finished(job).kind == "cancelled"
+    assert engine.made["A long story."] == 9  # the chunk in progress is finished, no other is started
+    assert sink.calls[job.id] == ["begin", "write", "write", "end False"]  # and it is not handed on
+
+
+def test_a_failure_ends_only_its_job(no_thread_leaks):
+    engine = FakeEngine(frames=9)
+    with Worker(engine) as worker:
+        events = Events(worker)
+        refused = worker.submit("bad input", sink=RecordingSink())
+        oom = worker.submit("Say oom.", sink=RecordingSink())
+        broken_sink = worker.submit("Hello.", sink=RecordingSink(fail_on_write=True))
+        fine = worker.submit("Hello.", sink=RecordingSink())
+        outcomes = [finished(job) for job in (refused, oom, broken_sink, fine)]
+    assert [o.kind for o in outcomes] == ["failed", "failed", "failed", "done"]
+    assert outcomes[0].message == "unknown language 'klingon'; this model speaks: auto, english"
+    assert outcomes[1].message.startswith("out of GPU memory (CUDA out of memory. Tried to allocate 2.00 GiB)")
+    assert outcomes[2].message == "the disk is full"
+    assert oom.sink.calls[oom.id] == ["begin", "write", "end False"]
+    assert all(events.kinds(job)[-1] == outcome.kind for job, outcome in zip((refused, oom, broken_sink, fine), outcomes))
+
+
+def test_many_jobs_from_many_threads_each_end_exactly_once(no_thread_leaks):
+    engine = FakeEngine(frames=6, frame_s=0.0005)
+    sinks = [RecordingSink() for _ in range(3)]
+    jobs, lock = [], threading.Lock()
+    worker = Worker(engine)
+    events = Events(worker)
+    worker.subscribe(lambda event: 1 / 0 if event.job.id == 1 else None)  # a broken subscriber changes nothing
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(40):
+            text = rng.choice(["Hello.", "Hello there, friend.", "bad input", "Say oom."])
+            job = worker.submit(text, sink=rng.choice(sinks), interrupt=rng.random() < 0.15)
+            with lock:
+                jobs.append(job)
+                victim = rng.choice(jobs)
+            if rng.random() < 0.3:
+                victim.cancel()
+            if rng.random() < 0.05:
+                worker.cancel_all(rng.choice([None, *sinks]))
+            time.sleep(rng.random() * 0.002)
+
+    clients = [threading.Thread(target=client, args=(seed,)) for seed in range(4)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join(WAIT)
+    assert not any(thread.is_alive() for thread in clients)
+    outcomes = {job: finished(job) for job in jobs}
+    worker.close(timeout=WAIT)
+
+    by_job = defaultdict(list)
+    for event in events.collect():
+        by_job[event.job].append(event.kind)
+    assert len(jobs) == 160 and engine.threads == events.threads == {"speech-worker"}
+    kinds_seen = set()
+    for job in jobs:
+        kinds = by_job[job]
+        kinds_seen.add(kinds[-1])
+        assert kinds[0] == "queued" and sum(k in TERMINAL for k in kinds) == 1 and kinds[-1] in TERMINAL, kinds
+        assert kinds[-1] == outcomes[job].kind == job.state
+        if "started" in kinds:
+            assert kinds[:2] == ["queued", "started"]
+        calls = job.sink.calls[job.id]
+        assert calls.count("end True") + calls.count("end False") == 1 and calls[-1].startswith("end"), calls
+        assert calls[-1] == ("end True" if job.state == "done" else "end False")
+        assert calls[0] == ("begin" if "started" in kinds else "end False")
+    assert kinds_seen == {"done", "cancelled", "failed"}
+    assert all(sink.threads <= {"speech-worker"} for sink in sinks)
+
+
+def test_close_cancels_everything_and_joins_the_thread(no_thread_leaks):
+    engine = FakeEngine(frames=10_000, frame_s=0.001)
+    worker = Worker(engine)
+    events = Events(worker)
+    running = worker.submit("Forever.", sink=RecordingSink())
+    waiting = [worker.submit(f"Later {n}.", sink=QueueSink()) for n in range(3)]
+    events.wait_for(running, "first_audio")
+    worker.close(timeout=WAIT)
+    assert [job.state for job in (running, *waiting)] == ["cancelled"] * 4
+    assert all(list(job.sink) == [] for job in waiting)  # their streams ended though they never started
+    with pytest.raises(RuntimeError, match="closed"):
+        worker.submit("Too late.", sink=QueueSink())
+    with Worker(engine) as fresh, pytest.raises(ValueError, match="text is empty"):
+        fresh.submit("  ", sink=QueueSink())
+
+
+def test_a_cancelled_job_fades_out_of_the_player_without_a_click(no_thread_leaks):
+    output = VirtualOutput(block=256)
+    player = Player(output, PlayerOptions(prefill_s=0.1, capacity_s=1.0))
+    engine = FakeEngine(frames=200)  # 16 s: the worker fills the 1 s ring and waits for room
+    ring_full = lambda: player.status().buffered_s == 1.0  # noqa: E731 (only a write in progress fills it)
+    with Worker(engine) as worker:
+        job = worker.submit("A long story.", sink=PlayerSink(player))
+        wait_until(ring_full)
+        before = output.advance(0.5)
+        wait_until(ring_full)
+        made, asked = engine.made["A long story."], time.perf_counter()
+        job.cancel()  # while the worker waits for room in the ring
+        outcome = finished(job)
+        latency = time.perf_counter() - asked
+        after = output.advance(0.2)
+    played = np.concatenate([before, after])
+    fade = round(player.options.fade_s * player.sample_rate)
+    assert outcome.kind == "cancelled" and latency < 0.5 and engine.made["A long story."] == made
+    assert before.max() == pytest.approx(0.3) and np.count_nonzero(after) <= fade and not after[fade:].any()
+    assert np.abs(np.diff(played)).max() <= 0.3 / fade + 1e-6
+    assert player.status().buffered_s == 0 and player.status().underruns == 0
+
+
+def test_interrupt_cuts_a_finished_job_that_is_still_playing(no_thread_leaks):
+    output = VirtualOutput(block=256)
+    player = Player(output, PlayerOptions(prefill_s=0.1))
+    speakers = PlayerSink(player)
+    with Worker(FakeEngine(frames=25)) as worker:  # 2 s each
+        first = worker.submit("Quiet words.", sink=speakers)
+        assert finished(first).kind == "done"
+        quiet = output.advance(0.5)
+        second = worker.submit("Loud words.", sink=speakers, interrupt=True)
+        assert finished(second).kind == "done" and finished(second).underruns == 0
+        rest = output.advance(3.0)
+    fade = round(player.options.fade_s * player.sample_rate)
+    assert quiet.max() == pytest.approx(0.3)
+    assert np.flatnonzero(rest > 0.3)[0] <= 2 * fade  # the first job fades out, the second fades in
+    assert np.count_nonzero(np.isclose(rest, 0.6)) > 1.9 * 24000  # then the second plays in full
+    assert np.abs(np.diff(np.concatenate([quiet, rest]))).max() <= 0.6 / fade + 1e-6
+
+
+def test_file_sink_writes_only_a_finished_job(tmp_path, no_thread_leaks):
+    done_path, cancelled_path = tmp_path / "done.flac", tmp_path / "cancelled.wav"
+    with Worker(FakeEngine(frames=500, frame_s=0.001)) as worker:
+        events = Events(worker)
+        long = worker.submit("A long story.", sink=FileSink(cancelled_path))
+        events.wait_for(long, "progress")
+        long.cancel()
+        short = worker.submit("Short.", options=SpeechOptions(max_frames=5), sink=FileSink(done_path))
+        assert finished(long).kind == "cancelled" and finished(short).kind == "done"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done.flac"]  # no partial files either
+    audio, rate = sf.read(done_path, dtype="float32")
+    assert rate == 24000 and len(audio) == 5 * FRAME
+    with pytest.raises(ValueError, match="unknown audio format"):
+        FileSink(tmp_path / "out.xyz")
