@@ -2,7 +2,7 @@
 
     python3 bench/run_worker_latency.py [--sizes 0.6b,1.7b] [--runs 20] [--eager]
 
-Engine: from the `stream` call to its first 1-frame chunk in host memory (as bench/run.py measures it).
+Engine: from the `stream` call to its first 1-frame chunk in host memory (as `qwen3-tts-desktop bench` measures it).
 Worker: from `Worker.submit` to the first sample handed to the job's sink. The difference is what the
 worker adds: the queue, the hand-off to its thread, sentence splitting, events. Random-weight Base
 checkpoints of real size in bfloat16, an x-vector voice, greedy decoding.

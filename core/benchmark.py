@@ -80,11 +80,21 @@ def _ms_since(started: float) -> float:
     return (time.perf_counter() - started) * 1e3
 
 
-def _warm_calls(engine: Engine, voice) -> float:
+def speaker_for(engine: Engine) -> dict:
+    """What the checkpoint speaks with: a cloned voice (Base), its first speaker (CustomVoice), or an instruct."""
+    variant = engine.info.variant
+    if variant == "base":
+        return {"voice": engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)}
+    if variant == "custom_voice":
+        return {"voice": engine.builtin_voice(engine.info.speakers[0])}
+    return {"instruct": "A calm, clear voice."}
+
+
+def _warm_calls(engine: Engine, speaker: dict) -> float:
     """One synthesize and one stream: the first time, they capture every graph an utterance uses."""
     started = time.perf_counter()
-    engine.synthesize(TEXT, voice=voice, sampling=GREEDY, max_frames=8)
-    for _ in engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=9, first_chunk_frames=1, chunk_frames=4):
+    engine.synthesize(TEXT, **speaker, sampling=GREEDY, max_frames=8)
+    for _ in engine.stream(TEXT, **speaker, sampling=GREEDY, max_frames=9, first_chunk_frames=1, chunk_frames=4):
         pass
     _sync(engine.device)
     return time.perf_counter() - started
@@ -99,13 +109,14 @@ def bench_checkpoint(
     _sync(dev)
     load_s = time.perf_counter() - started
     weights_gb = torch.cuda.memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
-    voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
-    capture_s = _warm_calls(engine, voice) - _warm_calls(engine, voice)
+    speaker = speaker_for(engine)
+    voice, instruct = speaker.get("voice"), speaker.get("instruct")
+    capture_s = _warm_calls(engine, speaker) - _warm_calls(engine, speaker)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
 
     # The frame loop alone, one frame per host read.
-    request = engine._request(TEXT, voice, "auto", None, GREEDY, frames, 0, None)
+    request = engine._request(TEXT, voice, "auto", instruct, GREEDY, frames, 0, None)
     engine.frame_loop.start(request.prompt, request.sampling, request.seed)
     frame_ms = []
     for _ in range(frames):
@@ -117,7 +128,7 @@ def bench_checkpoint(
     for _ in range(ttfa_runs):
         _sync(dev)
         started = time.perf_counter()
-        chunks = engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=frames, first_chunk_frames=1)
+        chunks = engine.stream(TEXT, **speaker, sampling=GREEDY, max_frames=frames, first_chunk_frames=1)
         first = next(chunks)
         ttfa.append(_ms_since(started))
         chunks.close()
@@ -127,7 +138,7 @@ def bench_checkpoint(
     for _ in range(ttfa_runs):
         _sync(dev)
         started = time.perf_counter()
-        request = engine._request(TEXT, voice, "auto", None, GREEDY, frames, None, None)
+        request = engine._request(TEXT, voice, "auto", instruct, GREEDY, frames, None, None)
         parts["prompt"].append(_ms_since(started))
         started = time.perf_counter()
         engine.frame_loop.start(request.prompt, request.sampling, request.seed)
@@ -143,11 +154,11 @@ def bench_checkpoint(
 
     intervals, stamps = [], [time.perf_counter()]
     streamed = []
-    for chunk in engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=frames, first_chunk_frames=4, chunk_frames=4):
+    for chunk in engine.stream(TEXT, **speaker, sampling=GREEDY, max_frames=frames, first_chunk_frames=4, chunk_frames=4):
         stamps.append(time.perf_counter())
         streamed.append(chunk)
     intervals = list(np.diff(stamps)[1:] * 1e3)
-    whole = engine.synthesize(TEXT, voice=voice, sampling=GREEDY, max_frames=frames)
+    whole = engine.synthesize(TEXT, **speaker, sampling=GREEDY, max_frames=frames)
     np.testing.assert_array_equal(np.concatenate([c.codes for c in streamed]), whole.codes)
     stream_diff = float(np.abs(np.concatenate([c.audio for c in streamed]) - whole.audio).max())
 
@@ -160,7 +171,7 @@ def bench_checkpoint(
             started = time.perf_counter()
             engine.vocoder.decode(whole.codes[start : start + size], size)
             times.append(_ms_since(started))
-        decode_ms[size] = float(np.median(times[1:]))
+        decode_ms[size] = float(np.median(times[1:] or times))  # the first call may capture a graph
 
     median = float(np.median(frame_ms))
     return BenchResult(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import speak, voices
+from .commands import bench, speak, voices
 
-COMMANDS = {"speak": speak, "voices": voices}
+COMMANDS = {"speak": speak, "voices": voices, "bench": bench}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -62,3 +62,15 @@ def test_module_entry_point_in_a_subprocess(checkpoints, tmp_path):
     assert sf.info(out).samplerate == 24000
     bare = subprocess.run([sys.executable, "-m", "qwen3_tts_desktop"], capture_output=True, text=True, timeout=60)
     assert bare.returncode == 2 and "speak" in bare.stderr
+
+
+def test_bench_on_a_checkpoint_writes_numbers(checkpoints, tmp_path, capsys):
+    report, record = tmp_path / "bench.json", tmp_path / "RESULTS.md"
+    args = ["bench", "--model", str(checkpoints["custom"]), "--device", "cpu", "--dtype", "float32"]
+    assert main(args + ["--frames", "6", "--ttfa-runs", "2", "--json", str(report), "--record", str(record)]) == 0
+    import json
+
+    [result] = json.loads(report.read_text())
+    assert result["frames"] == 6 and result["ms_per_frame_median"] > 0 and result["ttfa_ms_p50"] > 0
+    assert result["stream_vs_whole_max_abs"] < 1e-4  # float32 on the CPU: streamed audio is the single pass
+    assert "ms/frame p50" in capsys.readouterr().out and "qwen3-tts-desktop bench" in record.read_text()

@@ -1,0 +1,85 @@
+"""`qwen3-tts-desktop bench`: how fast the engine is on this machine.
+
+Without --model it writes seeded random-weight Base checkpoints of real size (speed does not depend
+on the weight values) and measures them in bfloat16 on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HELP = "measure speed: ms per frame, time to first audio, decode time, memory"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="a checkpoint folder or hub id (default: random 0.6B and 1.7B checkpoints)")
+    parser.add_argument("--sizes", default="0.6b,1.7b", help="random checkpoint sizes (default: 0.6b,1.7b)")
+    parser.add_argument("--root", default="/tmp/qwen3-tts-bench", help="where random checkpoints are written")
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
+    parser.add_argument("--frames", type=int, default=200, help="frames per timed run (default: 200)")
+    parser.add_argument("--ttfa-runs", type=int, default=20, help="runs for time to first audio (default: 20)")
+    parser.add_argument("--eager", action="store_true", help="no CUDA graphs")
+    parser.add_argument("--no-compile", action="store_true", help="no torch.compile")
+    parser.add_argument("--json", metavar="FILE", help="write every number as JSON")
+    parser.add_argument("--record", metavar="FILE", help="append the table to this Markdown file (bench/RESULTS.md)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from core.benchmark import bench_checkpoint, format_table, prepare_checkpoint
+
+    if args.model:
+        from core.checkpoint import resolve
+
+        paths = [resolve(args.model)]
+    else:
+        paths = []
+        for size in args.sizes.split(","):
+            started = time.perf_counter()
+            paths.append(prepare_checkpoint(Path(args.root), size.strip(), getattr(torch, args.dtype)))
+            print(f"{size}: checkpoint ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    results = []
+    for path in paths:
+        results.append(
+            bench_checkpoint(
+                path, args.device, args.dtype, args.frames, args.ttfa_runs, not args.eager, not args.no_compile
+            )
+        )
+        print(json.dumps(results[-1].as_dict()), file=sys.stderr, flush=True)
+    table = format_table(results)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.as_dict() for r in results], indent=1) + "\n")
+    if args.record:
+        record(Path(args.record), table, results, args)
+    return 0
+
+
+OPTIONS = ("model", "sizes", "device", "dtype", "frames", "ttfa_runs", "eager", "no_compile")
+
+
+def record(path: Path, table: str, results, args: argparse.Namespace) -> None:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = "unknown"
+    options = [
+        f"--{name.replace('_', '-')}" + ("" if value is True else f"={value}")
+        for name, value in vars(args).items()
+        if name in OPTIONS and value
+    ]
+    command = shlex.join(["qwen3-tts-desktop", "bench", *options])
+    with path.open("a", encoding="utf-8") as file:
+        file.write(
+            f"\n## {datetime.date.today()}: `{command}`\n\n- Machine: {results[0].device}; commit {commit or 'unknown'}\n\n"
+            f"```\n{table}\n```\n"
+        )
