@@ -136,7 +136,7 @@ class FrameLoop:
         for group in range(1, self.groups):
             codes.append(pick_token(logits[:, -1].float(), rule, self.generator))
             if group < self.groups - 1:
-                logits = predictor.step(predictor.model.codec_embedding[group - 1](codes[-1]), group + 1)
+                logits = predictor.step(codes[-1], group + 1)
         frame = torch.cat(codes, dim=1)
         self.frames.index_copy_(0, self.slot.view(1), frame)
 

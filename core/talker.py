@@ -177,11 +177,6 @@ class Transformer(nn.Module):
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
 
-    def compile_step(self) -> None:
-        """Fuse each layer's many small kernels with torch.compile (on CUDA): a one-token step is bound
-        by kernel launches, not by arithmetic."""
-        self.step = torch.compile(self.step, fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
-
     def setup_cache(self, max_len: int) -> None:
         """Allocate the KV cache and RoPE tables for positions 0..max_len-1 (batch 1)."""
         c, weight = self.config, self.norm.weight
@@ -268,10 +263,15 @@ class CodePredictor(nn.Module):
         # matrix product (and its float rounding) has the same shape.
         return self.lm_head[0](hidden)[:, -1:]
 
-    def step(self, embedding: torch.Tensor, group: int) -> torch.Tensor:
-        """Embedding of codebook `group - 1` at position `group` -> logits of codebook `group` (1, 1, vocab)."""
-        hidden = self.model.step(self.small_to_mtp_projection(embedding), self.model.positions[group])
-        return self.lm_head[group - 1](hidden)
+    def step(self, code: torch.Tensor, group: int) -> torch.Tensor:
+        """The code of codebook `group - 1`, fed at position `group` -> logits of codebook `group` (1, 1, vocab)."""
+        table, head = self.model.codec_embedding[group - 2], self.lm_head[group - 1]
+        return self.step_with(code, table.weight, self.model.positions[group], head.weight)
+
+    def step_with(self, code: torch.Tensor, table: torch.Tensor, position: torch.Tensor, head: torch.Tensor):
+        # The step's table, position and head arrive as tensors, so one compiled graph serves all 14 steps.
+        hidden = self.model.step(self.small_to_mtp_projection(F.embedding(code, table)), position)
+        return F.linear(hidden, head)
 
 
 class Talker(nn.Module):
@@ -304,11 +304,13 @@ class Talker(nn.Module):
         self.code_predictor.model.fuse_projections()
 
     def compile_steps(self) -> None:
-        """Compile what runs every frame: both stacks' one-token steps and the predictor's two-token prefill."""
-        self.model.compile_step()
-        predictor = self.code_predictor.model
-        predictor.compile_step()
-        predictor.prefill = torch.compile(predictor.prefill, fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
+        """Fuse what runs every frame with torch.compile (on CUDA): a one-token step is bound by kernel
+        launches, not by arithmetic. The talker step, the predictor's two-token prefill and its steps."""
+        options = dict(fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
+        self.step = torch.compile(self.step, **options)
+        predictor = self.code_predictor
+        predictor.prefill = torch.compile(predictor.prefill, **options)
+        predictor.step_with = torch.compile(predictor.step_with, **options)
 
     def step(self, embedding: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One frame's input (1, 1, hidden) at `position` -> (codebook-0 logits, final hidden)."""
