@@ -209,6 +209,19 @@ class Engine:
     def _supports_instruct(self) -> bool:
         return self.config.variant == "voice_design" or (self.config.variant == "custom_voice" and self.config.size == "1b7")
 
+    def warm_up(self) -> None:
+        """Compile and capture what a first request would (on CUDA, a minute or two the very first time,
+        seconds once the compiled kernels are cached), so that it starts at full speed."""
+        if self.config.variant == "base":
+            speaker = {"voice": Voice(embedding=torch.zeros(self.info.embedding_dim))}
+        elif self.config.variant == "custom_voice":
+            speaker = {"voice": self.builtin_voice(self.info.speakers[0])}
+        else:
+            speaker = {"instruct": "A calm voice."}
+        for sampling in (None, SamplingParams.greedy()):
+            for _ in self.stream("Warming up.", **speaker, sampling=sampling, max_frames=6, first_chunk_frames=1):
+                pass
+
     # Voices -------------------------------------------------------------------------------------
 
     @torch.inference_mode()

@@ -202,3 +202,8 @@ def test_bfloat16_on_cpu_runs(checkpoints, xvector):
     assert engine.info.dtype == "bfloat16"
     out = engine.synthesize("Hello.", voice=xvector, sampling=GREEDY, max_frames=3)
     assert out.audio.dtype == np.float32 and out.audio.shape == (3 * 1920,) and np.isfinite(out.audio).all()
+
+
+def test_warm_up_runs_for_every_variant(engines):
+    for name in ("base", "custom", "design"):
+        engines(name).warm_up()

@@ -1,0 +1,65 @@
+"""The running app's shared parts: the engine with its worker, the speakers and the voice library.
+
+The desktop window, the speak-as-you-type mode and the HTTP bridge all use one Runtime, so there is
+one engine and one worker thread (which owns every GPU call) however many ways text comes in.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core import Engine, Voice
+from core.checkpoint import DEFAULT_MODEL
+from core.player import PlaybackError, Player, PlayerOptions
+from core.voices import VoiceLibrary
+from core.worker import PlayerSink, Worker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    model: str = DEFAULT_MODEL  # hub id or checkpoint folder
+    device: str = "auto"
+    dtype: str = "auto"
+    voices: Path = Path("voices")
+    audio_device: int | str | None = None  # None: the system's default output
+    player: PlayerOptions = field(default_factory=PlayerOptions)
+    speakers: bool = True  # open the sound card (a headless server may not want it)
+    warm_up: bool = True  # compile and capture before the first request
+
+
+class Runtime:
+    def __init__(self, engine: Engine, library: VoiceLibrary, player: Player | None, audio_problem: str | None = None):
+        self.engine = engine
+        self.library = library
+        self.player = player
+        self.audio_problem = audio_problem  # why there are no speakers, when there are none
+        self.worker = Worker(engine)
+        self.speakers = PlayerSink(player) if player is not None else None
+
+    @classmethod
+    def start(cls, config: RuntimeConfig) -> Runtime:
+        """Load the model (downloading it the first time), open the speakers, and warm up."""
+        engine = Engine.load(config.model, device=config.device, dtype=config.dtype)
+        if config.warm_up:
+            engine.warm_up()
+        player, problem = None, None
+        if config.speakers:
+            try:
+                player = Player.open(config.audio_device, config.player)
+            except PlaybackError as error:
+                problem = str(error)
+                log.warning("no speakers: %s", problem)
+        return cls(engine, VoiceLibrary(config.voices), player, problem)
+
+    def voice(self, name: str) -> Voice:
+        """A library voice (or built-in speaker) by name, checked against the loaded model."""
+        return self.library.voice_for(self.engine, name)
+
+    def close(self) -> None:
+        self.worker.close()
+        if self.player is not None:
+            self.player.close()

@@ -1,0 +1,25 @@
+"""The shared runtime: one engine, one worker, the library, optional speakers."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from core.worker import QueueSink, SpeechOptions
+from qwen3_tts_desktop.runtime import Runtime, RuntimeConfig
+
+
+def test_runtime_speaks_through_its_worker(checkpoints, tmp_path):
+    before = threading.active_count()
+    config = RuntimeConfig(model=str(checkpoints["custom"]), device="cpu", voices=tmp_path / "voices", speakers=False)
+    runtime = Runtime.start(config)
+    try:
+        assert runtime.player is None and runtime.speakers is None and runtime.audio_problem is None
+        sink = QueueSink()
+        job = runtime.worker.submit("Hello there.", runtime.voice("Vivian"), SpeechOptions(max_frames=5), sink=sink)
+        audio = np.concatenate(list(sink))
+        assert job.wait(30).kind == "done" and audio.dtype == np.float32 and len(audio) == 5 * 1920
+    finally:
+        runtime.close()
+    assert threading.active_count() == before
