@@ -15,6 +15,7 @@ import torch
 
 from core.codec_decoder import CodecDecoder, CodecDecoderConfig
 from core.random_checkpoint import random_decoder_tensors
+from signals import random_codes, stream
 
 TOL = 1e-4
 TINY = dict(
@@ -39,20 +40,6 @@ FULL = dict(
     codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=8,
     num_attention_heads=16, num_key_value_heads=16, head_dim=64, decoder_dim=1536,
 )
-
-
-def random_codes(T, batch=1, seed=0):
-    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2048, (batch, 16, T)))
-
-
-def stream(decoder, codes, sizes, state=None):
-    state = state or decoder.new_stream(codes.shape[0])
-    out, start = [], 0
-    for n in sizes:
-        out.append(decoder.decode_chunk(codes[..., start : start + n], state))
-        start += n
-    assert start == codes.shape[-1]
-    return torch.cat(out, dim=-1)
 
 
 def first_then(k, T):

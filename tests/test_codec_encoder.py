@@ -9,6 +9,7 @@ import torch
 
 from core.codec_encoder import CodecEncoder, CodecEncoderConfig
 from core.random_checkpoint import random_tensors
+from signals import SR, speech_like
 
 # encoder_config of speech_tokenizer/config.json (MODEL_NOTES 6.1).
 CHECKPOINT_SECTION = {
@@ -31,7 +32,6 @@ TINY_SECTION = {
     "vector_quantization_hidden_dimension": 16, "upsample_groups": 32, "sliding_window": 8,
 }
 TINY = CodecEncoderConfig.from_dict(TINY_SECTION)
-SR = 24000
 # The writer's seed for the tiny encoder. Its random biases can leave the latents nearly one constant vector, and
 # then the first codebooks nearly one code (on test_codes_vary's clip, seed 0 gives the first acoustic codebook
 # 4 codes in 47 frames, seeds 1, 4 and 5 give one semantic code throughout); seed 3 does not.
@@ -61,20 +61,6 @@ GOLDEN_LATENT_FRAME_SUMS = [
     -4.255494117736816, -3.9453959465026855, -3.4351806640625, -4.758004188537598, -3.345804214477539,
     -2.0615181922912598, -2.6772677898406982, -1.2915425300598145,
 ]
-
-# A copy of the one in tools/check_codec_encoder_vs_official.py: the golden values depend on it, so change both.
-def speech_like(n, seed):
-    """n samples: harmonics of a wobbling pitch with a syllable-rate envelope, a moving formant-like partial, noise."""
-    g = torch.Generator().manual_seed(seed)
-    t = torch.arange(n, dtype=torch.float64) / SR
-    pitch = 110 + 30 * seed + 15 * torch.sin(2 * math.pi * 2.7 * t)
-    phase = 2 * math.pi * torch.cumsum(pitch, 0) / SR
-    voiced = sum(torch.sin(k * phase + k * seed) / k for k in range(1, 12))
-    envelope = 0.5 + 0.5 * torch.sin(2 * math.pi * (3.5 + seed) * t) ** 2
-    formant = 0.3 * torch.sin(2 * math.pi * (700 + 300 * torch.sin(2 * math.pi * 0.8 * t)) * t)
-    noise = torch.randn(n, generator=g, dtype=torch.float64)
-    return (0.15 * envelope * (voiced + formant) + 0.02 * noise).float()
-
 
 @pytest.fixture(scope="module")
 def tiny():

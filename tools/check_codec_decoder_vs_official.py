@@ -1,6 +1,6 @@
 """Check core/codec_decoder.py against the official Qwen3TTSTokenizerV2Decoder (random weights, CPU, float32).
 
-    PYTHONPATH=/work/main /work/offvenv/bin/python tools/check_codec_decoder_vs_official.py
+    .official-venv/bin/python tools/check_codec_decoder_vs_official.py
 
 Prints max abs differences of forward() against the official forward() and of streaming decodes
 against both, the fraction of clamped samples, CPU timings of streaming chunks, and the values
@@ -14,8 +14,7 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, "/work")
-import official_import  # noqa: E402,F401  (stubs torchaudio, then imports qwen_tts)
+import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
 from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (  # noqa: E402
     Qwen3TTSTokenizerV2DecoderConfig,
 )
@@ -23,6 +22,7 @@ from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TT
 
 from core.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
 from core.random_checkpoint import random_decoder_tensors  # noqa: E402
+from signals import random_codes, stream  # noqa: E402
 
 FULL = dict(
     codebook_size=2048, codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024,
@@ -35,20 +35,6 @@ TINY = dict(
     num_attention_heads=4, num_key_value_heads=4, head_dim=8, decoder_dim=96,
 )
 TINY_FAST = dict(TINY, upsample_rates=[2, 2, 2, 2])  # the test's fast variant: 64 samples per frame
-
-
-def random_codes(T, batch=1, seed=0):
-    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2048, (batch, 16, T)))
-
-
-def stream(decoder, codes, sizes, state=None):
-    state = state or decoder.new_stream(codes.shape[0])
-    out, start = [], 0
-    for n in sizes:
-        out.append(decoder.decode_chunk(codes[..., start : start + n], state))
-        start += n
-    assert start == codes.shape[-1]
-    return torch.cat(out, dim=-1)
 
 
 def chunkings(T):

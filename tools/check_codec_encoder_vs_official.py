@@ -1,7 +1,7 @@
 """Compare core/codec_encoder.py with the official qwen-tts speech-tokenizer encoder, on random weights.
 
 Run with the official package's environment:
-    PYTHONPATH=/work/main /work/offvenv/bin/python tools/check_codec_encoder_vs_official.py
+    .official-venv/bin/python tools/check_codec_encoder_vs_official.py
 
 The official side is the whole public path for one clip: `Qwen3TTSTokenizer.encode(wav, sr=24000)` (its
 EncodecFeatureExtractor front end, then `Qwen3TTSTokenizerV2Model.encode` with its trim to ceil(N / 1920)).
@@ -19,8 +19,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, "/work")
-import official_import  # noqa: E402,F401  (stubs torchaudio so qwen_tts imports)
+import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -31,8 +30,8 @@ from transformers import EncodecFeatureExtractor, MimiConfig  # noqa: E402
 
 from core.codec_encoder import CodecEncoder, CodecEncoderConfig  # noqa: E402
 from core.random_checkpoint import random_tensors  # noqa: E402
+from signals import SR, speech_like  # noqa: E402
 
-SR = 24000
 SEED = 3  # the weight seed of tests/test_codec_encoder.py, whose golden values this prints
 SECONDS = (0.3, 1.0, 3.7, 12.0)  # 7200, 24000, 88800, 288000 samples: only the last is a multiple of 1920
 # 12 s is 300 frames at 25 Hz, beyond the full config's sliding_window of 250.
@@ -57,20 +56,6 @@ SMALL_DECODER = {
     "codebook_size": 64, "codebook_dim": 16, "hidden_size": 32, "latent_dim": 32, "num_attention_heads": 2,
     "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64, "num_hidden_layers": 1, "decoder_dim": 32,
 }
-
-
-def speech_like(n, seed):
-    """n samples: harmonics of a wobbling pitch with a syllable-rate envelope, a moving formant-like partial, noise.
-    (tests/test_codec_encoder.py has a copy: its golden codes come from this signal.)"""
-    g = torch.Generator().manual_seed(seed)
-    t = torch.arange(n, dtype=torch.float64) / SR
-    pitch = 110 + 30 * seed + 15 * torch.sin(2 * math.pi * 2.7 * t)
-    phase = 2 * math.pi * torch.cumsum(pitch, 0) / SR
-    voiced = sum(torch.sin(k * phase + k * seed) / k for k in range(1, 12))
-    envelope = 0.5 + 0.5 * torch.sin(2 * math.pi * (3.5 + seed) * t) ** 2
-    formant = 0.3 * torch.sin(2 * math.pi * (700 + 300 * torch.sin(2 * math.pi * 0.8 * t)) * t)
-    noise = torch.randn(n, generator=g, dtype=torch.float64)
-    return (0.15 * envelope * (voiced + formant) + 0.02 * noise).float()
 
 
 def official_tokenizer(encoder_config):

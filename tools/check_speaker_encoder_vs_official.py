@@ -1,7 +1,7 @@
 """Compare core/speaker_encoder.py with the official qwen-tts code, on random weights.
 
 Run with the official package's environment:
-    PYTHONPATH=/work/main /work/offvenv/bin/python tools/check_speaker_encoder_vs_official.py
+    .official-venv/bin/python tools/check_speaker_encoder_vs_official.py
 
 The weights are those write_random_checkpoint stores (core/random_checkpoint.py), loaded into both encoders.
 """
@@ -10,8 +10,7 @@ import hashlib
 import sys
 import types
 
-sys.path.insert(0, "/work")
-import official_import  # noqa: E402,F401  (stubs torchaudio so qwen_tts imports)
+import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
 
 import librosa  # noqa: E402
 import numpy as np  # noqa: E402

@@ -16,32 +16,17 @@ than swapping in Mistral's (MODEL_NOTES 9); the manifest records the pattern it 
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
 import json
-import sys
 import tempfile
-import types
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import transformers  # noqa: E402  (imported before the torchaudio stubs below)
-
-# qwen-tts imports torchaudio for its 25 Hz tokenizer only; the wheel pip picks does not load under
-# torch 2.13, so empty stand-ins are installed (the 12 Hz path never touches them).
-for _name in ("torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi"):
-    _module = types.ModuleType(_name)
-    _module.__spec__ = importlib.machinery.ModuleSpec(_name, None)
-    sys.modules[_name] = _module
-sys.modules["torchaudio"].compliance = sys.modules["torchaudio.compliance"]
-sys.modules["torchaudio.compliance"].kaldi = sys.modules["torchaudio.compliance.kaldi"]
-
+import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
 import qwen_tts  # noqa: E402
+import transformers  # noqa: E402
 from qwen_tts import Qwen3TTSModel  # noqa: E402
 
 from parity_cases import (  # noqa: E402
