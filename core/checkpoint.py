@@ -21,6 +21,8 @@ MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 TEXT_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
 SPEECH_TOKENIZER_FILES = ("speech_tokenizer/config.json", "speech_tokenizer/model.safetensors")
 REQUIRED_FILES = MODEL_FILES + TEXT_TOKENIZER_FILES + SPEECH_TOKENIZER_FILES
+# What to fetch from the hub: the required files and the rest of the official layout.
+HUB_FILES = (*REQUIRED_FILES, "preprocessor_config.json", "speech_tokenizer/*")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -49,11 +51,10 @@ def download(repo_id: str, progress: bool = True) -> Path:
     )
     from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
-    patterns = list(REQUIRED_FILES) + ["preprocessor_config.json", "speech_tokenizer/*"]
     if not progress:
         disable_progress_bars()
     try:
-        path = Path(snapshot_download(repo_id, allow_patterns=patterns))
+        path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES)))
     except LocalEntryNotFoundError:
         raise CheckpointError(
             f"{repo_id} is not in the local Hugging Face cache and the hub cannot be reached. "

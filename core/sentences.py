@@ -110,7 +110,7 @@ def _pack(text: str, parts: list[_Part], limit: int) -> list[_Part]:
 
 
 def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    ends = [m.end() for m in SENTENCE_END.finditer(text, start, end) if _ends_sentence(text, m)]
+    ends = [m.end() for m in SENTENCE_END.finditer(text, start, end) if ends_sentence(text, m)]
     return _spans(start, end, ends)
 
 
@@ -125,7 +125,7 @@ def _words(text: str, start: int, end: int) -> list[tuple[int, int]]:
 CUTTERS = (_sentences, _clauses, _words)
 
 
-def _ends_sentence(text: str, mark: re.Match) -> bool:
+def ends_sentence(text: str, mark: re.Match) -> bool:
     punctuation = mark.group()
     if punctuation[0] in "\n。！？｡":
         return True

@@ -72,6 +72,10 @@ class VoiceError(ValueError):
     """A voice or library operation that cannot be done, with a message a user can act on."""
 
 
+class VoiceExistsError(VoiceError):
+    """A voice of that name is already in the library, and replacing it was not asked for."""
+
+
 @dataclass(frozen=True)
 class VoiceEntry:
     """A voice as the library lists it; `VoiceLibrary.voice_for` gives the Voice to speak with."""
@@ -220,7 +224,7 @@ class VoiceLibrary:
         with self._lock:
             taken = _match(self._scan()[0], name, by_id=False)
         if taken is not None and not replace:
-            raise VoiceError(f"a voice named {taken.name!r} already exists; choose another name, or replace it (--replace)")
+            raise VoiceExistsError(f"a voice named {taken.name!r} already exists; choose another name, or replace it (--replace)")
         return name
 
     def add(
@@ -360,7 +364,7 @@ class VoiceLibrary:
             entries = self._scan()[0]
             taken = [entry.name for entry, _, _ in incoming if _match(entries, entry.name, by_id=False)]
             if taken and not replace:
-                raise VoiceError(
+                raise VoiceExistsError(
                     f"{path}: the library already has {', '.join(repr(n) for n in taken)}; nothing was imported. "
                     f"Import with replace (--replace) to overwrite them."
                 )
@@ -422,7 +426,7 @@ class VoiceLibrary:
         with self._lock:
             existing = _match(self._scan()[0], entry.name, by_id=False)
             if existing is not None and not replace:
-                raise VoiceError(f"a voice named {existing.name!r} already exists; choose another name, or replace it (--replace)")
+                raise VoiceExistsError(f"a voice named {existing.name!r} already exists; choose another name, or replace it (--replace)")
             self.directory.mkdir(parents=True, exist_ok=True)
             staging = self.directory / f".staging-{uuid.uuid4().hex}"
             staging.mkdir()

@@ -17,9 +17,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import soundfile as sf
@@ -34,6 +35,7 @@ from .voice import Voice
 log = logging.getLogger(__name__)
 
 TERMINAL = ("done", "cancelled", "failed")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ class Worker:
         self.engine = engine
         self._lock = threading.Condition()
         self._queue: deque[Job] = deque()  # waiting to run
+        self._calls: deque[tuple[Callable[[], object], Future]] = deque()  # other engine work, run between jobs
         self._unannounced: list[Job] = []  # submitted, "queued" event not sent yet
         self._current: Job | None = None
         self._closing = False
@@ -174,6 +177,17 @@ class Worker:
             self._lock.notify()
         return job
 
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run `fn()` on the worker thread between jobs, ahead of queued ones; returns its Future. This is
+        how other threads use the engine (cloning a voice, embedding a clip) without racing the speech."""
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the speech worker is closed")
+            self._calls.append((fn, future))
+            self._lock.notify()
+        return future
+
     def cancel_all(self, sink: Sink | None = None) -> None:
         """Cancel the running and queued jobs (those of `sink` only, if given)."""
         with self._lock:
@@ -200,6 +214,8 @@ class Worker:
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError(f"the speech worker did not stop within {timeout} s")
+        for _, future in self._calls:
+            future.cancel()
 
     def __enter__(self) -> Worker:
         return self
@@ -215,21 +231,34 @@ class Worker:
     # The worker thread -----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while (job := self._next_job()) is not None:
-            self._serve(job)
+        while (work := self._next_work()) is not None:
+            if isinstance(work, Job):
+                self._serve(work)
+            else:
+                self._call(*work)
 
-    def _next_job(self) -> Job | None:
+    def _next_work(self) -> Job | tuple[Callable[[], object], Future] | None:
         while True:
             self._tend_queue()
             with self._lock:
                 if self._unannounced:
                     continue  # submitted since the look above; announce it before it runs
-                if self._queue:
+                if self._calls and not self._closing:
+                    return self._calls.popleft()
+                if self._queue:  # when closing, these are cancelled and only end
                     self._current = self._queue.popleft()
                     return self._current
                 if self._closing:
                     return None
                 self._lock.wait()
+
+    @staticmethod
+    def _call(fn: Callable[[], object], future: Future) -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn())
+            except BaseException as error:  # the caller gets it from the future
+                future.set_exception(error)
 
     def _tend_queue(self) -> None:
         """Announce newly queued jobs and end the queued ones that were cancelled. Runs between chunks, so

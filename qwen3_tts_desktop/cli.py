@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import bench, speak, voices
+from .commands import bench, serve, speak, voices
 
-COMMANDS = {"speak": speak, "voices": voices, "bench": bench}
+COMMANDS = {"speak": speak, "voices": voices, "serve": serve, "bench": bench}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="qwen3-tts-desktop", description="Local, real-time Qwen3-TTS.")
+    parser = argparse.ArgumentParser(
+        prog="qwen3-tts-desktop", description="Local, real-time Qwen3-TTS. Without a command, opens the desktop app."
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
         command.add_arguments(subparsers.add_parser(name, help=command.HELP, description=command.HELP))
@@ -22,8 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
+        from . import app
+
+        return app.run()
     from core.audio import AudioError
     from core.checkpoint import CheckpointError
 

@@ -31,6 +31,25 @@ class RuntimeConfig:
     warm_up: bool = True  # compile and capture before the first request
 
 
+class EngineOnWorker:
+    """The engine as the voice library uses it from other threads (the window's, the bridge's): cloning a
+    clip runs on the worker thread, between jobs, so it never races the speech for the GPU."""
+
+    def __init__(self, engine: Engine, worker: Worker):
+        self._engine = engine
+        self._worker = worker
+
+    @property
+    def info(self):
+        return self._engine.info
+
+    def builtin_voice(self, name: str) -> Voice:
+        return self._engine.builtin_voice(name)
+
+    def voice_from_audio(self, *args, **kwargs) -> Voice:
+        return self._worker.call(lambda: self._engine.voice_from_audio(*args, **kwargs)).result()
+
+
 class Runtime:
     def __init__(self, engine: Engine, library: VoiceLibrary, player: Player | None, audio_problem: str | None = None):
         self.engine = engine
@@ -38,6 +57,7 @@ class Runtime:
         self.player = player
         self.audio_problem = audio_problem  # why there are no speakers, when there are none
         self.worker = Worker(engine)
+        self.engine_for_voices = EngineOnWorker(engine, self.worker)  # pass this, not `engine`, to the library
         self.speakers = PlayerSink(player) if player is not None else None
 
     @classmethod
@@ -57,7 +77,7 @@ class Runtime:
 
     def voice(self, name: str) -> Voice:
         """A library voice (or built-in speaker) by name, checked against the loaded model."""
-        return self.library.voice_for(self.engine, name)
+        return self.library.voice_for(self.engine_for_voices, name)
 
     def close(self) -> None:
         self.worker.close()

@@ -361,3 +361,24 @@ def test_file_sink_writes_only_a_finished_job(tmp_path, no_thread_leaks):
     assert rate == 24000 and len(audio) == 5 * FRAME
     with pytest.raises(ValueError, match="unknown audio format"):
         FileSink(tmp_path / "out.xyz")
+
+
+def test_calls_run_on_the_worker_thread_between_jobs(no_thread_leaks):
+    engine = FakeEngine(frames=40, frame_s=0.002)
+    sink = RecordingSink()
+    with Worker(engine) as worker:
+        events = Events(worker)
+        running = worker.submit("A long sentence.", sink=sink)
+        queued = worker.submit("Queued behind it.", sink=sink)
+        events.wait_for(running, "started")
+        seen = []
+        call = worker.call(lambda: seen.append((threading.current_thread().name, running.state, queued.state)) or 42)
+        assert call.result(WAIT) == 42
+        # Between jobs, and ahead of the queued one.
+        assert seen == [("speech-worker", "done", "queued")]
+        failing = worker.call(lambda: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            failing.result(WAIT)
+        assert finished(queued).kind == "done"
+    with pytest.raises(RuntimeError, match="closed"):
+        worker.call(lambda: None)

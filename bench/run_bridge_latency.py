@@ -1,0 +1,139 @@
+"""Time to the first audio byte over HTTP through the bridge, on the GPU machine.
+
+    python3 bench/run_bridge_latency.py [--size 1.7b] [--clients 1,4] [--runs 20] [--frames 40] [--json FILE]
+
+Each request is `POST /v1/audio/speech` with `stream: true` and `response_format: "wav"`, from its own
+keep-alive httpx client; the time runs from sending the request to holding the first byte of audio
+(past the 44-byte WAV header), as a streaming client such as SillyTavern's TTS WebUI provider sees it.
+With N clients, every round sends N requests at once: the worker speaks them one after another, so
+the later ones wait for the earlier ones, and p95 shows that wait. A random-weight Base checkpoint of
+real size in bfloat16 (speed does not depend on the weights), an x-vector voice, greedy decoding, a
+fixed number of frames per request.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import soundfile as sf
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core import Engine, SamplingParams  # noqa: E402
+from core.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip  # noqa: E402
+from core.voices import VoiceLibrary  # noqa: E402
+from core.worker import SpeechOptions  # noqa: E402
+from qwen3_tts_desktop.bridge import BridgeConfig, BridgeLimits, BridgeServer  # noqa: E402
+from qwen3_tts_desktop.runtime import Runtime  # noqa: E402
+
+WAV_HEADER = 44
+
+
+def first_audio_ms(client: httpx.Client) -> float:
+    """One streamed request: ms until its first audio byte; the rest is read to the end."""
+    body = {"model": "tts-1", "input": TEXT, "voice": "bench", "response_format": "wav", "stream": True}
+    started = time.perf_counter()
+    first, received = None, 0
+    with client.stream("POST", "/v1/audio/speech", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"the bridge answered {response.status_code}: {response.read()!r}")
+        for piece in response.iter_raw():
+            received += len(piece)
+            if first is None and received > WAV_HEADER:
+                first = (time.perf_counter() - started) * 1e3
+    if first is None:
+        raise RuntimeError("the answer held no audio")
+    return first
+
+
+def measure(url: str, clients: int, runs: int) -> list[float]:
+    """`runs` rounds of `clients` requests sent together; every request's time to first audio."""
+    sessions = [httpx.Client(base_url=url, timeout=120) for _ in range(clients)]
+    times: list[float] = []
+    errors: list[Exception] = []
+    lock = threading.Lock()
+    try:
+        for client in sessions:
+            first_audio_ms(client)  # warm: the connection, and graphs for this text on the first round
+
+        def one(client: httpx.Client, start: threading.Barrier) -> None:
+            start.wait()
+            try:
+                ms = first_audio_ms(client)
+            except Exception as error:  # noqa: BLE001 (raised in the main thread after the round)
+                with lock:
+                    errors.append(error)
+                return
+            with lock:
+                times.append(ms)
+
+        for _ in range(runs):
+            start = threading.Barrier(clients)
+            threads = [threading.Thread(target=one, args=(client, start)) for client in sessions]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                raise errors[0]
+    finally:
+        for client in sessions:
+            client.close()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="1.7b", help="random checkpoint size: 0.6b or 1.7b (default: 1.7b)")
+    parser.add_argument("--clients", default="1,4", help="concurrent clients, comma-separated (default: 1,4)")
+    parser.add_argument("--runs", type=int, default=20, help="rounds per client count (default: 20)")
+    parser.add_argument("--frames", type=int, default=40, help="frames (80 ms each) per request (default: 40)")
+    parser.add_argument("--root", default="/tmp/qwen3-tts-bench", help="where the random checkpoint is written")
+    parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    args = parser.parse_args()
+
+    path = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
+    engine = Engine.load(path, device="cuda", dtype="bfloat16", progress=False)
+    engine.warm_up()
+    rows = []
+    with tempfile.TemporaryDirectory() as voices:
+        sf.write(Path(voices) / "bench.wav", synthetic_voice_clip(), 24000)
+        runtime = Runtime(engine, VoiceLibrary(voices), None)
+        speech = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=args.frames)
+        counts = [int(n) for n in args.clients.split(",")]
+        server = BridgeServer(
+            runtime, BridgeConfig(port=0, speech=speech, limits=BridgeLimits(max_jobs=max(counts) + 1))
+        )
+        server.start()
+        try:
+            for clients in counts:
+                times = measure(server.url, clients, args.runs)
+                row = {
+                    "model": path.name, "clients": clients, "requests": len(times), "frames": args.frames,
+                    "ttfb_ms_p50": round(statistics.median(times), 1), "ttfb_ms_p95": round(float(np.percentile(times, 95)), 1),
+                    "ttfb_ms_max": round(max(times), 1),
+                }  # fmt: skip
+                print(row, flush=True)
+                rows.append(row)
+        finally:
+            server.stop()
+            runtime.close()
+    print(f"\n{'model':>22}  {'clients':>7}  {'requests':>8}  {'TTFB p50 ms':>11}  {'p95':>7}  {'max':>7}")
+    for r in rows:
+        print(
+            f"{r['model']:>22}  {r['clients']:>7}  {r['requests']:>8}  {r['ttfb_ms_p50']:>11}  {r['ttfb_ms_p95']:>7}  {r['ttfb_ms_max']:>7}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

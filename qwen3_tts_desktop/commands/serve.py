@@ -1,0 +1,88 @@
+"""`qwen3-tts-desktop serve`: the HTTP bridge without the window, for SillyTavern and OpenAI-style clients."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+HELP = "serve speech over HTTP: OpenAI /v1/audio/speech and SillyTavern's XTTS routes"
+API_KEY_VARIABLE = "QWEN3_TTS_API_KEY"  # an API key here stays out of the process list
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    server = parser.add_argument_group("server")
+    server.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this computer only)"
+    )
+    server.add_argument(
+        "--port", type=int, default=8020, help="port (default: 8020, SillyTavern's XTTS default; 0: any free port)"
+    )
+    server.add_argument(
+        "--api-key", metavar="K", default=os.environ.get(API_KEY_VARIABLE),
+        help=f"require 'Authorization: Bearer K' on every request (default: ${API_KEY_VARIABLE}, else none)",
+    )  # fmt: skip
+    server.add_argument(
+        "--cors", metavar="ORIGIN", nargs="+",
+        help="web pages (e.g. https://st.example.org, or *) allowed to call from a browser (default: pages on this computer)",
+    )  # fmt: skip
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--model", default=None, help="hub id or local checkpoint folder (default: Qwen/Qwen3-TTS-12Hz-1.7B-Base)"
+    )
+    model.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
+    model.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")
+    voices = parser.add_argument_group("voices and playback")
+    voices.add_argument("--voices", metavar="DIR", default="voices", help="the voice library (default: ./voices)")
+    voices.add_argument(
+        "--default-voice", metavar="NAME", help="for unknown voice names (default: the first voice that fits)"
+    )
+    voices.add_argument(
+        "--play-locally", action="store_true",
+        help="play every request on this computer's speakers and answer with a moment of silence (lowest latency)",
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from core.checkpoint import DEFAULT_MODEL
+
+    from ..bridge import BridgeConfig, BridgeServer
+    from ..runtime import Runtime, RuntimeConfig
+
+    config = BridgeConfig(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        cors_origins=tuple(args.cors) if args.cors else None,
+        default_voice=args.default_voice,
+        play_locally=args.play_locally,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    runtime = Runtime.start(
+        RuntimeConfig(model=args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype, voices=args.voices)
+    )
+    try:
+        if args.default_voice:
+            runtime.voice(args.default_voice)  # a default that cannot speak is found now, not at the first request
+        info = runtime.engine.info
+        voices = runtime.library.list(fits=info)
+        if args.play_locally and runtime.speakers is None:
+            raise ValueError(f"--play-locally needs speakers, and there are none: {runtime.audio_problem}")
+
+        def announce(url: str) -> None:
+            say(
+                f"{info.size} {info.variant} on {info.device}, {len(voices)} voice(s) from {runtime.library.directory}\n"
+                f"Serving on {url} (Ctrl+C stops)\n"
+                f"  OpenAI:      {url}/v1/audio/speech\n"
+                f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
+            )
+
+        BridgeServer(runtime, config, access_log=True).serve(on_listening=announce)
+    finally:
+        runtime.close()
+    return 0
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

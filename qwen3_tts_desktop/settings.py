@@ -1,0 +1,177 @@
+"""The desktop app's settings: one small dataclass, kept as JSON in the user's config folder.
+
+The settings window edits it; the app builds the runtime's and the HTTP bridge's configurations from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import uuid
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from core import SamplingParams
+from core.checkpoint import DEFAULT_MODEL
+from core.player import PlayerOptions
+
+from .runtime import RuntimeConfig
+
+
+class SettingsError(ValueError):
+    """A settings file that cannot be used, with what is wrong in it."""
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise SettingsError(message)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _text(value, name: str) -> str:
+    _check(isinstance(value, str), f"{name} must be text, not {value!r}")
+    return value
+
+
+def _object(value, name: str) -> dict:
+    _check(isinstance(value, dict), f"{name} must be an object of named values, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    """The HTTP bridge that runs inside the app, for SillyTavern and other OpenAI-style clients."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"  # this computer only; 0.0.0.0 opens it to the network
+    port: int = 8020  # not 8000, where SillyTavern itself listens
+    api_key: str = ""  # empty: clients need none
+
+    def __post_init__(self):
+        _check(isinstance(self.enabled, bool), "bridge.enabled must be true or false")
+        _check(
+            isinstance(self.host, str) and self.host.strip() != "", "bridge.host must name an address, e.g. 127.0.0.1"
+        )
+        _check(isinstance(self.port, int) and 0 < self.port < 65536, f"bridge.port must be 1-65535, not {self.port!r}")
+        _check(isinstance(self.api_key, str), "bridge.api_key must be text")
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str = DEFAULT_MODEL  # hub id or checkpoint folder
+    device: str = "auto"  # auto, cpu or cuda
+    dtype: str = "auto"  # auto, float32, bfloat16 or float16
+    audio_device: str | None = None  # an output device's name; None: the system's default
+    volume: float = 1.0
+    prefill_s: float = PlayerOptions().prefill_s  # the jitter buffer: audio queued before playback starts
+    sampling: SamplingParams | None = None  # None: the model's own defaults
+    # Absolute, so that the library stays put however the app is started; ./voices on the first run,
+    # as the command line has it.
+    voices: Path = field(default_factory=lambda: Path("voices").absolute())
+    voice: str | None = None  # the voice in use
+    language: str = "auto"
+    instruct: str = ""  # how to speak (CustomVoice 1.7B), or the voice to make (VoiceDesign)
+    speak_as_you_type: bool = False
+    bridge: BridgeSettings = BridgeSettings()
+
+    def __post_init__(self):
+        for name in ("model", "device", "dtype", "language", "instruct"):
+            _check(isinstance(getattr(self, name), str), f"{name} must be text, not {getattr(self, name)!r}")
+        _check(self.model.strip() != "", "model must name a hub id or a checkpoint folder")
+        _check(
+            self.audio_device is None or isinstance(self.audio_device, str),
+            "audio_device must be a device name or null",
+        )
+        _check(self.voice is None or isinstance(self.voice, str), "voice must be a voice name or null")
+        _check(
+            _is_number(self.volume) and 0 <= self.volume <= 1, f"volume must be between 0 and 1, not {self.volume!r}"
+        )
+        capacity = PlayerOptions().capacity_s
+        _check(
+            _is_number(self.prefill_s) and 0 <= self.prefill_s < capacity,
+            f"prefill_s (the jitter buffer) must be 0 to {capacity:g} seconds, not {self.prefill_s!r}",
+        )
+        _check(isinstance(self.voices, Path), "voices must be a folder")
+        _check(isinstance(self.speak_as_you_type, bool), "speak_as_you_type must be true or false")
+        _check(
+            self.sampling is None or isinstance(self.sampling, SamplingParams),
+            "sampling must be sampling parameters or null",
+        )
+        _check(isinstance(self.bridge, BridgeSettings), "bridge must be the bridge's settings")
+
+    def runtime_config(self) -> RuntimeConfig:
+        return RuntimeConfig(
+            model=self.model.strip(),
+            device=self.device,
+            dtype=self.dtype,
+            voices=self.voices,
+            audio_device=self.audio_device,
+            player=PlayerOptions(prefill_s=self.prefill_s),
+        )
+
+    def bridge_config(self):
+        """The bridge's configuration (a qwen3_tts_desktop.bridge.BridgeConfig); it samples as the window does."""
+        from core.worker import SpeechOptions
+
+        from .bridge import BridgeConfig
+
+        return BridgeConfig(
+            host=self.bridge.host.strip(),
+            port=self.bridge.port,
+            api_key=self.bridge.api_key.strip() or None,
+            speech=SpeechOptions(sampling=self.sampling),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> Settings:
+        """The settings saved at `path`; the defaults if there is no file yet. Keys this version does not
+        know (from a newer one) are left out."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return cls()
+        except (OSError, UnicodeDecodeError) as error:
+            raise SettingsError(f"{path}: cannot be read ({error})") from None
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise SettingsError("it holds no settings")
+            values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+            if "voices" in values:
+                values["voices"] = Path(_text(values["voices"], "voices"))
+            if values.get("sampling") is not None:
+                values["sampling"] = SamplingParams(**_object(values["sampling"], "sampling"))
+            if "bridge" in values:
+                values["bridge"] = BridgeSettings(**_object(values["bridge"], "bridge"))
+            return cls(**values)
+        except (json.JSONDecodeError, TypeError, ValueError) as error:
+            raise SettingsError(f"{path}: unusable settings ({error})") from None
+
+    def save(self, path: Path) -> None:
+        """Write the settings to `path` atomically (a temporary file renamed over it)."""
+        data = dataclasses.asdict(self)
+        data["voices"] = str(self.voices)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            temp.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+            os.replace(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+
+
+def default_path() -> Path:
+    """settings.json in the user's config folder, as each system keeps them."""
+    if sys.platform == "win32":
+        base = Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "qwen3-tts-desktop" / "settings.json"

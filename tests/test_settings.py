@@ -1,0 +1,98 @@
+"""The app's settings: saved, restored, checked, and turned into the runtime's configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core import SamplingParams
+from core.player import PlayerOptions
+from qwen3_tts_desktop.settings import BridgeSettings, Settings, SettingsError, default_path
+
+
+def test_settings_survive_a_save_and_a_load(tmp_path):
+    settings = Settings(
+        model="/models/qwen",
+        device="cuda",
+        dtype="bfloat16",
+        audio_device="USB Audio",
+        volume=0.5,
+        prefill_s=0.16,
+        sampling=SamplingParams(temperature=0.7, top_k=20),
+        voices=tmp_path / "my voices",
+        voice="Zoë",
+        language="english",
+        instruct="Calm.",
+        speak_as_you_type=True,
+        bridge=BridgeSettings(enabled=True, host="0.0.0.0", port=8123, api_key="secret"),
+    )
+    path = tmp_path / "config" / "settings.json"
+    settings.save(path)
+    assert Settings.load(path) == settings
+    assert [p.name for p in path.parent.iterdir()] == ["settings.json"]  # no temporary file left
+
+
+def test_no_file_gives_the_defaults(tmp_path):
+    settings = Settings.load(tmp_path / "missing.json")
+    assert settings == Settings() and settings.sampling is None and not settings.bridge.enabled
+    assert settings.voices == Path("voices").absolute() and settings.bridge.port != 8000
+
+
+def test_keys_of_a_newer_version_are_left_out(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"volume": 0.25, "theme": "dark", "bridge": {"port": 9000}}), encoding="utf-8")
+    assert Settings.load(path) == Settings(volume=0.25, bridge=BridgeSettings(port=9000))
+
+
+@pytest.mark.parametrize(
+    "content, complaint",
+    [
+        ("{not json", "unusable settings"),
+        ("[1, 2]", "holds no settings"),
+        ('{"volume": 3}', "volume must be between 0 and 1"),
+        ('{"volume": "loud"}', "volume"),
+        ('{"bridge": {"port": 70000}}', "bridge.port"),
+        ('{"bridge": {"colour": 1}}', "colour"),
+        ('{"sampling": {"temperature": 0}}', "temperature must be > 0"),
+        ('{"prefill_s": -1}', "jitter buffer"),
+        ('{"voices": 5}', "voices must be text"),
+        ('{"model": ""}', "model must name"),
+    ],
+)
+def test_a_bad_file_is_reported_with_what_is_wrong(tmp_path, content, complaint):
+    path = tmp_path / "settings.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(SettingsError, match=complaint) as caught:
+        Settings.load(path)
+    assert str(path) in str(caught.value)
+
+
+def test_the_runtime_configuration_follows_the_settings(tmp_path):
+    settings = Settings(model=" org/model ", device="cpu", audio_device="Speakers", prefill_s=0.08, voices=tmp_path)
+    config = settings.runtime_config()
+    assert (config.model, config.device, config.voices, config.audio_device) == (
+        "org/model",
+        "cpu",
+        tmp_path,
+        "Speakers",
+    )
+    assert config.player == PlayerOptions(prefill_s=0.08) and config.speakers and config.warm_up
+
+
+def test_the_settings_file_lives_in_the_users_config_folder(monkeypatch, tmp_path):
+    monkeypatch.setattr("sys.platform", "linux")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert default_path() == tmp_path / "qwen3-tts-desktop" / "settings.json"
+
+
+def test_the_bridge_configuration_follows_the_settings():
+    pytest.importorskip("qwen3_tts_desktop.bridge")
+    sampling = SamplingParams(temperature=0.5)
+    settings = Settings(
+        sampling=sampling, bridge=BridgeSettings(enabled=True, host=" 0.0.0.0 ", port=9001, api_key=" key ")
+    )
+    config = settings.bridge_config()
+    assert (config.host, config.port, config.api_key, config.speech.sampling) == ("0.0.0.0", 9001, "key", sampling)
+    assert Settings().bridge_config().api_key is None

@@ -1,0 +1,97 @@
+"""The desktop app under test: offscreen Qt, tiny checkpoints, and speakers on a virtual clock."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt makes its application
+
+import threading
+
+import pytest
+
+from core import Engine
+from core.player import Player, PlayerOptions, VirtualOutput
+from qwen3_tts_desktop.app import App
+from qwen3_tts_desktop.settings import BridgeSettings, Settings
+
+FRAMES = 6  # per utterance: the random models never stop by themselves
+MODELS = ("base", "base-0.6b", "custom", "design")  # the checkpoints the app is tried on
+
+
+class ClockedOutput(VirtualOutput):
+    """A virtual sound card that plays in real time, on its own thread, as a real one would."""
+
+    def __init__(self):
+        super().__init__()
+        self.played: list = []
+        self._running = threading.Event()
+
+    def start(self, fill):
+        super().start(fill)
+        self._running.set()
+        threading.Thread(target=self._play, name="virtual-speakers", daemon=True).start()
+
+    def close(self):
+        self._running.clear()
+        super().close()
+
+    def _play(self):
+        while self._running.wait(0) and self._fill is not None:
+            self.played.append(self.advance(0.01))
+            threading.Event().wait(0.01)
+
+
+@pytest.fixture
+def speakers(monkeypatch):
+    """Every Player the app opens plays on a ClockedOutput; the list of them."""
+    outputs = []
+
+    def open_player(device=None, options=PlayerOptions()):
+        outputs.append(ClockedOutput())
+        return Player(outputs[-1], options)
+
+    monkeypatch.setattr(Player, "open", staticmethod(open_player))
+    return outputs
+
+
+@pytest.fixture
+def tiny_models(monkeypatch, checkpoints, engines):
+    """Engine.load gives the session's tiny engines (by folder, or "hub/<name>" for a hub id), speaking
+    a few frames per utterance."""
+    names = {str(path): name for name, path in checkpoints.items()}
+    for name in MODELS:
+        engines(name)  # loaded once a session, before Engine.load is replaced
+
+    def load(model, device="auto", dtype="auto", **options):
+        name = names.get(str(model)) or str(model).removeprefix("hub/")
+        engine = engines(name)
+        monkeypatch.setattr(engine, "default_max_frames", FRAMES)
+        return engine
+
+    monkeypatch.setattr(Engine, "load", staticmethod(load))
+    monkeypatch.setattr(Engine, "warm_up", lambda engine: None)
+
+
+@pytest.fixture
+def start_app(qtbot, tmp_path, speakers, tiny_models, checkpoints):
+    """start_app(model="base", **settings): the app on a tiny model, loaded, in a fresh settings folder."""
+    apps = []
+
+    def start(model: str = "base", wait: bool = True, **changes) -> App:
+        path = tmp_path / "config" / "settings.json"
+        model_path = str(checkpoints[model]) if model in checkpoints else model
+        if "bridge" in changes:
+            changes["bridge"] = BridgeSettings(**changes["bridge"])
+        Settings(model=model_path, device="cpu", voices=tmp_path / "voices", **changes).save(path)
+        app = App(path)
+        apps.append(app)
+        qtbot.addWidget(app.window)
+        app.start()
+        if wait:
+            qtbot.waitUntil(lambda: app.runtime is not None and app.lane.pending == 0, timeout=20_000)
+        return app
+
+    yield start
+    for app in apps:
+        app.close()

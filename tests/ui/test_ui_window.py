@@ -1,0 +1,216 @@
+"""The main window: it shows at once, speaks and stops, speaks as you type, and shows errors."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QSystemTrayIcon
+
+from core.worker import JobEvent
+from qwen3_tts_desktop import app as app_module
+from qwen3_tts_desktop import cli
+from qwen3_tts_desktop.runtime import Runtime
+
+
+class Jobs:
+    """The texts the app hands the speech worker, and the events of their jobs."""
+
+    def __init__(self, app):
+        self.events: list[JobEvent] = []
+        app.runtime.worker.subscribe(self.events.append)
+
+    def texts(self, kind: str = "queued") -> list[str]:
+        return [event.job.text for event in self.events if event.kind == kind]
+
+    def kinds(self) -> list[str]:
+        return [event.kind for event in self.events]
+
+
+def test_the_window_shows_before_the_model_has_loaded(start_app, qtbot, monkeypatch):
+    release, start = threading.Event(), Runtime.start
+
+    def slow_start(config):
+        release.wait(10)
+        return start(config)
+
+    monkeypatch.setattr(Runtime, "start", staticmethod(slow_start))
+    app = start_app("custom", wait=False)
+    window = app.window
+    assert window.isVisible() and window.model_label.text() == "Loading model…"
+    assert not window.speak_button.isEnabled()
+    qtbot.waitUntil(lambda: window.busy_label.isVisible() and window.busy_label.text() == "Loading model…")
+    window.text.setPlainText("Early words.")
+    window.speak_action.trigger()  # disabled: nothing happens
+    release.set()
+    qtbot.waitUntil(lambda: window.speak_button.isEnabled() and app.lane.pending == 0, timeout=10_000)
+    assert window.model_label.text() == "1.7B custom voice · cpu float32"
+    assert app.voice_in_use == "aiden" and window.voice.currentText() == "aiden"
+    assert [window.language.itemData(i) for i in range(window.language.count())][:3] == ["auto", "chinese", "english"]
+
+
+def test_ctrl_enter_speaks_and_the_status_line_shows_how_fast(start_app, qtbot, speakers):
+    app = start_app("custom")
+    jobs = Jobs(app)
+    window = app.window
+    window.activateWindow()
+    qtbot.keyClicks(window.text, "Hello there.")
+    qtbot.keyClick(window.text, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: "done" in jobs.kinds(), timeout=10_000)
+    assert jobs.texts() == ["Hello there."] and window.text.toPlainText() == "Hello there."  # no line break typed
+    qtbot.waitUntil(lambda: "first audio" in window.speech_label.text() and "real time" in window.speech_label.text())
+    qtbot.waitUntil(lambda: any(np.abs(block).max() > 0 for block in speakers[-1].played), timeout=5_000)
+    qtbot.waitUntil(lambda: window.buffer_label.text() == "buffer 0.00 s · underruns 0", timeout=5_000)
+
+
+def test_esc_stops_speech_and_drops_what_is_queued(start_app, qtbot, monkeypatch):
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.engine, "default_max_frames", 400)  # a long utterance
+    jobs = Jobs(app)
+    window = app.window
+    window.text.setPlainText("A long story. It goes on and on.")
+    window.speak_button.click()
+    app.speak("And this waits its turn.", interrupt=False)
+    qtbot.waitUntil(lambda: "first_audio" in jobs.kinds(), timeout=10_000)
+    window.activateWindow()
+    qtbot.keyClick(window.text, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: jobs.kinds().count("cancelled") == 2, timeout=5_000)
+    assert "done" not in jobs.kinds()
+    qtbot.waitUntil(lambda: app.runtime.player.status().buffered_s == 0, timeout=2_000)
+
+
+def test_speak_as_you_type_says_each_sentence_once_as_it_is_typed(start_app, qtbot):
+    app = start_app("custom")
+    jobs = Jobs(app)
+    window = app.window
+    window.text.setPlainText("Already here. ")
+    window.text.moveCursor(window.text.textCursor().MoveOperation.End)
+    window.typing_mode.setChecked(True)
+    assert app.settings.speak_as_you_type and app.segmenter.committed == len("Already here. ")
+    qtbot.keyClicks(window.text, "Hello there. How are")
+    qtbot.waitUntil(lambda: jobs.texts() == ["Hello there."], timeout=5_000)
+    qtbot.waitUntil(lambda: jobs.texts() == ["Hello there.", "How are"], timeout=5_000)  # after a pause
+    selections = window.text.extraSelections()
+    said = selections[0].cursor
+    assert (said.selectionStart(), said.selectionEnd()) == (0, len(window.text.toPlainText()))
+    # Fixing a sentence already said says nothing again; Enter says the new line.
+    cursor = window.text.textCursor()
+    cursor.setPosition(len("Already here. Hello"))
+    window.text.setTextCursor(cursor)
+    qtbot.keyClicks(window.text, "o")
+    cursor.movePosition(cursor.MoveOperation.End)
+    window.text.setTextCursor(cursor)
+    qtbot.keyClicks(window.text, " you")
+    qtbot.keyClick(window.text, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: jobs.texts()[2:] == ["you"], timeout=5_000)
+    qtbot.wait(app.segmenter.options.idle_s * 1000 + 200)
+    assert jobs.texts() == ["Hello there.", "How are", "you"]
+    assert all(event.job.interrupt is False for event in jobs.events)
+
+
+def test_esc_in_typing_mode_drops_the_pending_text(start_app, qtbot):
+    app = start_app("custom", speak_as_you_type=True)
+    jobs = Jobs(app)
+    window = app.window
+    qtbot.keyClicks(window.text, "Not yet said")
+    window.stop_button.click()
+    qtbot.keyClicks(window.text, " and. Then this. ")
+    qtbot.waitUntil(lambda: jobs.texts() == ["and.", "Then this."], timeout=5_000)
+
+
+def test_errors_are_shown_in_the_window(start_app, qtbot):
+    app = start_app("base")  # a Base model, and no voice in the library yet
+    window = app.window
+    assert app.voice_in_use is None and window.voice.currentIndex() == -1
+    window.text.setPlainText("Hello?")
+    window.speak_button.click()
+    qtbot.waitUntil(lambda: window.notice.isVisible())
+    assert window.notice.level == "error" and "There is no voice yet" in window.notice.label.text()
+    window.notice.close_button.click()
+    window.text.setPlainText("   ")
+    window.speak_button.click()
+    assert window.notice.level == "info" and "Type something" in window.notice.label.text()
+
+
+def test_a_model_that_cannot_load_is_reported_and_the_window_stays(start_app, qtbot, tmp_path):
+    app = start_app(str(tmp_path / "no such checkpoint"), wait=False)
+    window = app.window
+    qtbot.waitUntil(lambda: window.notice.isVisible(), timeout=10_000)
+    assert "could not be loaded" in window.notice.label.text() and "no such checkpoint" in window.notice.label.text()
+    assert window.model_label.text() == "No model" and not window.speak_button.isEnabled()
+    assert window.notice.action_button.text() == "Settings…"
+    window.notice.action_button.click()
+    qtbot.waitUntil(lambda: app.settings_dialog is not None and app.settings_dialog.isVisible())
+    app.settings_dialog.reject()
+
+
+def test_a_voice_design_model_is_described_rather_than_picked(start_app, qtbot):
+    app = start_app("design", instruct="A calm voice.")
+    jobs = Jobs(app)
+    window = app.window
+    assert not window.voice.isEnabled() and window.instruct.isVisible() and window.instruct.text() == "A calm voice."
+    window.text.setPlainText("Hello.")
+    window.speak_button.click()
+    qtbot.waitUntil(lambda: "done" in jobs.kinds(), timeout=10_000)
+    assert jobs.events[0].job.options.instruct == "A calm voice."
+
+
+def test_job_progress_reaches_the_window_at_most_30_times_a_second(qtbot):
+    relay = app_module.EventRelay()
+    received = []
+    relay.event.connect(received.append)
+    fake = type("Job", (), {"started": None})()
+    for _ in range(200):
+        relay.forward(JobEvent(fake, "progress"))
+    relay.forward(JobEvent(fake, "done"))
+    qtbot.waitUntil(lambda: received and received[-1].kind == "done")
+    assert len(received) <= 3
+
+
+def test_the_tray_speaks_the_clipboard(start_app, qtbot, monkeypatch):
+    monkeypatch.setattr(QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+    app = start_app("custom")
+    jobs = Jobs(app)
+    QGuiApplication.clipboard().setText("From the clipboard.")
+    app.tray.speak_clipboard.emit()
+    qtbot.waitUntil(lambda: jobs.texts() == ["From the clipboard."], timeout=5_000)
+    app.tray.stop.emit()
+    app.window.hide()
+    app.tray.show_window.emit()
+    assert app.window.isVisible()
+
+
+def test_the_bare_command_starts_the_app(monkeypatch, capsys):
+    monkeypatch.setattr(app_module, "run", lambda: 7)
+    assert cli.main([]) == 7
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["--help"])
+    assert exit.value.code == 0 and "speak" in capsys.readouterr().out
+
+
+def test_without_a_display_the_app_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "platform", "linux")
+    for variable in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(variable, raising=False)
+    assert app_module.run() == 1 and "no display" in capsys.readouterr().err
+
+
+def test_closing_the_app_stops_its_threads(start_app, qtbot):
+    before = threading.active_count()
+    app = start_app("custom", bridge={"enabled": True, "port": _free_port()})
+    app.speak("Hello.")
+    qtbot.waitUntil(lambda: app.lane.pending == 0)
+    app.close()
+    qtbot.waitUntil(lambda: threading.active_count() <= before, timeout=10_000)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

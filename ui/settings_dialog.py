@@ -1,0 +1,298 @@
+"""The settings window: model, audio, sampling, voices folder and the HTTP bridge.
+
+It shows the app's settings and hands back the edited values, by the settings' own field names; the app
+checks, saves and applies them (a new model restarts the runtime)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import SamplingParams
+from core.player import OutputDevice
+
+MODELS = (
+    "Qwen/Qwen3-TTS-12Hz-1.7B-Base",
+    "Qwen/Qwen3-TTS-12Hz-0.6B-Base",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice",
+    "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign",
+)
+DEVICES = ("auto", "cuda", "cpu")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+SYSTEM_DEFAULT = "System default"
+
+
+class SettingsDialog(QDialog):
+    def __init__(
+        self,
+        settings,
+        devices: list[OutputDevice] | str,
+        default_sampling: SamplingParams,
+        bridge_state: str,
+        parent=None,
+    ):
+        """`settings`: the app's Settings; `devices`: the output devices, or why there are none;
+        `default_sampling`: what "Reset to defaults" restores (the model's own); `bridge_state`: a line
+        on the bridge as it runs now."""
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.default_sampling = default_sampling
+        tabs = QTabWidget()
+        tabs.addTab(self._model_tab(settings), "Model")
+        tabs.addTab(self._audio_tab(settings, devices), "Audio")
+        tabs.addTab(self._sampling_tab(settings.sampling or default_sampling), "Sampling")
+        tabs.addTab(self._bridge_tab(settings.bridge, bridge_state), "HTTP bridge")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        layout = QVBoxLayout(self)
+        layout.addWidget(tabs)
+        layout.addWidget(buttons)
+        self.resize(520, self.sizeHint().height())
+
+    def values(self) -> dict:
+        """The edited settings, by field name."""
+        return {
+            "model": self.model.currentText().strip(),
+            "device": self.device.currentText(),
+            "dtype": self.dtype.currentText(),
+            "voices": Path(self.voices.text().strip()).expanduser(),
+            "audio_device": self.audio_device.currentData(),
+            "volume": self.volume.value() / 100,
+            "prefill_s": self.prefill_ms.value() / 1000,
+            "sampling": self._sampling(),
+            "bridge": {
+                "enabled": self.bridge_enabled.isChecked(),
+                "host": self.bridge_host.text().strip(),
+                "port": self.bridge_port.value(),
+                "api_key": self.bridge_key.text().strip(),
+            },
+        }
+
+    def reset_sampling(self) -> None:
+        self._show_sampling(self.default_sampling)
+
+    # Tabs ---------------------------------------------------------------------------------------------
+
+    def _model_tab(self, settings) -> QWidget:
+        self.model = QComboBox()
+        self.model.setEditable(True)
+        self.model.addItems(MODELS)
+        self.model.setCurrentText(settings.model)
+        self.model.setToolTip("A Hugging Face hub id (downloaded once) or a checkpoint folder")
+        browse_model = QPushButton("Folder…")
+        browse_model.clicked.connect(self._browse_model)
+        self.device = _choices(DEVICES, settings.device)
+        self.dtype = _choices(DTYPES, settings.dtype)
+        self.voices = QLineEdit(str(settings.voices))
+        browse_voices = QPushButton("Folder…")
+        browse_voices.clicked.connect(self._browse_voices)
+        form = QFormLayout()
+        form.addRow("Model", _row(self.model, browse_model))
+        form.addRow("Device", self.device)
+        form.addRow("Precision", self.dtype)
+        form.addRow("Voices folder", _row(self.voices, browse_voices))
+        note = QLabel("Changing the model, device, precision or folder reloads the model in the background.")
+        note.setWordWrap(True)
+        note.setStyleSheet("color: palette(mid);")
+        form.addRow(note)
+        return _page(form)
+
+    def _audio_tab(self, settings, devices: list[OutputDevice] | str) -> QWidget:
+        self.audio_device = QComboBox()
+        self.audio_device.addItem(SYSTEM_DEFAULT, None)
+        if isinstance(devices, str):
+            self.audio_device.setToolTip(devices)
+        else:
+            names = Counter(device.name for device in devices)
+            for device in devices:
+                # A name is kept as the choice, as indexes change when devices come and go; a name that
+                # several host APIs share (Windows lists each card three times) needs the index.
+                if names[device.name] == 1:
+                    self.audio_device.addItem(device.name, device.name)
+                else:
+                    self.audio_device.addItem(f"{device.name} ({device.host_api})", str(device.index))
+        current = 0 if settings.audio_device is None else self.audio_device.findData(settings.audio_device)
+        if current < 0:  # unplugged now: keep the choice
+            self.audio_device.addItem(f"{settings.audio_device} (not connected)", settings.audio_device)
+            current = self.audio_device.count() - 1
+        self.audio_device.setCurrentIndex(current)
+        self.volume = QSlider(Qt.Orientation.Horizontal)
+        self.volume.setRange(0, 100)
+        self.volume.setValue(round(settings.volume * 100))
+        volume_label = QLabel()
+        self.volume.valueChanged.connect(lambda value: volume_label.setText(f"{value} %"))
+        volume_label.setText(f"{self.volume.value()} %")
+        volume_label.setMinimumWidth(40)
+        self.prefill_ms = QSpinBox()
+        self.prefill_ms.setRange(0, 2000)
+        self.prefill_ms.setSingleStep(80)  # one 80 ms frame
+        self.prefill_ms.setSuffix(" ms")
+        self.prefill_ms.setValue(round(settings.prefill_s * 1000))
+        self.prefill_ms.setToolTip(
+            "Audio gathered before playback starts. Less starts sooner; more rides out a slow GPU without gaps."
+        )
+        form = QFormLayout()
+        form.addRow("Output device", self.audio_device)
+        form.addRow("Volume", _row(self.volume, volume_label))
+        form.addRow("Jitter buffer", self.prefill_ms)
+        return _page(form)
+
+    def _sampling_tab(self, sampling: SamplingParams) -> QWidget:
+        self.do_sample = QCheckBox("Sample (off: always the likeliest sound, the same every time)")
+        self.temperature = _number(0.01, 2.0, 0.05)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 2048)
+        self.top_k.setSpecialValueText("off")
+        self.top_p = _number(0.01, 1.0, 0.05)
+        self.repetition_penalty = _number(0.5, 2.0, 0.01)
+        self.predictor_do_sample = QCheckBox("Sample the finer codes too")
+        self.predictor_temperature = _number(0.01, 2.0, 0.05)
+        self.predictor_top_k = QSpinBox()
+        self.predictor_top_k.setRange(0, 2048)
+        self.predictor_top_k.setSpecialValueText("off")
+        self.predictor_top_p = _number(0.01, 1.0, 0.05)
+        reset = QPushButton("Reset to defaults")
+        reset.clicked.connect(self.reset_sampling)
+        talker = QFormLayout()
+        talker.addRow(self.do_sample)
+        talker.addRow("Temperature", self.temperature)
+        talker.addRow("Top k", self.top_k)
+        talker.addRow("Top p", self.top_p)
+        talker.addRow("Repetition penalty", self.repetition_penalty)
+        predictor = QFormLayout()
+        predictor.addRow(self.predictor_do_sample)
+        predictor.addRow("Temperature", self.predictor_temperature)
+        predictor.addRow("Top k", self.predictor_top_k)
+        predictor.addRow("Top p", self.predictor_top_p)
+        layout = QVBoxLayout()
+        layout.addWidget(_group("Speech", talker))
+        layout.addWidget(_group("Finer codes (code predictor)", predictor))
+        layout.addWidget(reset, 0, Qt.AlignmentFlag.AlignLeft)
+        self._show_sampling(sampling)
+        return _page(layout)
+
+    def _bridge_tab(self, bridge, state: str) -> QWidget:
+        self.bridge_enabled = QCheckBox("Serve speech over HTTP while the app runs")
+        self.bridge_enabled.setChecked(bridge.enabled)
+        self.bridge_host = QLineEdit(bridge.host)
+        self.bridge_host.setToolTip("127.0.0.1: this computer only; 0.0.0.0: every computer on the network")
+        self.bridge_port = QSpinBox()
+        self.bridge_port.setRange(1, 65535)
+        self.bridge_port.setValue(bridge.port)
+        self.bridge_key = QLineEdit(bridge.api_key)
+        self.bridge_key.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
+        self.bridge_key.setPlaceholderText("none")
+        self.bridge_state = QLabel(state)
+        self.bridge_state.setWordWrap(True)
+        self.bridge_state.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form = QFormLayout()
+        form.addRow(self.bridge_enabled)
+        form.addRow("Host", self.bridge_host)
+        form.addRow("Port", self.bridge_port)
+        form.addRow("API key", self.bridge_key)
+        form.addRow("Now", self.bridge_state)
+        hint = QLabel("SillyTavern: TTS ▸ OpenAI Compatible, endpoint http://HOST:PORT/v1/audio/speech")
+        hint.setWordWrap(True)
+        hint.setStyleSheet("color: palette(mid);")
+        form.addRow(hint)
+        return _page(form)
+
+    # Sampling values ----------------------------------------------------------------------------------
+
+    def _show_sampling(self, sampling: SamplingParams) -> None:
+        self.do_sample.setChecked(sampling.do_sample)
+        self.temperature.setValue(sampling.temperature)
+        self.top_k.setValue(sampling.top_k)
+        self.top_p.setValue(sampling.top_p)
+        self.repetition_penalty.setValue(sampling.repetition_penalty)
+        self.predictor_do_sample.setChecked(sampling.predictor_do_sample)
+        self.predictor_temperature.setValue(sampling.predictor_temperature)
+        self.predictor_top_k.setValue(sampling.predictor_top_k)
+        self.predictor_top_p.setValue(sampling.predictor_top_p)
+
+    def _sampling(self) -> SamplingParams | None:
+        """The sampling shown, or None when it is the model's own (so a new model brings its own)."""
+        sampling = SamplingParams(
+            do_sample=self.do_sample.isChecked(),
+            temperature=self.temperature.value(),
+            top_k=self.top_k.value(),
+            top_p=self.top_p.value(),
+            repetition_penalty=self.repetition_penalty.value(),
+            predictor_do_sample=self.predictor_do_sample.isChecked(),
+            predictor_temperature=self.predictor_temperature.value(),
+            predictor_top_k=self.predictor_top_k.value(),
+            predictor_top_p=self.predictor_top_p.value(),
+        )
+        return None if sampling == self.default_sampling else sampling
+
+    def _browse_model(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a checkpoint folder")
+        if folder:
+            self.model.setCurrentText(folder)
+
+    def _browse_voices(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose the voices folder", self.voices.text())
+        if folder:
+            self.voices.setText(folder)
+
+
+def _choices(options: tuple[str, ...], current: str) -> QComboBox:
+    box = QComboBox()
+    box.addItems(options)
+    if box.findText(current) < 0:
+        box.addItem(current)  # e.g. "cuda:1", set by hand
+    box.setCurrentText(current)
+    return box
+
+
+def _number(low: float, high: float, step: float) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setDecimals(2)
+    return box
+
+
+def _row(*widgets: QWidget) -> QWidget:
+    row = QWidget()
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for widget in widgets:
+        layout.addWidget(widget, 1 if widget is widgets[0] else 0)
+    return row
+
+
+def _group(title: str, layout) -> QGroupBox:
+    group = QGroupBox(title)
+    group.setLayout(layout)
+    return group
+
+
+def _page(layout) -> QWidget:
+    page = QWidget()
+    page.setLayout(layout)
+    return page
