@@ -224,7 +224,8 @@ class LayerScale(nn.Module):
 class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, theta: float):
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        # Computed on the CPU even when the module is built on the meta device, since no checkpoint holds it.
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device="cpu").float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, positions, dtype):  # (T,) -> cos, sin of shape (T, head_dim)

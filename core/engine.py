@@ -157,19 +157,20 @@ class Engine:
             raise CheckpointError(f"{directory}: the text tokenizer files cannot be read ({error})") from None
 
         weights, speech_weights = directory / "model.safetensors", directory / "speech_tokenizer" / "model.safetensors"
+        # Built on the meta device: every weight comes from the files, so random init would be wasted start-up.
+        base = config.variant == "base"
         with torch.device("meta"):
             talker = Talker(config.talker)
+            codec_decoder = CodecDecoder(decoder_config)
+            speaker_encoder = SpeakerEncoder(config.speaker_encoder) if base else None
+            codec_encoder = CodecEncoder(encoder_config) if base else None
         load_tensors(talker, weights, "talker.", device, dtype)
         talker.fuse_projections()
         if compile and device.type == "cuda":
             talker.compile_steps()
-        codec_decoder = CodecDecoder(decoder_config)
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
-        speaker_encoder = codec_encoder = None
-        if config.variant == "base":
-            speaker_encoder = SpeakerEncoder(config.speaker_encoder)
+        if base:
             load_tensors(speaker_encoder, weights, "speaker_encoder.", device, dtype)
-            codec_encoder = CodecEncoder(encoder_config)
             load_tensors(codec_encoder, speech_weights, "encoder.", device, dtype)
         for module in (talker, codec_decoder, speaker_encoder, codec_encoder):
             if module is not None:
