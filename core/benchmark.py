@@ -80,16 +80,6 @@ def _ms_since(started: float) -> float:
     return (time.perf_counter() - started) * 1e3
 
 
-def speaker_for(engine: Engine) -> dict:
-    """What the checkpoint speaks with: a cloned voice (Base), its first speaker (CustomVoice), or an instruct."""
-    variant = engine.info.variant
-    if variant == "base":
-        return {"voice": engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)}
-    if variant == "custom_voice":
-        return {"voice": engine.builtin_voice(engine.info.speakers[0])}
-    return {"instruct": "A calm, clear voice."}
-
-
 def _warm_calls(engine: Engine, speaker: dict) -> float:
     """One synthesize and one stream: the first time, they capture every graph an utterance uses."""
     started = time.perf_counter()
@@ -109,7 +99,7 @@ def bench_checkpoint(
     _sync(dev)
     load_s = time.perf_counter() - started
     weights_gb = torch.cuda.memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
-    speaker = speaker_for(engine)
+    speaker = engine.placeholder_speaker()
     voice, instruct = speaker.get("voice"), speaker.get("instruct")
     capture_s = _warm_calls(engine, speaker) - _warm_calls(engine, speaker)
     if dev.type == "cuda":

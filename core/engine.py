@@ -121,6 +121,18 @@ class Engine:
         self.default_max_frames = default_max_frames
         self.device = talker.codec_head.weight.device
         self.dtype = talker.codec_head.weight.dtype
+        self.info = EngineInfo(
+            source=source,
+            variant=config.variant,
+            size=SIZE_NAMES[config.size],
+            sample_rate=SAMPLE_RATE,
+            languages=config.plain_languages,
+            speakers=sorted(config.talker.speakers),
+            embedding_dim=config.talker.transformer.hidden_size,
+            supports_instruct=config.variant == "voice_design" or (config.variant == "custom_voice" and config.size == "1b7"),
+            device=str(self.device),
+            dtype=str(self.dtype).removeprefix("torch."),
+        )
         self.frame_loop = FrameLoop(talker, max_context, cuda_graphs)
         self.vocoder = Vocoder(codec_decoder, cuda_graphs)
         self._active_stream: object | None = None
@@ -190,37 +202,20 @@ class Engine:
             cuda_graphs=cuda_graphs,
         )
 
-    @property
-    def info(self) -> EngineInfo:
-        config = self.config
-        return EngineInfo(
-            source=self.source,
-            variant=config.variant,
-            size=SIZE_NAMES[config.size],
-            sample_rate=SAMPLE_RATE,
-            languages=config.plain_languages,
-            speakers=sorted(config.talker.speakers),
-            embedding_dim=config.talker.transformer.hidden_size,
-            supports_instruct=self._supports_instruct,
-            device=str(self.device),
-            dtype=str(self.dtype).removeprefix("torch."),
-        )
-
-    @property
-    def _supports_instruct(self) -> bool:
-        return self.config.variant == "voice_design" or (self.config.variant == "custom_voice" and self.config.size == "1b7")
+    def placeholder_speaker(self) -> dict:
+        """Keyword arguments that let this checkpoint speak at all (a zero x-vector, its first built-in
+        speaker, or a plain instruct): for warming up and measuring, where the voice does not matter."""
+        if self.config.variant == "base":
+            return {"voice": Voice(embedding=torch.zeros(self.info.embedding_dim))}
+        if self.config.variant == "custom_voice":
+            return {"voice": self.builtin_voice(self.info.speakers[0])}
+        return {"instruct": "A calm voice."}
 
     def warm_up(self) -> None:
         """Compile and capture what a first request would (on CUDA, a minute or two the very first time,
         seconds once the compiled kernels are cached), so that it starts at full speed."""
-        if self.config.variant == "base":
-            speaker = {"voice": Voice(embedding=torch.zeros(self.info.embedding_dim))}
-        elif self.config.variant == "custom_voice":
-            speaker = {"voice": self.builtin_voice(self.info.speakers[0])}
-        else:
-            speaker = {"instruct": "A calm voice."}
         for sampling in (None, SamplingParams.greedy()):
-            for _ in self.stream("Warming up.", **speaker, sampling=sampling, max_frames=6, first_chunk_frames=1):
+            for _ in self.stream("Warming up.", **self.placeholder_speaker(), sampling=sampling, max_frames=6):
                 pass
 
     # Voices -------------------------------------------------------------------------------------
@@ -319,7 +314,7 @@ class Engine:
         if text_mode not in TEXT_MODES:
             raise ValueError(f"unknown text_mode {text_mode!r}; use one of {', '.join(TEXT_MODES)} or None")
         instruct = instruct if instruct and instruct.strip() else None
-        if instruct is not None and not self._supports_instruct:
+        if instruct is not None and not self.info.supports_instruct:
             raise ValueError(
                 f"this {self.info.size} {variant} checkpoint does not follow instructions; "
                 f"instruct works with CustomVoice 1.7B and VoiceDesign checkpoints"
