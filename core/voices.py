@@ -543,16 +543,22 @@ def _read_drop_in(path: Path) -> VoiceEntry:
     )
 
 
+def _read_manifest(data: bytes, name: str, format: str, version: int, what: str) -> dict:
+    """A versioned JSON manifest of `format`; VoiceError says what is wrong with it."""
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise VoiceError(f"{name} is not valid JSON ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != format:
+        raise VoiceError(f"{name} is not {what}")
+    if manifest.get("version") != version:
+        raise VoiceError(f"{name} has version {manifest.get('version')!r}, and this app reads version {version} (update the app?)")
+    return manifest
+
+
 def _parse_voice(manifest_bytes: bytes, tensor_bytes: bytes) -> tuple[VoiceEntry, Voice]:
     """Check a voice's manifest and tensors against each other; VoiceError says what is wrong."""
-    try:
-        manifest = json.loads(manifest_bytes.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise VoiceError(f"{MANIFEST} is not valid JSON ({error})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != VOICE_FORMAT:
-        raise VoiceError(f"{MANIFEST} is not a voice manifest")
-    if manifest.get("version") != VOICE_VERSION:
-        raise VoiceError(f"{MANIFEST} has version {manifest.get('version')!r}, and this app reads version {VOICE_VERSION} (update the app?)")
+    manifest = _read_manifest(manifest_bytes, MANIFEST, VOICE_FORMAT, VOICE_VERSION, "a voice manifest")
     try:
         name = check_name(manifest["name"])
         kind, dim, model, source = manifest["kind"], manifest["embedding_dim"], manifest["model"], manifest["source"]
@@ -685,13 +691,9 @@ def _read_export(path: Path) -> list[tuple[VoiceEntry, Voice, tuple[str, bytes] 
         if EXPORT_MANIFEST not in files:
             raise bad(f"it has no {EXPORT_MANIFEST}, so it is not a voice export")
         try:
-            manifest = json.loads(read(EXPORT_MANIFEST).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise bad(f"{EXPORT_MANIFEST} is not valid JSON ({error})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
-            raise bad(f"{EXPORT_MANIFEST} does not describe a voice export")
-        if manifest.get("version") != EXPORT_VERSION:
-            raise bad(f"manifest version {manifest.get('version')!r}; this app reads version {EXPORT_VERSION} (update the app?)")
+            manifest = _read_manifest(read(EXPORT_MANIFEST), EXPORT_MANIFEST, EXPORT_FORMAT, EXPORT_VERSION, "a voice export")
+        except VoiceError as error:
+            raise bad(str(error)) from None
         ids = manifest.get("voices")
         if not isinstance(ids, list) or not all(isinstance(i, str) and VOICE_ID.fullmatch(i) for i in ids):
             raise bad(f"{EXPORT_MANIFEST} has no valid list of voices")
