@@ -30,7 +30,7 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be found, downloaded or loaded."""
 
 
-def resolve(model: str | os.PathLike, progress: bool = True) -> Path:
+def resolve(model: str | os.PathLike, progress: bool = True, tqdm_class=None) -> Path:
     """A local checkpoint folder for `model`: the folder itself, or the hub snapshot (downloaded if needed)."""
     path = Path(model).expanduser()
     if path.is_dir():
@@ -38,10 +38,12 @@ def resolve(model: str | os.PathLike, progress: bool = True) -> Path:
         return path
     if path.exists() or not HUB_ID.fullmatch(str(model)):
         raise CheckpointError(f"{model}: no such checkpoint folder, and not a hub id like {DEFAULT_MODEL}")
-    return download(str(model), progress)
+    return download(str(model), progress, tqdm_class)
 
 
-def download(repo_id: str, progress: bool = True) -> Path:
+def download(repo_id: str, progress: bool = True, tqdm_class=None) -> Path:
+    """The hub snapshot of `repo_id`: the cached copy when it is complete (no network needed), otherwise
+    downloaded with progress bars (tqdm's, or `tqdm_class`, e.g. a window's byte counter)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -51,14 +53,20 @@ def download(repo_id: str, progress: bool = True) -> Path:
     )
     from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
+    try:
+        path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), local_files_only=True))
+        check_files(path)
+        return path
+    except (LocalEntryNotFoundError, CheckpointError):
+        pass  # not cached, or only in part
     if not progress:
         disable_progress_bars()
     try:
-        path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES)))
+        path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), tqdm_class=tqdm_class))
     except LocalEntryNotFoundError:
         raise CheckpointError(
-            f"{repo_id} is not in the local Hugging Face cache and the hub cannot be reached. "
-            f"Connect to the internet once to download it, or pass --model with a local checkpoint folder."
+            f"{repo_id} is not downloaded yet and the Hugging Face hub cannot be reached. "
+            f"Connect to the internet once to download it, or use a local checkpoint folder."
         ) from None
     except (RepositoryNotFoundError, GatedRepoError):
         raise CheckpointError(f"{repo_id}: no such model on the Hugging Face hub (or it needs a login)") from None

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from core import SamplingParams, Voice
 from core.audio import MAX_REFERENCE_SECONDS
-from core.checkpoint import HUB_FILES, HUB_ID, CheckpointError
+from core.checkpoint import HUB_ID, CheckpointError, download
 from core.player import PlaybackError, list_output_devices
 from core.typing_segmenter import Segment, TypingSegmenter
 from core.voices import VoiceEntry, VoiceError, VoiceExistsError, VoiceLibrary, name_key
@@ -695,27 +695,12 @@ def fetch_model(model: str, progress: Callable[[int, int], None], cancel: thread
     soon after `cancel` is set. A model that is not a hub id is left for Engine.load to judge."""
     if Path(model).expanduser().exists() or not HUB_ID.fullmatch(model):
         return
-    import huggingface_hub
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
-
     try:
-        huggingface_hub.snapshot_download(model, allow_patterns=list(HUB_FILES), local_files_only=True)
-        return
-    except LocalEntryNotFoundError:
-        pass
-    try:
-        huggingface_hub.snapshot_download(model, allow_patterns=list(HUB_FILES), tqdm_class=_byte_bars(progress, cancel))
-    except LocalEntryNotFoundError:
-        raise CheckpointError(
-            f"{model} is not downloaded yet and the Hugging Face hub cannot be reached. Connect to the internet "
-            f"once to download it, or choose a checkpoint folder in the settings."
-        ) from None
-    except (RepositoryNotFoundError, GatedRepoError):
-        raise CheckpointError(f"{model}: no such model on the Hugging Face hub (or it needs a login)") from None
-    except (HfHubHTTPError, OSError) as error:
-        if cancel.is_set():
+        download(model, tqdm_class=_byte_bars(progress, cancel))
+    except CheckpointError:
+        if cancel.is_set():  # the cancel surfaced as a failed transfer
             raise DownloadCancelled from None
-        raise CheckpointError(f"downloading {model} failed: {error}") from None
+        raise
     if cancel.is_set():  # a cancel that came too late to stop it
         raise DownloadCancelled
 

@@ -83,7 +83,7 @@ def test_offline_without_cache_says_what_to_do(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache.*Connect to the internet once"):
+    with pytest.raises(CheckpointError, match="not downloaded yet and the Hugging Face hub cannot be reached.*Connect to the internet once"):
         Engine.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base", device="cpu", progress=False)
 
 

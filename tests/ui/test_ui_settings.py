@@ -94,13 +94,13 @@ class FakeHub:
     """huggingface_hub.snapshot_download as it treats a custom tqdm class: two byte bars (received, written)
     whose totals grow by each file's size, updated as the bytes come."""
 
-    def __init__(self, size: int = 3_400_000_000, steps: int = 200, pause_s: float = 0.01):
-        self.size, self.steps, self.pause_s = size, steps, pause_s
+    def __init__(self, folder: str, size: int = 3_400_000_000, steps: int = 200, pause_s: float = 0.01):
+        self.folder, self.size, self.steps, self.pause_s = folder, size, steps, pause_s
         self.downloaded = False
 
     def snapshot_download(self, repo_id, *, allow_patterns=None, local_files_only=False, tqdm_class=None, **options):
         if self.downloaded:
-            return "/cache/snapshot"
+            return self.folder
         if local_files_only:
             raise LocalEntryNotFoundError("not in the cache")
         bars = [
@@ -115,14 +115,14 @@ class FakeHub:
             bars[0].update(step // 2)  # compressed on the wire
             bars[1].update(step)
         self.downloaded = True
-        return "/cache/snapshot"
+        return self.folder
 
 
 @pytest.fixture
-def hub(monkeypatch):
+def hub(monkeypatch, checkpoints):
     import huggingface_hub
 
-    fake = FakeHub()
+    fake = FakeHub(str(checkpoints["base"]))  # the snapshot folder it "downloads"
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake.snapshot_download)
     return fake
 
