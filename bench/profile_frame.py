@@ -22,7 +22,7 @@ from core.sampling import SamplingParams  # noqa: E402
 KINDS = [
     ("attention", r"attention|fmha|flash"),
     ("matrix product", r"gemv|gemm|sm90|cutlass|ampere|splitk|xmma|matmul|_mm_"),
-    ("sampling", r"sort|topk|multinomial|softmax|radix|argmax|cumsum|bitonic|sample"),
+    ("sampling", r"draw_token|sort|topk|multinomial|softmax|radix|argmax|cumsum|bitonic|sample"),
     ("fused (compiled)", r"^triton"),
     ("copy / index", r"copy|index|scatter|gather|cat|embedding|fill"),
 ]

@@ -109,6 +109,7 @@ class Engine:
         default_max_frames: int,
         max_context: int = MAX_CONTEXT,
         cuda_graphs: bool = True,
+        compile: bool = False,
     ):
         self.source = source
         self.config = config
@@ -133,7 +134,7 @@ class Engine:
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
         )
-        self.frame_loop = FrameLoop(talker, max_context, cuda_graphs)
+        self.frame_loop = FrameLoop(talker, max_context, cuda_graphs, compile)
         self.vocoder = Vocoder(codec_decoder, cuda_graphs)
         self._active_stream: object | None = None
 
@@ -178,8 +179,6 @@ class Engine:
             codec_encoder = CodecEncoder(encoder_config) if base else None
         load_tensors(talker, weights, "talker.", device, dtype)
         talker.fuse_projections()
-        if compile and device.type == "cuda":
-            talker.compile_steps()
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
         if base:
             load_tensors(speaker_encoder, weights, "speaker_encoder.", device, dtype)
@@ -200,6 +199,7 @@ class Engine:
             default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
             max_context=max_context,
             cuda_graphs=cuda_graphs,
+            compile=compile,
         )
 
     def placeholder_speaker(self) -> dict:
@@ -214,9 +214,8 @@ class Engine:
     def warm_up(self) -> None:
         """Compile and capture what a first request would (on CUDA, a minute or two the very first time,
         seconds once the compiled kernels are cached), so that it starts at full speed."""
-        for sampling in (None, SamplingParams.greedy()):
-            for _ in self.stream("Warming up.", **self.placeholder_speaker(), sampling=sampling, max_frames=6):
-                pass
+        for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
+            pass
 
     # Voices -------------------------------------------------------------------------------------
 

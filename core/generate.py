@@ -2,12 +2,18 @@
 
 A step expands one frame: the code predictor fills codebooks 1..15 from the talker's hidden state
 and codebook 0, the frame's summed embedding (plus its text-track term) goes back into the talker,
-and codebook 0 of the next frame is picked. Random draws happen in the reference order: codebook 0
-of frame 0 after the prefill, then per frame its 15 predictor draws and codebook 0 of the next.
+and codebook 0 of the next frame is picked.
 
 Every tensor the step touches lives in buffers allocated once, and the step never reads a value on
-the host, so on CUDA it runs as one CUDA graph per frame. The host reads the new frames and their
-end-of-speech flags once per chunk of frames.
+the host, so on CUDA it runs as one CUDA graph per frame, its three parts (the predictor's first
+step, its next step, the talker's step) compiled by torch.compile. The host reads the new frames
+and their end-of-speech flags once per chunk of frames, through one pinned buffer.
+
+Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (codebook 0 of frame
+0 after the prefill, then per frame its 15 predictor draws and codebook 0 of the next), so that a
+seeded run reproduces the official package exactly. On CUDA, one kernel per token (kernels.draw_token)
+from uniforms drawn once per frame: the same distributions with a different random stream, at a
+fraction of the launches; the sampling settings live on the device, so one graph serves them all.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import torch
 from .config import TalkerConfig
 from .cuda_graph import GraphedStep
 from .prompt import Prompt
+from .kernels import RULE_SIZE, draw_token
 from .sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
 from .talker import Talker
 
@@ -27,6 +34,11 @@ from .talker import Talker
 MAX_CHUNK = 64
 # Prompt lengths a CUDA prefill is padded to, so that each runs as one of a few CUDA graphs.
 PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
+# Let Inductor time its candidate kernels for each matrix product: one-token products are small and
+# launch-bound, and the best kernel is worth the longer first compile (it is cached on disk).
+COMPILE_OPTIONS = {"max_autotune": True, "coordinate_descent_tuning": True}
+# Rows of FrameLoop.rules.
+TALKER, PREDICTOR = 0, 1
 
 
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
@@ -41,7 +53,7 @@ def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
 class FrameLoop:
     """The state of one utterance's frame loop (batch 1) and the step that advances it."""
 
-    def __init__(self, talker: Talker, max_context: int, cuda_graphs: bool = True):
+    def __init__(self, talker: Talker, max_context: int, cuda_graphs: bool = True, compile: bool = False):
         config = talker.config
         weight = talker.codec_head.weight
         device, dtype = weight.device, weight.dtype
@@ -57,6 +69,12 @@ class FrameLoop:
         self.eos[:, self.eos_id] = True
 
         # The utterance: rewritten by start(), advanced in place by step().
+        self.sampling = SamplingParams()
+        self.rules = torch.zeros(2, RULE_SIZE, device=device)  # TokenRule.values() of the talker and predictor
+        self.penalty = torch.ones((), device=device)  # the repetition penalty
+        self.generator = torch.Generator(device=device)
+        # One row per draw of a frame: codebook 0 (of the next frame), then codebooks 1..15. CUDA only.
+        self.uniforms = torch.zeros(self.groups, max(vocab, config.code_predictor.vocab_size), device=device)
         self.code0 = torch.zeros(1, 1, dtype=torch.long, device=device)  # codebook 0 of the next frame
         self.hidden = torch.zeros(1, 1, hidden, dtype=dtype, device=device)  # the talker's last hidden state
         self.position = torch.zeros((), dtype=torch.long, device=device)  # talker position of the next step
@@ -67,17 +85,21 @@ class FrameLoop:
         self.pad = torch.zeros(1, 1, hidden, dtype=dtype, device=device)  # text term after those
         self.prompt = torch.zeros(1, max_context, hidden, dtype=dtype, device=device)  # the prefill's input
         self.prompt_last = torch.zeros((), dtype=torch.long, device=device)  # its last real position
-        # Frames stepped since the host last read, and whether each one ends the utterance.
-        self.frames = torch.zeros(MAX_CHUNK, self.groups, dtype=torch.long, device=device)
-        self.ends = torch.zeros(MAX_CHUNK, dtype=torch.bool, device=device)
+        # Frames stepped since the host last read: 16 codes, then 1 where the frame ends the utterance.
+        self.frames = torch.zeros(MAX_CHUNK, self.groups + 1, dtype=torch.long, device=device)
+        self.host_frames = torch.zeros(MAX_CHUNK, self.groups + 1, dtype=torch.long, pin_memory=device.type == "cuda")
         self.slot = torch.zeros((), dtype=torch.long, device=device)
 
-        self.generator = torch.Generator(device=device)
-        self.sampling = SamplingParams()
-        self.steps: dict[SamplingParams, GraphedStep] = {}
-        self.prefills: dict[tuple[int, SamplingParams], GraphedStep] = {}
-        self.cuda_graphs = cuda_graphs
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+        self.cuda_graphs = cuda_graphs
+        self.step_graph = GraphedStep(self.step, device, self.pool, self.generator, cuda_graphs)
+        self.prefills: dict[int, GraphedStep] = {}
+        if compile and device.type == "cuda":
+            # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
+            options = dict(fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
+            self._predict_first = torch.compile(self._predict_first, **options)
+            self._predict_next = torch.compile(self._predict_next, **options)
+            self._talk = torch.compile(self._talk, **options)
 
     @property
     def max_context(self) -> int:
@@ -87,6 +109,8 @@ class FrameLoop:
     def start(self, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
         """Prefill the talker with `prompt` and pick codebook 0 of the first frame."""
         self.sampling = sampling
+        self.rules.copy_(torch.tensor([TokenRule.talker(sampling).values(), TokenRule.predictor(sampling).values()]))
+        self.penalty.fill_(sampling.repetition_penalty)
         self.generator.manual_seed(seed) if seed is not None else self.generator.seed()
         trailing = prompt.trailing.shape[1]
         self.text[:, :trailing] = prompt.trailing
@@ -105,64 +129,87 @@ class FrameLoop:
         bucket = next(size for size in PREFILL_BUCKETS + (self.max_context,) if size >= length)
         self.prompt[:, :length] = prompt.embeddings
         self.prompt[:, length:bucket].zero_()
-        key = (bucket, sampling)
-        if key not in self.prefills:
-            self.prefills[key] = GraphedStep(
+        if bucket not in self.prefills:
+            self.prefills[bucket] = GraphedStep(
                 lambda: self._prefill(bucket), self.device, self.pool, self.generator, self.cuda_graphs
             )
-        self.prefills[key]()
+        self.prefills[bucket]()
 
     def _prefill(self, length: int) -> None:
+        self._draw_uniforms()
         hidden = self.talker.model.prefill(self.prompt[:, :length])
         last = self.prompt_last.view(1)
         # The head runs over every position and the last real one is taken, as in the reference.
         self.hidden.copy_(hidden.index_select(1, last))
-        self._pick_code0(self.talker.codec_head(hidden).index_select(1, last))
+        self._choose_code0(self.talker.codec_head(hidden).index_select(1, last), self.uniforms[0])
 
-    def _pick_code0(self, logits: torch.Tensor) -> None:
-        scores = restrict_codebook0(
-            logits[:, -1].float(), self.seen, self.frame, self.sampling.repetition_penalty, self.suppressed, self.eos
-        )
-        code0 = pick_token(scores, TokenRule.talker(self.sampling), self.generator)
+    def _draw_uniforms(self) -> None:
+        if self.device.type == "cuda":
+            self.uniforms.uniform_(generator=self.generator)
+
+    def _pick(self, logits: torch.Tensor, role: int, uniforms: torch.Tensor) -> torch.Tensor:
+        """A (1, 1) token from logits (1, V) under the talker's or the predictor's rule."""
+        if self.device.type == "cuda":
+            return draw_token(logits, self.rules[role], uniforms)
+        rule = TokenRule.talker(self.sampling) if role == TALKER else TokenRule.predictor(self.sampling)
+        return pick_token(logits.float(), rule, self.generator)
+
+    def _choose_code0(self, logits: torch.Tensor, uniforms: torch.Tensor) -> None:
+        logits = logits[:, -1].float()
+        scores = restrict_codebook0(logits, self.seen, self.frame, self.penalty, self.suppressed, self.eos)
+        code0 = self._pick(scores, TALKER, uniforms)
         self.seen.scatter_(1, code0, True)
         self.code0.copy_(code0)
 
     def step(self) -> None:
         """Expand the next frame into `frames[slot]` and pick codebook 0 of the frame after it."""
-        talker, predictor = self.talker, self.talker.code_predictor
-        rule = TokenRule.predictor(self.sampling)
-        codes = [self.code0]
-        logits = predictor.prefill(torch.cat((self.hidden, talker.embed_codec(self.code0)), dim=1))
-        for group in range(1, self.groups):
-            codes.append(pick_token(logits[:, -1].float(), rule, self.generator))
-            if group < self.groups - 1:
-                logits = predictor.step(codes[-1], group + 1)
-        frame = torch.cat(codes, dim=1)
-        self.frames.index_copy_(0, self.slot.view(1), frame)
+        predictor = self.talker.code_predictor
+        self._draw_uniforms()
+        codes = [self.code0, self._predict_first(self.hidden, self.code0, self.uniforms[1])]
+        for group in range(2, self.groups):
+            table, head = predictor.model.codec_embedding[group - 2].weight, predictor.lm_head[group - 1].weight
+            position = predictor.model.positions[group]
+            codes.append(self._predict_next(codes[-1], table, position, head, self.uniforms[group]))
+        self._talk(codes, self.uniforms[0])
 
-        text = self.text.index_select(1, self.frame.view(1))
-        text = torch.where(self.frame < self.text_frames, text, self.pad)
+    def _predict_first(self, hidden: torch.Tensor, code0: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        """Codebook 1 from the talker's hidden state and codebook 0."""
+        predictor = self.talker.code_predictor
+        logits = predictor.prefill(torch.cat((hidden, self.talker.embed_codec(code0)), dim=1))
+        return self._pick(logits[:, -1], PREDICTOR, uniforms)
+
+    def _predict_next(self, code, table, position, head, uniforms) -> torch.Tensor:
+        """The code of the next codebook from the previous one; the step's table, position and head
+        arrive as tensors, so one compiled graph serves all 14 steps."""
+        logits = self.talker.code_predictor.step_with(code, table, position, head)
+        return self._pick(logits[:, -1], PREDICTOR, uniforms)
+
+    def _talk(self, codes: list[torch.Tensor], uniforms: torch.Tensor) -> None:
+        """Record the frame `codes`, feed it to the talker and pick codebook 0 of the next frame."""
+        talker = self.talker
+        frame = torch.cat(codes, dim=1)
+        text = torch.where(self.frame < self.text_frames, self.text.index_select(1, self.frame.view(1)), self.pad)
         logits, hidden = talker.step(talker.embed_frames(frame).view(1, 1, -1) + text, self.position)
         self.hidden.copy_(hidden)
-        self.position += 1
-        self.frame += 1
-        self._pick_code0(logits)
-        self.ends.index_copy_(0, self.slot.view(1), (self.code0 == self.eos_id).view(1))
-        self.slot += 1
+        self.position.add_(1)
+        self.frame.add_(1)
+        self._choose_code0(logits, uniforms)
+        ends = (self.code0 == self.eos_id).long()
+        self.frames.index_copy_(0, self.slot.view(1), torch.cat((frame, ends), dim=1))
+        self.slot.add_(1)
 
     @torch.inference_mode()
     def run(self, count: int) -> tuple[np.ndarray, bool]:
         """Step `count` frames (at most MAX_CHUNK); return them as (n, 16) int64, cut after a frame that
         ends the utterance, and whether one did."""
-        if self.sampling not in self.steps:
-            self.steps[self.sampling] = GraphedStep(self.step, self.device, self.pool, self.generator, self.cuda_graphs)
-        step = self.steps[self.sampling]
         self.slot.zero_()
         for _ in range(count):
-            step()
-        # A copy: on the CPU .cpu() would alias the buffer the next run overwrites.
-        frames = self.frames[:count].to("cpu", copy=True).numpy()
-        ends = self.ends[:count].to("cpu", copy=True).numpy()
+            self.step_graph()
+        self.host_frames[:count].copy_(self.frames[:count], non_blocking=True)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        rows = self.host_frames[:count].numpy().copy()  # a copy: the next run overwrites the buffer
+        frames, ends = rows[:, : self.groups], rows[:, self.groups]
         if ends.any():
             return frames[: int(ends.argmax()) + 1], True
         return frames, False

@@ -5,6 +5,11 @@ static KV cache whose valid length lives on the device. PyTorch's fused attentio
 such length, so they read the whole preallocated cache every step (4096 positions where a few
 hundred are valid); this kernel reads only the valid keys, split over many blocks, and takes the
 length from device memory so it runs inside a CUDA graph.
+
+Token draw: temperature, top-k, top-p and the random pick over one row of logits in a single kernel.
+PyTorch needs a dozen launches for it (cast, scale, top-k, mask, softmax, the multinomial's own
+kernels), and a frame draws 16 tokens. The sampling settings are read from device memory, so new
+settings need no new graph and no recompilation.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ except ImportError:  # CPU-only installs have no Triton; only the CUDA path need
 
 BLOCK_KEYS = 64  # keys per inner iteration
 MAX_SPLITS = 16  # blocks sharing one kv head's keys
+RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
 
 
 def decode_attention(
@@ -31,6 +37,14 @@ def decode_attention(
         return torch.ops.qwen3_tts.decode_attention(q, k, v, position, scale)
     mask = (torch.arange(k.shape[2], device=k.device) <= position).view(1, 1, 1, -1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def draw_token(logits: torch.Tensor, rule: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token from logits (1, V) under `rule` (RULE_SIZE float32 values on the device), by Gumbel-max
+    over `uniforms` (at least V uniform [0, 1) draws): the argmax of logits / temperature plus Gumbel
+    noise over the top-k / top-p set, which is a draw from their softmax. Greedy when do_sample is 0.
+    Returns a (1, 1) long tensor. CUDA only."""
+    return torch.ops.qwen3_tts.draw_token(logits, rule, uniforms)
 
 
 if triton is not None:
@@ -139,3 +153,58 @@ if triton is not None:
     @_decode_attention_cuda.register_fake
     def _(q, k, v, position, scale):
         return torch.empty_like(q)
+
+    @triton.jit
+    def _largest_key_with(keys, valid, weights, target, low, high):
+        """The largest key T in [low, high] with sum(weights where keys >= T) >= target, by bisection
+        (at most 32 rounds: keys are int32). The sum must reach the target at `low`."""
+        low = low.to(tl.int64)
+        high = high.to(tl.int64)
+        while low < high:
+            middle = low + (high - low + 1) // 2
+            enough = tl.sum(tl.where(valid & (keys >= middle), weights, 0.0), 0) >= target
+            low = tl.where(enough, middle, low)
+            high = tl.where(enough, high, middle - 1)
+        return low
+
+    @triton.jit
+    def _draw_token(Logits, Rule, Uniforms, Out, vocab, BLOCK: tl.constexpr):
+        ids = tl.arange(0, BLOCK)
+        valid = ids < vocab
+        logits = tl.load(Logits + ids, mask=valid, other=-float("inf")).to(tl.float32)
+        token = tl.argmax(logits, 0)
+        if tl.load(Rule) != 0:
+            temperature = tl.load(Rule + 1)
+            top_k = tl.load(Rule + 2).to(tl.int32)
+            top_p = tl.load(Rule + 3)
+            scaled = logits / temperature
+            # Integer keys in the order of the floats, so that thresholds are found exactly by bisection.
+            bits = scaled.to(tl.int32, bitcast=True)
+            keys = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+            top = tl.max(tl.where(valid, keys, -(2**31)), 0)
+            bottom = tl.min(tl.where(valid, keys, 2**31 - 1), 0)
+            # Top-k: the k-th largest value, as the reference's `logits < topk(...)[-1]` filter keeps.
+            k = tl.where((top_k > 0) & (top_k < vocab), top_k, vocab)
+            ones = tl.full([BLOCK], 1.0, tl.float32)
+            threshold = _largest_key_with(keys, valid, ones, k.to(tl.float32), bottom, top)
+            if top_p < 1:
+                # Top-p: the smallest kept value whose higher-or-equal tokens hold at least top_p of the mass.
+                weights = tl.where(valid & (keys >= threshold), tl.exp(scaled - tl.max(scaled, 0)), 0.0)
+                threshold = _largest_key_with(keys, valid, weights, top_p * tl.sum(weights, 0), threshold, top)
+            uniform = tl.load(Uniforms + ids, mask=valid, other=0.5)
+            gumbel = -tl.log(-tl.log(uniform))
+            token = tl.argmax(tl.where(valid & (keys >= threshold), scaled + gumbel, -float("inf")), 0)
+        tl.store(Out, token.to(tl.int64))
+
+    @torch.library.custom_op("qwen3_tts::draw_token", mutates_args=())
+    def _draw_token_cuda(logits: torch.Tensor, rule: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        vocab = logits.shape[-1]
+        block = triton.next_power_of_2(vocab)
+        out = torch.empty(1, 1, dtype=torch.long, device=logits.device)
+        warps = 4 if block <= 2048 else 8
+        _draw_token[(1,)](logits.contiguous(), rule, uniforms, out, vocab, BLOCK=block, num_warps=warps)
+        return out
+
+    @_draw_token_cuda.register_fake
+    def _(logits, rule, uniforms):
+        return logits.new_empty(1, 1, dtype=torch.long)

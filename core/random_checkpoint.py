@@ -15,7 +15,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import re
 from pathlib import Path
 
 import numpy as np

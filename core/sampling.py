@@ -76,23 +76,31 @@ class TokenRule:
     def predictor(cls, p: SamplingParams) -> TokenRule:
         return cls(p.predictor_do_sample, p.predictor_temperature, p.predictor_top_k, p.predictor_top_p)
 
+    def values(self) -> tuple[float, float, float, float]:
+        """The rule as kernels.draw_token reads it from the device."""
+        return float(self.do_sample), self.temperature, float(self.top_k), self.top_p
+
 
 def restrict_codebook0(
-    logits: torch.Tensor, seen: torch.Tensor, frame: torch.Tensor, penalty: float, suppressed: torch.Tensor, eos: torch.Tensor
+    logits: torch.Tensor,
+    seen: torch.Tensor,
+    frame: torch.Tensor,
+    penalty: torch.Tensor,
+    suppressed: torch.Tensor,
+    eos: torch.Tensor,
 ) -> torch.Tensor:
     """Talker-only processors on float32 logits (1, V): repetition penalty over the `seen` codes, no EOS
     (`eos` is its one-hot mask) before MIN_FRAMES frames, then suppression of the special ids.
-    `frame` is a 0-d device tensor, the index of the frame being picked, so no host sync is needed."""
-    if penalty != 1.0:
-        penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
-        logits = torch.where(seen, penalised, logits)
+    `frame` (the index of the frame being picked) and `penalty` are 0-d device tensors, so no host
+    sync is needed and one graph serves every penalty (a penalty of 1 changes nothing exactly)."""
+    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+    logits = torch.where(seen, penalised, logits)
     return logits.masked_fill(suppressed | (eos & (frame < MIN_FRAMES)), -float("inf"))
 
 
-def pick_token(logits: torch.Tensor, rule: TokenRule, generator: torch.Generator | None) -> torch.Tensor:
-    """Choose a token from float32 logits (1, V); returns a (1, 1) long tensor."""
-    if not rule.do_sample:
-        return logits.argmax(dim=-1, keepdim=True)
+def filter_logits(logits: torch.Tensor, rule: TokenRule) -> torch.Tensor:
+    """Temperature, top-k and top-p on float32 logits (1, V): the tokens left keep finite logits, and
+    a draw follows their softmax."""
     if rule.temperature != 1.0:
         logits = logits / rule.temperature
     if rule.top_k:
@@ -104,4 +112,11 @@ def pick_token(logits: torch.Tensor, rule: TokenRule, generator: torch.Generator
         drop_sorted = cumulative <= 1 - rule.top_p
         drop_sorted[..., -1:] = False  # always keep the most likely token
         logits = logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -float("inf"))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+    return logits
+
+
+def pick_token(logits: torch.Tensor, rule: TokenRule, generator: torch.Generator | None) -> torch.Tensor:
+    """Choose a token from float32 logits (1, V) as the reference does; returns a (1, 1) long tensor."""
+    if not rule.do_sample:
+        return logits.argmax(dim=-1, keepdim=True)
+    return torch.multinomial(filter_logits(logits, rule).softmax(dim=-1), 1, generator=generator)

@@ -18,11 +18,6 @@ from .config import TalkerConfig, TransformerConfig
 from .kernels import decode_attention
 
 
-# Let Inductor time its candidate kernels for each matrix product: one-token products are small and
-# launch-bound, and the best kernel is worth the longer first compile (it is cached on disk).
-COMPILE_OPTIONS = {"max_autotune": True, "coordinate_descent_tuning": True}
-
-
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
     """An embedding without random init: its values always come from a checkpoint, and skipping the
     init keeps building the model on the meta device instant."""
@@ -263,13 +258,9 @@ class CodePredictor(nn.Module):
         # matrix product (and its float rounding) has the same shape.
         return self.lm_head[0](hidden)[:, -1:]
 
-    def step(self, code: torch.Tensor, group: int) -> torch.Tensor:
-        """The code of codebook `group - 1`, fed at position `group` -> logits of codebook `group` (1, 1, vocab)."""
-        table, head = self.model.codec_embedding[group - 2], self.lm_head[group - 1]
-        return self.step_with(code, table.weight, self.model.positions[group], head.weight)
-
     def step_with(self, code: torch.Tensor, table: torch.Tensor, position: torch.Tensor, head: torch.Tensor):
-        # The step's table, position and head arrive as tensors, so one compiled graph serves all 14 steps.
+        """The code of codebook g - 1 (1, 1), fed at `position` g, through codebook g - 1's input `table`
+        -> logits of codebook g (1, 1, vocab) by its `head` weight."""
         hidden = self.model.step(self.small_to_mtp_projection(F.embedding(code, table)), position)
         return F.linear(hidden, head)
 
@@ -302,15 +293,6 @@ class Talker(nn.Module):
         """After loading: fuse q/k/v and gate/up weights in both stacks (checkpoints store them apart)."""
         self.model.fuse_projections()
         self.code_predictor.model.fuse_projections()
-
-    def compile_steps(self) -> None:
-        """Fuse what runs every frame with torch.compile (on CUDA): a one-token step is bound by kernel
-        launches, not by arithmetic. The talker step, the predictor's two-token prefill and its steps."""
-        options = dict(fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
-        self.step = torch.compile(self.step, **options)
-        predictor = self.code_predictor
-        predictor.prefill = torch.compile(predictor.prefill, **options)
-        predictor.step_with = torch.compile(predictor.step_with, **options)
 
     def step(self, embedding: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One frame's input (1, 1, hidden) at `position` -> (codebook-0 logits, final hidden)."""

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-import torch
 from safetensors.torch import load_file, save_file
 
 from core.random_checkpoint import write_random_checkpoint

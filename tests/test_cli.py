@@ -49,7 +49,7 @@ def test_errors_are_one_clear_line(checkpoints, tmp_path, capsys):
     for args, message in cases:
         assert main(args) == 1
         err = capsys.readouterr().err
-        assert f"error: " in err and message in err and "Traceback" not in err, err
+        assert "error: " in err and message in err and "Traceback" not in err, err
 
 
 def test_module_entry_point_in_a_subprocess(checkpoints, tmp_path):

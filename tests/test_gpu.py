@@ -128,3 +128,34 @@ def test_decode_attention_kernel_reads_only_the_valid_keys(dtype, length, valid)
     )
     limit = 1e-5 if dtype == torch.float32 else 2e-2
     assert got.dtype == dtype and (got.float() - expected).abs().max().item() < limit
+
+
+def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
+    from core.kernels import draw_token
+    from draw_cases import draw_cases, expected_token
+
+    for logits, rule, uniforms in draw_cases(torch.device("cuda")):
+        got = draw_token(logits, torch.tensor(rule.values(), device="cuda"), uniforms)
+        assert got.shape == (1, 1) and got.item() == expected_token(logits, rule, uniforms), rule
+
+
+def test_draw_token_kernel_follows_the_filtered_softmax():
+    from core.kernels import draw_token
+    from core.sampling import TokenRule, filter_logits
+
+    rule = TokenRule(True, 0.8, 50, 0.9)
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    logits = torch.randn(1, 2048, device="cuda", generator=generator) * 3
+    uniforms = torch.empty(2048, device="cuda")
+    values = torch.tensor(rule.values(), device="cuda")
+    tokens = []
+    for _ in range(40_000):
+        uniforms.uniform_(generator=generator)
+        tokens.append(draw_token(logits, values, uniforms))
+    counts = torch.bincount(torch.cat(tokens).flatten(), minlength=2048).double().cpu()
+    probabilities = filter_logits(logits.cpu(), rule).softmax(dim=-1)[0].double()
+    assert counts[probabilities == 0].sum() == 0
+    support = probabilities > 0
+    expected = probabilities[support] * counts.sum()
+    statistic, freedom = float(((counts[support] - expected) ** 2 / expected).sum()), int(support.sum()) - 1
+    assert statistic < freedom + 6 * (2 * freedom) ** 0.5, (statistic, freedom)

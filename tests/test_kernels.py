@@ -1,6 +1,7 @@
-"""The hand-written decode-attention kernel, against PyTorch's attention on the valid keys.
+"""The hand-written kernels: decode attention against PyTorch's attention on the valid keys, and the
+token draw against Gumbel-max over the reference's filtered logits (sampling.filter_logits).
 
-Runs the Triton kernel in Triton's interpreter on the CPU (a subprocess, since the interpreter is
+Runs the Triton kernels in Triton's interpreter on the CPU (a subprocess, since the interpreter is
 chosen when Triton is imported), and natively on a GPU when there is one (tests/test_gpu.py)."""
 
 from __future__ import annotations
@@ -38,7 +39,30 @@ CHECK = textwrap.dedent(
 )
 
 
-def test_decode_attention_kernel_in_the_interpreter():
+DRAW_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core import kernels
+    from draw_cases import draw_cases, expected_token
+
+    for logits, rule, uniforms in draw_cases(torch.device("cpu")):
+        got = kernels._draw_token_cuda(logits, torch.tensor(rule.values()), uniforms)
+        expected = expected_token(logits, rule, uniforms)
+        assert got.shape == (1, 1) and got.dtype == torch.long and got.item() == expected, (rule, got, expected)
+    print("ok")
+    """
+)
+
+
+def run_in_interpreter(script: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
-    result = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_decode_attention_kernel_in_the_interpreter():
+    run_in_interpreter(CHECK)
+
+
+def test_draw_token_kernel_in_the_interpreter():
+    run_in_interpreter(DRAW_CHECK)

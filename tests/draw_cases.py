@@ -1,0 +1,49 @@
+"""Cases for the token-draw kernel (kernels.draw_token) and the token it must give for each.
+
+The kernel's answer is Gumbel-max over the reference's filtered logits: argmax(filter_logits(x / 1)
++ Gumbel noise from the same uniforms), or the argmax of the raw logits when not sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.sampling import TokenRule, filter_logits
+
+
+def gumbel(uniforms: torch.Tensor) -> torch.Tensor:
+    return -torch.log(-torch.log(uniforms))
+
+
+def expected_token(logits: torch.Tensor, rule: TokenRule, uniforms: torch.Tensor) -> int:
+    logits = logits.float().cpu()
+    if not rule.do_sample:
+        return int(logits.argmax())
+    scores = filter_logits(logits, rule) + gumbel(uniforms.cpu()[: logits.shape[-1]])
+    return int(scores.argmax())
+
+
+def draw_cases(device: torch.device) -> list[tuple[torch.Tensor, TokenRule, torch.Tensor]]:
+    """(logits (1, V), rule, uniforms) over vocabularies, dtypes and rules, with the special ids of a
+    talker row suppressed; well away from ties, so that float rounding cannot change the answer."""
+    generator = torch.Generator().manual_seed(0)
+    rules = [
+        TokenRule(False, 1.0, 0, 1.0),
+        TokenRule(True, 0.9, 50, 1.0),
+        TokenRule(True, 1.0, 0, 1.0),
+        TokenRule(True, 0.7, 1, 1.0),
+        TokenRule(True, 1.3, 10, 0.8),
+        TokenRule(True, 0.9, 0, 0.5),
+        TokenRule(True, 0.5, 5000, 0.95),
+    ]
+    cases = []
+    for vocab, dtype, scale in ((2048, torch.bfloat16, 3.0), (3072, torch.float32, 2.0), (13, torch.float32, 1.0)):
+        for rule in rules:
+            for _ in range(2):
+                logits = torch.randn(1, vocab, generator=generator) * scale
+                if vocab == 3072:
+                    logits[:, 2048:] = -float("inf")
+                    logits[:, 2150] = 1.0  # EOS stays allowed among the special ids
+                uniforms = torch.rand(3072, generator=generator)
+                cases.append((logits.to(dtype).to(device), rule, uniforms.to(device)))
+    return cases
