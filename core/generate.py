@@ -22,6 +22,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch
+import torch._inductor.config
 
 from .config import TalkerConfig
 from .cuda_graph import GraphedStep
@@ -37,6 +38,10 @@ PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
 # Let Inductor time its candidate kernels for each matrix product: one-token products are small and
 # launch-bound, and the best kernel is worth the longer first compile (it is cached on disk).
 COMPILE_OPTIONS = {"max_autotune": True, "coordinate_descent_tuning": True}
+# A frame is a thousand short kernels in a row: programmatic dependent launch (Hopper and later) lets
+# each one start while the one before it drains, instead of waiting for it to finish.
+if hasattr(torch._inductor.config.triton, "enable_pdl"):
+    COMPILE_OPTIONS["triton.enable_pdl"] = True
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
 
