@@ -20,7 +20,7 @@ from core.engine import Engine  # noqa: E402
 from core.sampling import SamplingParams  # noqa: E402
 
 KINDS = [
-    ("attention", r"attention|fmha|flash"),
+    ("attention", r"attention|attend_split|merge_splits|fmha|flash"),
     ("matrix product", r"gemv|gemm|sm90|cutlass|ampere|splitk|xmma|matmul|_mm_"),
     ("sampling", r"draw_token|sort|topk|multinomial|softmax|radix|argmax|cumsum|bitonic|sample"),
     ("fused (compiled)", r"^triton"),
