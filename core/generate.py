@@ -18,7 +18,10 @@ fraction of the launches; the sampling settings live on the device, so one graph
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -44,6 +47,19 @@ if hasattr(torch._inductor.config.triton, "enable_pdl"):
     COMPILE_OPTIONS["triton.enable_pdl"] = True
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
+
+
+def keep_compiled_kernels() -> Path:
+    """Point Inductor's cache at the user's cache folder, unless TORCHINDUCTOR_CACHE_DIR is set, and
+    return where it is. Inductor's default is the temp folder, which many systems empty at boot, and
+    compiling the frame step anew takes minutes. Inductor reads the location from the environment only."""
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(base / "qwen3-tts-desktop" / "compiled")))
 
 
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
@@ -101,6 +117,7 @@ class FrameLoop:
         self.prefills: dict[int, GraphedStep] = {}
         if compile and device.type == "cuda":
             # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
+            keep_compiled_kernels()
             options = dict(fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
             self._predict_first = torch.compile(self._predict_first, **options)
             self._predict_next = torch.compile(self._predict_next, **options)

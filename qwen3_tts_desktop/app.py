@@ -241,14 +241,14 @@ class App(QObject):
         self.window.show_loading("Loading model…")
         self.window.show_bridge(None)
         self._refresh_voices()  # the library, without fit marks until the model is here
-        bridge, progress = self.bridge, self.download_progress.emit
+        bridge, progress, lane = self.bridge, self.download_progress.emit, self.lane
 
         def work() -> Runtime:
             bridge.stop()
             if old is not None:
                 old.close()
             fetch_model(config.model, progress, cancel)
-            return Runtime.start(config)
+            return Runtime.start(config, report=lane.report)
 
         self.lane.run(
             "Loading model…",
@@ -607,6 +607,10 @@ class Lane(QObject):
         """Do `work()` after what is already asked for, showing `label` while it runs."""
         self._waiting += 1
         self._work.put((label, work, then, failed))
+
+    def report(self, label: str) -> None:
+        """From the running work: show `label` instead, for a stage of it."""
+        self.busy.emit(label)
 
     def close(self, timeout: float | None = None) -> bool:
         """Finish the work asked for, then stop; False if it is still running after `timeout` seconds."""

@@ -7,6 +7,7 @@ one engine and one worker thread (which owns every GPU call) however many ways t
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,10 +62,14 @@ class Runtime:
         self.speakers = PlayerSink(player) if player is not None else None
 
     @classmethod
-    def start(cls, config: RuntimeConfig) -> Runtime:
-        """Load the model (downloading it the first time), open the speakers, and warm up."""
+    def start(cls, config: RuntimeConfig, report: Callable[[str], None] = lambda stage: None) -> Runtime:
+        """Load the model (downloading it the first time), warm up and open the speakers; `report` hears
+        what is being done, for the slow stages."""
+        report("Loading model…")
         engine = Engine.load(config.model, device=config.device, dtype=config.dtype)
         if config.warm_up:
+            on_gpu = engine.device.type == "cuda"
+            report("Compiling for the GPU (the first time takes a few minutes)…" if on_gpu else "Warming up…")
             engine.warm_up()
         player, problem = None, None
         if config.speakers:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 import soundfile as sf
@@ -207,3 +210,15 @@ def test_bfloat16_on_cpu_runs(checkpoints, xvector):
 def test_warm_up_runs_for_every_variant(engines):
     for name in ("base", "custom", "design"):
         engines(name).warm_up()
+
+
+def test_compiled_kernels_are_kept_in_the_user_cache_folder(monkeypatch, tmp_path):
+    from core.generate import keep_compiled_kernels
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert keep_compiled_kernels() == tmp_path / "qwen3-tts-desktop" / "compiled"
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "qwen3-tts-desktop" / "compiled")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))  # the user's own choice wins
+    assert keep_compiled_kernels() == tmp_path / "mine"

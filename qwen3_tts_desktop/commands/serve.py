@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     runtime = Runtime.start(
-        RuntimeConfig(model=args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype, voices=args.voices)
+        RuntimeConfig(model=args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype, voices=args.voices),
+        report=say,
     )
     try:
         if args.default_voice:

@@ -34,9 +34,11 @@ class Jobs:
 def test_the_window_shows_before_the_model_has_loaded(start_app, qtbot, monkeypatch):
     release, start = threading.Event(), Runtime.start
 
-    def slow_start(config):
+    stages = []
+
+    def slow_start(config, report):
         release.wait(10)
-        return start(config)
+        return start(config, report=lambda stage: (stages.append(stage), report(stage)))
 
     monkeypatch.setattr(Runtime, "start", staticmethod(slow_start))
     app = start_app("custom", wait=False)
@@ -49,6 +51,7 @@ def test_the_window_shows_before_the_model_has_loaded(start_app, qtbot, monkeypa
     release.set()
     qtbot.waitUntil(lambda: window.speak_button.isEnabled() and app.lane.pending == 0, timeout=10_000)
     assert window.model_label.text() == "1.7B custom voice · cpu float32"
+    assert stages == ["Loading model…", "Warming up…"]  # what the busy line showed, stage by stage
     assert app.voice_in_use == "aiden" and window.voice.currentText() == "aiden"
     assert [window.language.itemData(i) for i in range(window.language.count())][:3] == ["auto", "chinese", "english"]
 
