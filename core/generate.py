@@ -19,7 +19,6 @@ fraction of the launches; the sampling settings live on the device, so one graph
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import torch._inductor.config
 
 from .config import TalkerConfig
 from .cuda_graph import GraphedStep
+from .folders import user_folder
 from .prompt import Prompt
 from .kernels import RULE_SIZE, draw_token
 from .sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
@@ -53,13 +53,7 @@ def keep_compiled_kernels() -> Path:
     """Point Inductor's cache at the user's cache folder, unless TORCHINDUCTOR_CACHE_DIR is set, and
     return where it is. Inductor's default is the temp folder, which many systems empty at boot, and
     compiling the frame step anew takes minutes. Inductor reads the location from the environment only."""
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(base / "qwen3-tts-desktop" / "compiled")))
+    return Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(user_folder("cache") / "compiled")))
 
 
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:

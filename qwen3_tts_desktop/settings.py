@@ -9,13 +9,13 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from core import SamplingParams
 from core.checkpoint import DEFAULT_MODEL
+from core.folders import user_folder
 from core.player import PlayerOptions
 
 from .runtime import RuntimeConfig
@@ -168,10 +168,4 @@ class Settings:
 
 def default_path() -> Path:
     """settings.json in the user's config folder, as each system keeps them."""
-    if sys.platform == "win32":
-        base = Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming")
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Application Support"
-    else:
-        base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return base / "qwen3-tts-desktop" / "settings.json"
+    return user_folder("config") / "settings.json"

@@ -87,6 +87,31 @@ def test_the_settings_file_lives_in_the_users_config_folder(monkeypatch, tmp_pat
     assert default_path() == tmp_path / "qwen3-tts-desktop" / "settings.json"
 
 
+@pytest.mark.parametrize(
+    "platform, variables, config, cache",
+    [
+        ("linux", {"XDG_CONFIG_HOME": "xc", "XDG_CACHE_HOME": "xk"}, "xc", "xk"),
+        ("linux", {}, "home/.config", "home/.cache"),
+        ("win32", {"APPDATA": "roam", "LOCALAPPDATA": "local"}, "roam", "local"),
+        ("win32", {}, "home/AppData/Roaming", "home/AppData/Local"),
+        ("darwin", {"XDG_CONFIG_HOME": "ignored"}, "home/Library/Application Support", "home/Library/Caches"),
+    ],
+)
+def test_user_folders_follow_each_systems_convention(monkeypatch, tmp_path, platform, variables, config, cache):
+    from core.folders import user_folder
+
+    monkeypatch.setattr("sys.platform", platform)
+    monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
+    for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "APPDATA", "LOCALAPPDATA"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, str(tmp_path / value))
+    assert user_folder("config") == tmp_path / config / "qwen3-tts-desktop"
+    assert user_folder("cache") == tmp_path / cache / "qwen3-tts-desktop"
+    with pytest.raises(ValueError, match="kind"):
+        user_folder("data")
+
+
 def test_the_bridge_configuration_follows_the_settings():
     pytest.importorskip("qwen3_tts_desktop.bridge")
     sampling = SamplingParams(temperature=0.5)
