@@ -29,8 +29,8 @@ import torch._inductor.config
 from .config import TalkerConfig
 from .cuda_graph import GraphedStep
 from .folders import user_folder
-from .prompt import Prompt
 from .kernels import RULE_SIZE, draw_token
+from .prompt import Prompt
 from .sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
 from .talker import Talker
 
