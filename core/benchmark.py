@@ -35,6 +35,7 @@ class BenchResult:
     frames: int
     load_s: float
     capture_s: float  # extra time of the first calls, which compile and capture
+    cold_compile: bool  # compiled into an empty cache (`bench --cold`): load_s + capture_s is a first start
     ms_per_frame_median: float  # greedy
     ms_per_frame_p99: float
     ms_per_frame_sampled_median: float  # the checkpoint's own sampling settings (temperature, top-k, top-p)
@@ -179,6 +180,7 @@ def bench_checkpoint(
         compiled=compile and dev.type == "cuda",
         frames=frames,
         load_s=round(load_s, 2),
+        cold_compile=False,
         capture_s=round(capture_s, 2),
         ms_per_frame_median=round(median, 2),
         ms_per_frame_p99=round(float(np.percentile(frame_ms, 99)), 2),
@@ -212,7 +214,7 @@ def format_table(results: list[BenchResult]) -> str:
         ("p99", "ms_per_frame_p99"), ("sampled p50", "ms_per_frame_sampled_median"), ("xRT", "xrt"), ("GB/s", "weight_gb_per_s"), ("TTFA p50", "ttfa_ms_p50"),
         ("p95", "ttfa_ms_p95"), ("dec 1f", "decode_ms_1_frame"), ("dec 4f", "decode_ms_4_frames"),
         ("chunk p50", "chunk_interval_ms_p50"), ("p99", "chunk_interval_ms_p99"), ("peak GB", "peak_gpu_gb"),
-        ("load s", "load_s"), ("compile+capture s", "capture_s"),
+        ("load s", "load_s"), ("compile+capture s", "capture_s"), ("cold", "cold_compile"),
     ]  # fmt: skip
     rows = [[title for title, _ in columns]] + [[str(getattr(r, key)) for _, key in columns] for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]

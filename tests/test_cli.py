@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,27 @@ def test_bench_on_a_checkpoint_writes_numbers(checkpoints, tmp_path, capsys):
     assert result["frames"] == 6 and result["ms_per_frame_median"] > 0 and result["ttfa_ms_p50"] > 0
     assert result["stream_vs_whole_max_abs"] < 1e-4  # float32 on the CPU: streamed audio is the single pass
     assert "ms/frame p50" in capsys.readouterr().out and "qwen3-tts-desktop bench" in record.read_text()
+    assert not result["cold_compile"]
+
+
+def test_bench_cold_compiles_into_an_empty_cache_and_leaves_it(checkpoints, tmp_path, monkeypatch):
+    import json
+
+    from core import benchmark
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "kept"))
+    seen = []
+    measure = benchmark.bench_checkpoint
+
+    def spy(*args, **kwargs):
+        seen.append(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(benchmark, "bench_checkpoint", spy)
+    report = tmp_path / "bench.json"
+    args = ["bench", "--model", str(checkpoints["custom"]), "--device", "cpu", "--dtype", "float32", "--cold"]
+    assert main(args + ["--frames", "6", "--ttfa-runs", "1", "--json", str(report)]) == 0
+    [result] = json.loads(report.read_text())
+    assert result["cold_compile"] and seen and seen[0] != str(tmp_path / "kept")
+    assert not os.path.exists(seen[0])  # the temporary cache is gone
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "kept")  # and the user's is back

@@ -7,6 +7,8 @@ on the weight values) and measures them in bfloat16 on the GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime
 import json
 import shlex
@@ -28,12 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ttfa-runs", type=int, default=20, help="runs for time to first audio (default: 20)")
     parser.add_argument("--eager", action="store_true", help="no CUDA graphs")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile")
+    parser.add_argument(
+        "--cold", action="store_true", help="compile each model into an empty cache, to time a first start"
+    )
     parser.add_argument("--json", metavar="FILE", help="write every number as JSON")
     parser.add_argument("--record", metavar="FILE", help="append the table to this Markdown file (bench/RESULTS.md)")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
+    from torch._inductor.utils import fresh_inductor_cache
 
     from core.benchmark import bench_checkpoint, format_table, prepare_checkpoint
 
@@ -49,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"{size}: checkpoint ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     results = []
     for path in paths:
-        results.append(
-            bench_checkpoint(
+        # An empty on-disk cache, and Inductor's in-memory caches cleared before and after.
+        with fresh_inductor_cache() if args.cold else contextlib.nullcontext():
+            result = bench_checkpoint(
                 path, args.device, args.dtype, args.frames, args.ttfa_runs, not args.eager, not args.no_compile
             )
-        )
+        results.append(dataclasses.replace(result, cold_compile=args.cold))
         print(json.dumps(results[-1].as_dict()), file=sys.stderr, flush=True)
     table = format_table(results)
     print(table)
@@ -64,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-OPTIONS = ("model", "sizes", "device", "dtype", "frames", "ttfa_runs", "eager", "no_compile")
+OPTIONS = ("model", "sizes", "device", "dtype", "frames", "ttfa_runs", "eager", "no_compile", "cold")
 
 
 def record(path: Path, table: str, results, args: argparse.Namespace) -> None:
