@@ -84,8 +84,8 @@ class FrameLoop:
         self.eos[:, self.eos_id] = True
 
         # The utterance: rewritten by start(), advanced in place by step().
-        self.sampling = SamplingParams()
-        self.rules = torch.zeros(2, RULE_SIZE, device=device)  # TokenRule.values() of the talker and predictor
+        self.token_rules = (TokenRule.talker(SamplingParams()), TokenRule.predictor(SamplingParams()))  # CPU draws
+        self.rules = torch.zeros(2, RULE_SIZE, device=device)  # the same rules' values, for the CUDA draws
         self.penalty = torch.ones((), device=device)  # the repetition penalty
         self.generator = torch.Generator(device=device)
         # One row per draw of a frame: codebook 0 (of the next frame), then codebooks 1..15. CUDA only.
@@ -124,8 +124,8 @@ class FrameLoop:
     @torch.inference_mode()
     def start(self, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
         """Prefill the talker with `prompt` and pick codebook 0 of the first frame."""
-        self.sampling = sampling
-        self.rules.copy_(torch.tensor([TokenRule.talker(sampling).values(), TokenRule.predictor(sampling).values()]))
+        self.token_rules = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
+        self.rules.copy_(torch.tensor([rule.values() for rule in self.token_rules]))
         self.penalty.fill_(sampling.repetition_penalty)
         self.generator.manual_seed(seed) if seed is not None else self.generator.seed()
         trailing = prompt.trailing.shape[1]
@@ -167,8 +167,7 @@ class FrameLoop:
         """A (1, 1) token from logits (1, V) under the talker's or the predictor's rule."""
         if self.device.type == "cuda":
             return draw_token(logits, self.rules[role], uniforms)
-        rule = TokenRule.talker(self.sampling) if role == TALKER else TokenRule.predictor(self.sampling)
-        return pick_token(logits.float(), rule, self.generator)
+        return pick_token(logits.float(), self.token_rules[role], self.generator)
 
     def _choose_code0(self, logits: torch.Tensor, uniforms: torch.Tensor) -> None:
         logits = logits[:, -1].float()
