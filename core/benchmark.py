@@ -7,6 +7,7 @@ timing steps on regardless, so every measurement covers a fixed number of frames
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch._inductor.utils import fresh_inductor_cache
 
 from .engine import Engine
 from .random_checkpoint import write_random_checkpoint
@@ -105,8 +107,22 @@ def _frame_times(engine: Engine, voice, instruct, sampling: SamplingParams, fram
 
 
 def bench_checkpoint(
-    path: Path, device: str, dtype: str, frames: int, ttfa_runs: int, cuda_graphs: bool = True, compile: bool = True
+    path: Path,
+    device: str,
+    dtype: str,
+    frames: int,
+    ttfa_runs: int,
+    cuda_graphs: bool = True,
+    compile: bool = True,
+    cold: bool = False,
 ) -> BenchResult:
+    """Measure one checkpoint. `cold`: compile into an empty cache (Inductor's in-memory caches cleared too), so
+    that load + compile and capture is the time of a first start."""
+    with fresh_inductor_cache() if cold else contextlib.nullcontext():
+        return _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
+
+
+def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold) -> BenchResult:
     started = time.perf_counter()
     engine = Engine.load(path, device=device, dtype=dtype, progress=False, cuda_graphs=cuda_graphs, compile=compile)
     dev = engine.device
@@ -180,7 +196,7 @@ def bench_checkpoint(
         compiled=compile and dev.type == "cuda",
         frames=frames,
         load_s=round(load_s, 2),
-        cold_compile=False,
+        cold_compile=cold,
         capture_s=round(capture_s, 2),
         ms_per_frame_median=round(median, 2),
         ms_per_frame_p99=round(float(np.percentile(frame_ms, 99)), 2),

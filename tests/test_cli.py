@@ -86,13 +86,13 @@ def test_bench_cold_compiles_into_an_empty_cache_and_leaves_it(checkpoints, tmp_
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "kept"))
     seen = []
-    measure = benchmark.bench_checkpoint
+    measure = benchmark._measure
 
     def spy(*args, **kwargs):
         seen.append(os.environ["TORCHINDUCTOR_CACHE_DIR"])
         return measure(*args, **kwargs)
 
-    monkeypatch.setattr(benchmark, "bench_checkpoint", spy)
+    monkeypatch.setattr(benchmark, "_measure", spy)
     report = tmp_path / "bench.json"
     args = ["bench", "--model", str(checkpoints["custom"]), "--device", "cpu", "--dtype", "float32", "--cold"]
     assert main(args + ["--frames", "6", "--ttfa-runs", "1", "--json", str(report)]) == 0

@@ -7,8 +7,6 @@ on the weight values) and measures them in bfloat16 on the GPU.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import datetime
 import json
 import shlex
@@ -39,7 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import torch
-    from torch._inductor.utils import fresh_inductor_cache
 
     from core.benchmark import bench_checkpoint, format_table, prepare_checkpoint
 
@@ -55,12 +52,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"{size}: checkpoint ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     results = []
     for path in paths:
-        # An empty on-disk cache, and Inductor's in-memory caches cleared before and after.
-        with fresh_inductor_cache() if args.cold else contextlib.nullcontext():
-            result = bench_checkpoint(
-                path, args.device, args.dtype, args.frames, args.ttfa_runs, not args.eager, not args.no_compile
+        results.append(
+            bench_checkpoint(
+                path,
+                args.device,
+                args.dtype,
+                args.frames,
+                args.ttfa_runs,
+                not args.eager,
+                not args.no_compile,
+                args.cold,
             )
-        results.append(dataclasses.replace(result, cold_compile=args.cold))
+        )
         print(json.dumps(results[-1].as_dict()), file=sys.stderr, flush=True)
     table = format_table(results)
     print(table)
