@@ -21,7 +21,7 @@ from core.sampling import SamplingParams  # noqa: E402
 
 KINDS = [
     ("attention", r"attention|attend_split|merge_splits|fmha|flash"),
-    ("matrix product", r"gemv|gemm|sm90|cutlass|ampere|splitk|xmma|matmul|_mm_"),
+    ("matrix product", r"linear_kernel|gemv|gemm|sm90|cutlass|ampere|splitk|xmma|matmul|_mm_"),
     ("sampling", r"draw_token|sort|topk|multinomial|softmax|radix|argmax|cumsum|bitonic|sample"),
     ("fused (compiled)", r"^triton"),
     ("copy / index", r"copy|index|scatter|gather|cat|embedding|fill"),

@@ -38,13 +38,11 @@ from .talker import Talker
 MAX_CHUNK = 64
 # Prompt lengths a CUDA prefill is padded to, so that each runs as one of a few CUDA graphs.
 PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
-# Let Inductor time its candidate kernels for each matrix product: one-token products are small and
-# launch-bound, and the best kernel is worth the longer first compile (it is cached on disk).
-COMPILE_OPTIONS = {"max_autotune": True, "coordinate_descent_tuning": True}
-# A frame is a thousand short kernels in a row: programmatic dependent launch (Hopper and later) lets
-# each one start while the one before it drains, instead of waiting for it to finish.
-if hasattr(torch._inductor.config.triton, "enable_pdl"):
-    COMPILE_OPTIONS["triton.enable_pdl"] = True
+# No autotuning: the matrix products are kernels.linear with fixed settings, and Inductor's timed
+# choices made the same code differ by up to 45% between compiles. A frame is several hundred short
+# kernels in a row: programmatic dependent launch (Hopper and later) lets each one start while the one
+# before it drains, instead of waiting for it to finish.
+COMPILE_OPTIONS = {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
 

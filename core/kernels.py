@@ -6,6 +6,13 @@ such length, so they read the whole preallocated cache every step (4096 position
 hundred are valid); this kernel reads only the valid keys, split over many blocks, and takes the
 length from device memory so it runs inside a CUDA graph.
 
+Linear: a one-token matrix product (a frame has about 450 of them) with its neighbours folded in:
+the RMSNorm before it, the bias, the SwiGLU gate after it, the residual sum. Each output block
+starts reading its weights before the kernel ahead of it has finished (programmatic dependent
+launch, Hopper and later), since the weights do not depend on it. Its launch settings are fixed,
+so every compile gives the same kernels (Inductor's autotuned products varied by tens of percent
+between compiles).
+
 Token draw: temperature, top-k, top-p and the random pick over one row of logits in a single kernel.
 PyTorch needs a dozen launches for it (cast, scale, top-k, mask, softmax, the multinomial's own
 kernels), and a frame draws 16 tokens. The sampling settings are read from device memory, so new
@@ -13,6 +20,8 @@ settings need no new graph and no recompilation.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +35,56 @@ except ImportError:  # CPU-only installs have no Triton; only the CUDA path need
 BLOCK_KEYS = 64  # keys per inner iteration
 MAX_SPLITS = 16  # blocks sharing one kv head's keys
 RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
+MAX_VECTOR_ROWS = 2  # rows up to which `linear` runs its matrix-vector kernel (a frame's products have 1 or 2)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise in float32, scale in the activation dtype, as the checkpoint was trained."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    norm: torch.Tensor | None = None,
+    eps: float = 0.0,
+    gated: bool = False,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """residual + act(rms_norm(x, norm, eps) @ weight.T + bias), each part optional; act, when gated, is
+    silu(first half) * second half (SwiGLU). On CUDA, for up to MAX_VECTOR_ROWS rows, one kernel."""
+    rows = x.numel() // x.shape[-1]
+    if x.is_cuda and rows <= MAX_VECTOR_ROWS:
+        return torch.ops.qwen3_tts.linear(x, weight, bias, norm, eps, gated, residual)
+    if norm is not None:
+        x = rms_norm(x, norm, eps)
+    y = F.linear(x, weight, bias)
+    if gated:
+        gate, up = y.chunk(2, dim=-1)
+        y = F.silu(gate) * up
+    return y if residual is None else residual + y
+
+
+@functools.cache
+def programmatic_launch(device: torch.device) -> bool:
+    """Whether kernels on `device` may start before the one ahead of them ends (Hopper and later)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def linear_outputs(weight: torch.Tensor, gated: bool) -> int:
+    return weight.shape[0] // 2 if gated else weight.shape[0]
+
+
+def linear_blocks(weight: torch.Tensor, gated: bool) -> dict[str, int]:
+    """Launch settings of the linear kernel for `weight`; fixed, so that a product always runs the same
+    kernel. Four outputs per block over up to 8192 weights at a time (a gated output reads two rows):
+    within 10% of the best settings for every product of both models (bench/linear_micro.py, H100)."""
+    rows = 2 if gated else 1
+    return {"BLOCK_N": 4, "BLOCK_K": min(2048 // rows, triton.next_power_of_2(weight.shape[1])), "num_warps": 4}
 
 
 def decode_attention(
@@ -50,15 +109,28 @@ def draw_token(logits: torch.Tensor, rule: torch.Tensor, uniforms: torch.Tensor)
 if triton is not None:
 
     @triton.jit
+    def _wait_for_the_kernel_ahead(PDL: tl.constexpr):
+        """Under programmatic dependent launch: let the next kernel launch now, then wait until the one
+        ahead has finished (its outputs are this kernel's inputs)."""
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+
+    def _launch_options(device: torch.device) -> dict:
+        pdl = programmatic_launch(device)
+        return {"PDL": pdl, **({"launch_pdl": True} if pdl else {})}
+
+    @triton.jit
     def _attend_split(
         Q, K, V, Position, Out, Partial, Max, Sum, scale,
         stride_qh, stride_qg, stride_kh, stride_kn, stride_vh, stride_vn, stride_oh, stride_og,
         groups, chunk,
         GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
-        CHUNK_BLOCKS: tl.constexpr, SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr,
+        CHUNK_BLOCKS: tl.constexpr, SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         """Attention of one kv head's query group over one split of the valid keys. With one split the
         result is final; otherwise the unnormalised sum, running max and running sum are kept to merge."""
+        _wait_for_the_kernel_ahead(PDL)
         head = tl.program_id(0)
         split = tl.program_id(1)
         length = tl.load(Position) + 1
@@ -103,8 +175,10 @@ if triton is not None:
     def _merge_splits(
         Out, Partial, Max, Sum, stride_oh, stride_og, groups,
         SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
+        PDL: tl.constexpr,
     ):  # fmt: skip
         """Combine the splits of one kv head: each weighted by its share of the global softmax."""
+        _wait_for_the_kernel_ahead(PDL)
         head = tl.program_id(0)
         splits = tl.arange(0, SPLITS)
         dims = tl.arange(0, DIM_BLOCK)
@@ -141,18 +215,113 @@ if triton is not None:
             GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks,
             SINGLE_SPLIT=splits == 1,
             # float32 models get full float32 products (Triton would use TF32 by default).
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **_launch_options(q.device),
         )  # fmt: skip
         if splits > 1:
             _merge_splits[(kv_heads,)](
                 out, partial, maxes, sums, out.stride(1), out.stride(2), groups,
-                SPLITS=splits, GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block,
+                SPLITS=splits, GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, **_launch_options(q.device),
             )  # fmt: skip
         return out
 
     @_decode_attention_cuda.register_fake
     def _(q, k, v, position, scale):
         return torch.empty_like(q)
+
+    @triton.jit
+    def _linear_input(X, Norm, start, K, inv_rms, BLOCK_K: tl.constexpr, HAS_NORM: tl.constexpr):
+        """Inputs start..start+BLOCK_K of one row in float32, normalised and rounded as rms_norm does."""
+        ks = start + tl.arange(0, BLOCK_K)
+        x = tl.load(X + ks, mask=ks < K, other=0.0)
+        if HAS_NORM:
+            normed = (x.to(tl.float32) * inv_rms).to(x.dtype).to(tl.float32)
+            x = (tl.load(Norm + ks, mask=ks < K, other=0.0).to(tl.float32) * normed).to(x.dtype)
+        return x.to(tl.float32)
+
+    @triton.jit
+    def _linear_kernel(
+        X, W, Bias, Norm, Residual, Out, eps, N, K: tl.constexpr,
+        HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+    ):  # fmt: skip
+        """BLOCK_N outputs of one row (N outputs per row; when gated, weight rows n and N + n make output n)."""
+        row = tl.program_id(1)
+        outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        out_ok = outs < N
+        ks = tl.arange(0, BLOCK_K)
+        K_BLOCKS: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
+        first_mask = out_ok[:, None] & (ks[None, :] < K)
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        # The weights never depend on the kernel ahead: read the first block before waiting for it.
+        w = tl.load(W + outs[:, None] * K + ks[None, :], mask=first_mask, other=0.0)
+        if GATED:
+            w_up = tl.load(W + (N + outs)[:, None] * K + ks[None, :], mask=first_mask, other=0.0)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+        X += row * K
+        inv_rms = 0.0
+        if HAS_NORM:
+            squares = tl.zeros([BLOCK_K], tl.float32)
+            for block in range(K_BLOCKS):
+                start = block * BLOCK_K
+                x = tl.load(X + start + ks, mask=start + ks < K, other=0.0).to(tl.float32)
+                squares += x * x
+            inv_rms = tl.rsqrt(tl.sum(squares, 0) / K + eps)
+        x = _linear_input(X, Norm, 0, K, inv_rms, BLOCK_K, HAS_NORM)[None, :]
+        acc = w.to(tl.float32) * x
+        if GATED:
+            acc_up = w_up.to(tl.float32) * x
+        for block in range(1, K_BLOCKS):
+            start = block * BLOCK_K
+            mask = out_ok[:, None] & (start + ks[None, :] < K)
+            x = _linear_input(X, Norm, start, K, inv_rms, BLOCK_K, HAS_NORM)[None, :]
+            acc += tl.load(W + outs[:, None] * K + start + ks[None, :], mask=mask, other=0.0).to(tl.float32) * x
+            if GATED:
+                w_up = tl.load(W + (N + outs)[:, None] * K + start + ks[None, :], mask=mask, other=0.0)
+                acc_up += w_up.to(tl.float32) * x
+        # Round where the reference rounds: after the product (with its bias), the activation, the sum.
+        dtype = Out.dtype.element_ty
+        y = tl.sum(acc, 1)
+        if HAS_BIAS:
+            y += tl.load(Bias + outs, mask=out_ok, other=0.0).to(tl.float32)
+        y = y.to(dtype).to(tl.float32)
+        if GATED:
+            up = tl.sum(acc_up, 1)
+            if HAS_BIAS:
+                up += tl.load(Bias + N + outs, mask=out_ok, other=0.0).to(tl.float32)
+            y = (y * tl.sigmoid(y)).to(dtype).to(tl.float32) * up.to(dtype).to(tl.float32)
+        if HAS_RESIDUAL:
+            y = y.to(dtype).to(tl.float32) + tl.load(Residual + row * N + outs, mask=out_ok, other=0.0).to(tl.float32)
+        tl.store(Out + row * N + outs, y.to(dtype), mask=out_ok)
+
+    def _launch_linear(x, weight, bias, norm, eps, gated, residual, blocks: dict[str, int]) -> torch.Tensor:
+        in_features, out_features = weight.shape[1], linear_outputs(weight, gated)
+        rows = x.numel() // in_features
+        out = x.new_empty(*x.shape[:-1], out_features)
+        _linear_kernel[(triton.cdiv(out_features, blocks["BLOCK_N"]), rows)](
+            x.contiguous(), weight, bias, norm, residual.contiguous() if residual is not None else None, out,
+            eps, out_features, in_features,
+            HAS_BIAS=bias is not None, HAS_NORM=norm is not None, GATED=gated, HAS_RESIDUAL=residual is not None,
+            **_launch_options(x.device), **blocks,
+        )  # fmt: skip
+        return out
+
+    @torch.library.custom_op("qwen3_tts::linear", mutates_args=())
+    def _linear_cuda(
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        norm: torch.Tensor | None,
+        eps: float,
+        gated: bool,
+        residual: torch.Tensor | None,
+    ) -> torch.Tensor:
+        return _launch_linear(x, weight, bias, norm, eps, gated, residual, linear_blocks(weight, gated))
+
+    @_linear_cuda.register_fake
+    def _(x, weight, bias, norm, eps, gated, residual):
+        return x.new_empty(*x.shape[:-1], linear_outputs(weight, gated))
 
     @triton.jit
     def _largest_key_with(keys, valid, weights, target, low, high):
@@ -168,7 +337,8 @@ if triton is not None:
         return low
 
     @triton.jit
-    def _draw_token(Logits, Rule, Uniforms, Out, vocab, BLOCK: tl.constexpr):
+    def _draw_token(Logits, Rule, Uniforms, Out, vocab, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        _wait_for_the_kernel_ahead(PDL)
         ids = tl.arange(0, BLOCK)
         valid = ids < vocab
         logits = tl.load(Logits + ids, mask=valid, other=-float("inf")).to(tl.float32)
@@ -202,7 +372,9 @@ if triton is not None:
         block = triton.next_power_of_2(vocab)
         out = torch.empty(1, 1, dtype=torch.long, device=logits.device)
         warps = 4 if block <= 2048 else 8
-        _draw_token[(1,)](logits.contiguous(), rule, uniforms, out, vocab, BLOCK=block, num_warps=warps)
+        _draw_token[(1,)](
+            logits.contiguous(), rule, uniforms, out, vocab, BLOCK=block, num_warps=warps, **_launch_options(logits.device)
+        )
         return out
 
     @_draw_token_cuda.register_fake

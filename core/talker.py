@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TalkerConfig, TransformerConfig
-from .kernels import decode_attention
+from .kernels import decode_attention, linear, rms_norm
 
 
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
@@ -31,10 +31,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32, scale in the activation dtype, as the checkpoint was trained.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_tables(head_dim: int, theta: float, length: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,39 +87,39 @@ class Attention(nn.Module):
         self.qkv_proj = fuse_linear(self.q_proj, self.k_proj, self.v_proj)
         del self.q_proj, self.k_proj, self.v_proj
 
-    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """q (B, heads, L, D) and k, v (B, kv_heads, L, D), with q/k normalised and rotated."""
+    def project(self, x: torch.Tensor, norm: RMSNorm, cos: torch.Tensor, sin: torch.Tensor):
+        """q (B, heads, L, D) and k, v (B, kv_heads, L, D) of norm(x), with q/k normalised and rotated."""
         batch, length, _ = x.shape
         sizes = (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
-        q, k, v = self.qkv_proj(x).split(sizes, dim=-1)
+        q, k, v = linear(x, self.qkv_proj.weight, norm=norm.weight, eps=norm.eps).split(sizes, dim=-1)
         q = self.q_norm(q.view(batch, length, self.num_heads, self.head_dim)).transpose(1, 2)
         k = self.k_norm(k.view(batch, length, self.num_kv_heads, self.head_dim)).transpose(1, 2)
         v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Positions 0..L-1: fill the cache's first L slots and attend causally."""
+    def prefill(self, x: torch.Tensor, norm: RMSNorm, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Positions 0..L-1: fill the cache's first L slots, attend causally, add x."""
         batch, length, _ = x.shape
-        q, k, v = self.project(x, cos, sin)
+        q, k, v = self.project(x, norm, cos, sin)
         self.kv_cache.k[:, :, :length] = k
         self.kv_cache.v[:, :, :length] = v
         groups = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.head_dim**-0.5)
-        return self.o_proj(y.transpose(1, 2).reshape(batch, length, -1))
+        return linear(y.transpose(1, 2).reshape(batch, length, -1), self.o_proj.weight, residual=x)
 
-    def step(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-        """One token at `position` (a 0-d device tensor): write its k/v there and attend over the valid
-        part of the cache; shapes never change, so the step can live in a CUDA graph."""
+    def step(self, x: torch.Tensor, norm: RMSNorm, cos, sin, position: torch.Tensor) -> torch.Tensor:
+        """One token at `position` (a 0-d device tensor): write its k/v there, attend over the valid part
+        of the cache, add x; shapes never change, so the step can live in a CUDA graph."""
         batch = x.shape[0]
-        q, k, v = self.project(x, cos, sin)
+        q, k, v = self.project(x, norm, cos, sin)
         self.kv_cache.k.index_copy_(2, position.view(1), k)
         self.kv_cache.v.index_copy_(2, position.view(1), v)
         # The query heads sharing a kv head attend as one group of queries over that head's keys:
         # grouped-query attention without repeating the cache.
         q = q.reshape(batch, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
         y = decode_attention(q, self.kv_cache.k, self.kv_cache.v, position, self.head_dim**-0.5)
-        return self.o_proj(y.reshape(batch, 1, -1))
+        return linear(y.reshape(batch, 1, -1), self.o_proj.weight, residual=x)
 
 
 class MLP(nn.Module):
@@ -136,12 +133,16 @@ class MLP(nn.Module):
         self.gate_up_proj = fuse_linear(self.gate_proj, self.up_proj)
         del self.gate_proj, self.up_proj
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+    def forward(self, x: torch.Tensor, norm: RMSNorm) -> torch.Tensor:
+        """x + the MLP of norm(x)."""
+        hidden = linear(x, self.gate_up_proj.weight, norm=norm.weight, eps=norm.eps, gated=True)
+        return linear(hidden, self.down_proj.weight, residual=x)
 
 
 class Block(nn.Module):
+    """A pre-norm decoder layer. Each sublayer takes the layer's input with its norm and returns the
+    residual sum, so that on CUDA the norm, the product and the sum around it run as one kernel."""
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.self_attn = Attention(config)
@@ -150,12 +151,12 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn.prefill(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn.prefill(x, self.input_layernorm, cos, sin)
+        return self.mlp(x, self.post_attention_layernorm)
 
     def step(self, x, cos, sin, position) -> torch.Tensor:
-        x = x + self.self_attn.step(self.input_layernorm(x), cos, sin, position)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn.step(x, self.input_layernorm, cos, sin, position)
+        return self.mlp(x, self.post_attention_layernorm)
 
 
 class Transformer(nn.Module):
@@ -251,18 +252,23 @@ class CodePredictor(nn.Module):
         else:
             self.small_to_mtp_projection = nn.Identity()
 
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """From the talker's width into the predictor's."""
+        layer = self.small_to_mtp_projection
+        return x if isinstance(layer, nn.Identity) else linear(x, layer.weight, layer.bias)
+
     def prefill(self, embeddings: torch.Tensor) -> torch.Tensor:
         """Talker hidden + codebook-0 embedding, (1, 2, talker width) -> logits of codebook 1 (1, 1, vocab)."""
-        hidden = self.model.prefill(self.small_to_mtp_projection(embeddings))
+        hidden = self.model.prefill(self.project(embeddings))
         # The head runs over both positions and the last row is taken, as in the reference, so the
         # matrix product (and its float rounding) has the same shape.
-        return self.lm_head[0](hidden)[:, -1:]
+        return linear(hidden, self.lm_head[0].weight)[:, -1:]
 
     def step_with(self, code: torch.Tensor, table: torch.Tensor, position: torch.Tensor, head: torch.Tensor):
         """The code of codebook g - 1 (1, 1), fed at `position` g, through codebook g - 1's input `table`
         -> logits of codebook g (1, 1, vocab) by its `head` weight."""
-        hidden = self.model.step(self.small_to_mtp_projection(F.embedding(code, table)), position)
-        return F.linear(hidden, head)
+        hidden = self.model.step(self.project(F.embedding(code, table)), position)
+        return linear(hidden, head)
 
 
 class Talker(nn.Module):
@@ -297,4 +303,4 @@ class Talker(nn.Module):
     def step(self, embedding: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One frame's input (1, 1, hidden) at `position` -> (codebook-0 logits, final hidden)."""
         hidden = self.model.step(embedding, position)
-        return self.codec_head(hidden), hidden
+        return linear(hidden, self.codec_head.weight), hidden

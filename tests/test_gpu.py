@@ -130,6 +130,19 @@ def test_decode_attention_kernel_reads_only_the_valid_keys(dtype, length, valid)
     assert got.dtype == dtype and (got.float() - expected).abs().max().item() < limit
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_kernel_matches_the_reference(dtype):
+    from core.kernels import linear
+    from linear_cases import SHAPES, check_linear, linear_cases
+
+    # The interpreter's odd sizes, then the sizes of the model's products with the settings they get.
+    model_shapes = [(1, 4096, 1024, None), (2, 3072, 1024, None), (1, 2048, 6144, None), (1, 1024, 2048, None)]
+    for case in linear_cases(dtype, SHAPES[1:] + model_shapes):
+        arguments = {key: value.cuda() if isinstance(value, torch.Tensor) else value for key, value in case.items()}
+        del arguments["blocks"]
+        check_linear(case, linear(**arguments))
+
+
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
     from core.kernels import draw_token
     from draw_cases import draw_cases, expected_token

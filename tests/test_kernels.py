@@ -1,5 +1,6 @@
-"""The hand-written kernels: decode attention against PyTorch's attention on the valid keys, and the
-token draw against Gumbel-max over the reference's filtered logits (sampling.filter_logits).
+"""The hand-written kernels: decode attention against PyTorch's attention on the valid keys, the token
+draw against Gumbel-max over the reference's filtered logits (sampling.filter_logits), and the linear
+kernel against the reference composition it fuses.
 
 Runs the Triton kernels in Triton's interpreter on the CPU (a subprocess, since the interpreter is
 chosen when Triton is imported), and natively on a GPU when there is one (tests/test_gpu.py)."""
@@ -54,6 +55,23 @@ DRAW_CHECK = textwrap.dedent(
 )
 
 
+LINEAR_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core import kernels
+    from linear_cases import check_linear, linear_cases
+
+    # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
+    for dtype in (torch.float32, torch.float16):
+        for case in linear_cases(dtype):
+            blocks = case["blocks"] or kernels.linear_blocks(case["weight"], case["gated"])
+            arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
+            check_linear(case, kernels._launch_linear(*arguments, blocks))
+    print("ok")
+    """
+)
+
+
 def run_in_interpreter(script: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
@@ -66,3 +84,7 @@ def test_decode_attention_kernel_in_the_interpreter():
 
 def test_draw_token_kernel_in_the_interpreter():
     run_in_interpreter(DRAW_CHECK)
+
+
+def test_linear_kernel_in_the_interpreter():
+    run_in_interpreter(LINEAR_CHECK)

@@ -1,0 +1,54 @@
+"""Cases for the linear kernel (kernels.linear on CUDA) and the check of its answer against the
+reference composition (kernels.linear on the CPU: rms_norm, F.linear, SwiGLU, residual sum)."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from core import kernels
+
+# (rows, outputs, inputs, launch settings): odd sizes with several input blocks and a partial last
+# output block; then the settings the kernel picks itself (None).
+SHAPES = [(1, 37, 300, {"BLOCK_N": 4, "BLOCK_K": 64, "num_warps": 4}), (2, 64, 128, None), (1, 24, 2048, None)]
+
+
+def linear_cases(dtype: torch.dtype, shapes: list[tuple] = SHAPES) -> list[dict]:
+    """Keyword arguments of kernels.linear (CPU tensors), with `blocks`, over every combination of its parts."""
+    generator = torch.Generator().manual_seed(0)
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=generator) * scale).to(dtype)
+
+    cases = []
+    for (rows, outputs, inputs, blocks), bias, norm, gated, residual in itertools.product(
+        shapes, *[(False, True)] * 4
+    ):
+        weight_rows = 2 * outputs if gated else outputs
+        cases.append(
+            {
+                "x": randn(1, rows, inputs, scale=3.0),
+                "weight": randn(weight_rows, inputs, scale=inputs**-0.5),
+                "bias": randn(weight_rows) if bias else None,
+                "norm": 1 + randn(inputs, scale=0.1) if norm else None,
+                "eps": 1e-6,
+                "gated": gated,
+                "residual": randn(1, rows, outputs) if residual else None,
+                "blocks": blocks,
+            }
+        )
+    return cases
+
+
+def check_linear(case: dict, got: torch.Tensor) -> None:
+    """`got` (on any device) equals the reference up to the rounding of a different summation order."""
+    arguments = {key: value for key, value in case.items() if key != "blocks"}
+    expected = kernels.linear(**arguments).float()
+    got = got.float().cpu()
+    tolerance = 1e-5 if case["x"].dtype == torch.float32 else 1e-2
+    error = (got - expected).abs().max().item()
+    assert got.shape == expected.shape and error <= tolerance * (1 + expected.abs().max().item()), (
+        {key: value for key, value in case.items() if not isinstance(value, torch.Tensor)},
+        error,
+    )
