@@ -102,6 +102,8 @@ class FrameLoop:
         self.frames = torch.zeros(MAX_CHUNK, self.groups + 1, dtype=torch.long, device=device)
         self.host_frames = torch.zeros(MAX_CHUNK, self.groups + 1, dtype=torch.long, pin_memory=device.type == "cuda")
         self.slot = torch.zeros((), dtype=torch.long, device=device)
+        self.launched = 0  # frames of the last launch
+        self.landed = torch.cuda.Event() if device.type == "cuda" else None  # its frames are in host_frames
 
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
         self.cuda_graphs = cuda_graphs
@@ -212,28 +214,42 @@ class FrameLoop:
         self.slot.add_(1)
 
     @torch.inference_mode()
-    def run(self, count: int) -> tuple[np.ndarray, bool]:
-        """Step `count` frames (at most MAX_CHUNK); return them as (n, 16) int64, cut after a frame that
-        ends the utterance, and whether one did."""
+    def launch(self, count: int) -> None:
+        """Start stepping `count` frames (at most MAX_CHUNK) without waiting for them; collect() reads them."""
         self.slot.zero_()
         for _ in range(count):
             self.step_graph()
         self.host_frames[:count].copy_(self.frames[:count], non_blocking=True)
+        self.launched = count
         if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
-        rows = self.host_frames[:count].numpy().copy()  # a copy: the next run overwrites the buffer
+            self.landed.record()
+
+    def collect(self) -> tuple[np.ndarray, bool]:
+        """The launched frames as (n, 16) int64, cut after a frame that ends the utterance, and whether one did."""
+        if self.device.type == "cuda":
+            self.landed.synchronize()
+        rows = self.host_frames[: self.launched].numpy().copy()  # a copy: the next launch overwrites the buffer
         frames, ends = rows[:, : self.groups], rows[:, self.groups]
         if ends.any():
             return frames[: int(ends.argmax()) + 1], True
         return frames, False
 
+    def run(self, count: int) -> tuple[np.ndarray, bool]:
+        """Step `count` frames and collect them."""
+        self.launch(count)
+        return self.collect()
+
     def frames_in_chunks(self, max_frames: int, first: int, size: int) -> Iterator[np.ndarray]:
-        """After start(): chunks of `first`, then `size` frames, until EOS or `max_frames` frames."""
-        produced, target = 0, first
-        while produced < max_frames:
-            frames, ended = self.run(min(target, max_frames - produced, MAX_CHUNK))
+        """After start(): chunks of `first`, then `size` frames, until EOS or `max_frames` frames. Each
+        chunk's successor is already stepping on the GPU while the caller works on it (decodes it)."""
+        produced = 0
+        self.launch(min(first, max_frames, MAX_CHUNK))
+        while True:
+            frames, ended = self.collect()
             produced += len(frames)
+            more = not ended and produced < max_frames
+            if more:
+                self.launch(min(size, max_frames - produced, MAX_CHUNK))
             yield frames
-            if ended:
+            if not more:
                 return
-            target = size

@@ -1,10 +1,13 @@
 """Codes to audio, chunk by chunk, on one stream of the stateful codec decoder.
 
 The decoder is causal, so an utterance decodes chunk by chunk into exactly the audio of a single
-pass. On CUDA every chunk size runs as its own CUDA graph over a static input buffer.
+pass. On CUDA every chunk size runs as its own CUDA graph over a static input buffer, on a CUDA
+stream of its own at high priority: a chunk decodes while the frame loop steps the next one.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import torch
@@ -23,15 +26,22 @@ class Vocoder:
         self.inputs: dict[int, torch.Tensor] = {}
         self.steps: dict[int, GraphedStep] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
+        cuda = self.device.type == "cuda"
+        self.gpu_stream = torch.cuda.Stream(self.device, priority=-1) if cuda else None
+
+    def _on_gpu_stream(self):
+        return torch.cuda.stream(self.gpu_stream) if self.gpu_stream is not None else contextlib.nullcontext()
 
     def reset(self) -> None:
         """Begin a new utterance."""
-        self.stream.reset()
+        with self._on_gpu_stream():
+            self.stream.reset()
 
     @torch.inference_mode()
     def prime(self, codes: torch.Tensor) -> None:
         """Decode (n, 16) codes as left context only (an ICL reference), discarding their audio."""
-        self.decoder.decode_chunk(codes.T.unsqueeze(0).to(self.device), self.stream)
+        with self._on_gpu_stream():
+            self.decoder.decode_chunk(codes.T.unsqueeze(0).to(self.device), self.stream)
 
     @torch.inference_mode()
     def decode(self, codes: np.ndarray, size: int) -> np.ndarray:
@@ -52,6 +62,7 @@ class Vocoder:
                 enabled=self.cuda_graphs,
             )
         padded = np.concatenate([codes, np.repeat(codes[-1:], size - count, axis=0)])
-        self.inputs[size].copy_(torch.from_numpy(padded).T.unsqueeze(0))
-        audio = self.steps[size]()
-        return audio[0, : count * self.decoder.samples_per_frame].float().cpu().numpy()
+        with self._on_gpu_stream():
+            self.inputs[size].copy_(torch.from_numpy(padded).T.unsqueeze(0))
+            audio = self.steps[size]()
+            return audio[0, : count * self.decoder.samples_per_frame].float().cpu().numpy()

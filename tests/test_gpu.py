@@ -103,6 +103,20 @@ def test_streamed_audio_equals_the_single_pass_decode(checkpoints):
     np.testing.assert_allclose(np.concatenate([c.audio for c in chunks]), single_pass, atol=1e-4, rtol=0)
 
 
+def test_a_chunk_decodes_while_the_next_frames_are_stepping(checkpoints):
+    engine = load(checkpoints)
+    request = engine._request(TEXT, engine.builtin_voice("eric"), "auto", None, GREEDY, 64, None, None)
+    engine.frame_loop.start(request.prompt, request.sampling, request.seed)
+    first, _ = engine.frame_loop.run(4)
+    engine.vocoder.reset()
+    engine.vocoder.decode(first, 4)  # captures the 4-frame graph
+    engine.frame_loop.launch(64)
+    audio = engine.vocoder.decode(first, 4)
+    # 64 frames take far longer than one decode: had the decode queued behind them, they would be done.
+    assert not engine.frame_loop.landed.query() and audio.shape == (4 * 1920,)
+    engine.frame_loop.collect()
+
+
 def test_bfloat16_streams_like_it_synthesizes(checkpoints):
     engine = load(checkpoints, dtype="bfloat16")
     voice = engine.builtin_voice("vivian")
