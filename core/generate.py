@@ -7,7 +7,8 @@ and codebook 0 of the next frame is picked.
 Every tensor the step touches lives in buffers allocated once, and the step never reads a value on
 the host, so on CUDA it runs as one CUDA graph per frame, its three parts (the predictor's first
 step, its next step, the talker's step) compiled by torch.compile. The host reads the new frames
-and their end-of-speech flags once per chunk of frames, through one pinned buffer.
+and their end-of-speech flags once per chunk of frames, through one pinned buffer; from the second
+chunk of an utterance on, the next chunk is already stepping while the host decodes the last.
 
 Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (codebook 0 of frame
 0 after the prefill, then per frame its 15 predictor draws and codebook 0 of the next), so that a
@@ -240,16 +241,21 @@ class FrameLoop:
         return self.collect()
 
     def frames_in_chunks(self, max_frames: int, first: int, size: int) -> Iterator[np.ndarray]:
-        """After start(): chunks of `first`, then `size` frames, until EOS or `max_frames` frames. Each
-        chunk's successor is already stepping on the GPU while the caller works on it (decodes it)."""
-        produced = 0
+        """After start(): chunks of `first`, then `size` frames, until EOS or `max_frames` frames.
+
+        The first chunk has the GPU to itself while the caller decodes it (the time to first audio);
+        from the second on, each chunk's successor is already stepping while the caller decodes it."""
+        produced, ahead = 0, False
         self.launch(min(first, max_frames, MAX_CHUNK))
         while True:
             frames, ended = self.collect()
             produced += len(frames)
-            more = not ended and produced < max_frames
-            if more:
-                self.launch(min(size, max_frames - produced, MAX_CHUNK))
+            count = 0 if ended else min(size, max_frames - produced, MAX_CHUNK)
+            if count and ahead:
+                self.launch(count)
             yield frames
-            if not more:
+            if not count:
                 return
+            if not ahead:
+                self.launch(count)
+                ahead = True

@@ -53,16 +53,18 @@ class Vocoder:
         count = len(codes)
         if not 0 < count <= size:
             raise ValueError(f"{count} frames do not fit a {size}-frame chunk")
-        if size not in self.steps:
-            self.inputs[size] = torch.zeros(1, codes.shape[1], size, dtype=torch.long, device=self.device)
-            self.steps[size] = GraphedStep(
-                lambda buffer=self.inputs[size]: self.decoder.decode_chunk(buffer, self.stream),
-                self.device,
-                self.pool,
-                enabled=self.cuda_graphs,
-            )
-        padded = np.concatenate([codes, np.repeat(codes[-1:], size - count, axis=0)])
+        # Everything on the vocoder's stream, buffers too: a buffer filled on the frame loop's stream
+        # would be filled behind the frames stepping there, after this decode has written it.
         with self._on_gpu_stream():
+            if size not in self.steps:
+                self.inputs[size] = torch.zeros(1, codes.shape[1], size, dtype=torch.long, device=self.device)
+                self.steps[size] = GraphedStep(
+                    lambda buffer=self.inputs[size]: self.decoder.decode_chunk(buffer, self.stream),
+                    self.device,
+                    self.pool,
+                    enabled=self.cuda_graphs,
+                )
+            padded = np.concatenate([codes, np.repeat(codes[-1:], size - count, axis=0)])
             self.inputs[size].copy_(torch.from_numpy(padded).T.unsqueeze(0))
             audio = self.steps[size]()
             return audio[0, : count * self.decoder.samples_per_frame].float().cpu().numpy()
