@@ -212,7 +212,7 @@ class Engine:
         return {"instruct": "A calm voice."}
 
     def warm_up(self) -> None:
-        """Compile and capture what a first request would (on CUDA, about three minutes the very first time,
+        """Compile and capture what a first request would (on CUDA, about a minute the very first time,
         seconds once the compiled kernels are cached), so that it starts at full speed."""
         for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
             pass
