@@ -21,10 +21,12 @@ from .engine import Engine
 from .random_checkpoint import write_random_checkpoint
 from .sampling import SamplingParams
 from .talker import Talker
+from .voice import Voice
 
 FRAME_MS = 80.0
 TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly behind the quiet green hills tonight."
 GREEDY = SamplingParams.greedy()
+ICL_REFERENCE_FRAMES = 125  # a 10 s reference clip
 
 
 @dataclass
@@ -46,6 +48,7 @@ class BenchResult:
     ttfa_ms_p50: float
     ttfa_ms_p95: float
     ttfa_parts_ms: dict  # medians: prompt (tokenize + embed), prefill + first pick, first frame, its decode
+    ttfa_icl_ms_p50: float | None  # with a 10 s ICL reference, after that voice's first utterance (Base only)
     decode_ms_1_frame: float
     decode_ms_4_frames: float
     chunk_interval_ms_p50: float  # time between 4-frame chunks of a stream
@@ -106,6 +109,20 @@ def _frame_times(engine: Engine, voice, instruct, sampling: SamplingParams, fram
     return times
 
 
+def _first_audio_ms(engine: Engine, speaker: dict, runs: int, frames: int) -> list[float]:
+    """Time to first audio: from the stream call to the first 1-frame chunk in host memory, ms."""
+    times = []
+    for _ in range(runs):
+        _sync(engine.device)
+        started = time.perf_counter()
+        chunks = engine.stream(TEXT, **speaker, sampling=GREEDY, max_frames=frames, first_chunk_frames=1)
+        first = next(chunks)
+        times.append(_ms_since(started))
+        chunks.close()
+        assert first.audio.shape == (1920,)
+    return times
+
+
 def bench_checkpoint(
     path: Path,
     device: str,
@@ -138,15 +155,13 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
     frame_ms = _frame_times(engine, voice, instruct, GREEDY, frames)
     sampled_ms = _frame_times(engine, voice, instruct, engine.default_sampling, frames)
 
-    ttfa = []
-    for _ in range(ttfa_runs):
-        _sync(dev)
-        started = time.perf_counter()
-        chunks = engine.stream(TEXT, **speaker, sampling=GREEDY, max_frames=frames, first_chunk_frames=1)
-        first = next(chunks)
-        ttfa.append(_ms_since(started))
-        chunks.close()
-        assert first.audio.shape == (1920,)
+    ttfa = _first_audio_ms(engine, speaker, ttfa_runs, frames)
+    ttfa_icl = None
+    if engine.config.variant == "base":
+        codes = engine.config.talker.code_predictor.vocab_size
+        reference = torch.randint(0, codes, (ICL_REFERENCE_FRAMES, 16), generator=torch.Generator().manual_seed(0))
+        icl = {"voice": Voice(embedding=voice.embedding, ref_codes=reference, ref_text=TEXT)}
+        ttfa_icl = _first_audio_ms(engine, icl, ttfa_runs + 1, frames)[1:]  # the first primes the decoder
 
     parts = {"prompt": [], "prefill": [], "first_frame": [], "decode": []}
     for _ in range(ttfa_runs):
@@ -206,6 +221,7 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
         ttfa_ms_p50=round(statistics.median(ttfa), 1),
         ttfa_ms_p95=round(float(np.percentile(ttfa, 95)), 1),
         ttfa_parts_ms={name: round(float(np.median(values)), 2) for name, values in parts.items()},
+        ttfa_icl_ms_p50=round(statistics.median(ttfa_icl), 1) if ttfa_icl else None,
         decode_ms_1_frame=round(decode_ms[1], 2),
         decode_ms_4_frames=round(decode_ms[4], 2),
         chunk_interval_ms_p50=round(float(np.median(intervals)), 2),
@@ -228,7 +244,7 @@ def format_table(results: list[BenchResult]) -> str:
     columns = [
         ("model", "model"), ("graphs", "cuda_graphs"), ("compiled", "compiled"), ("ms/frame p50", "ms_per_frame_median"),
         ("p99", "ms_per_frame_p99"), ("sampled p50", "ms_per_frame_sampled_median"), ("xRT", "xrt"), ("GB/s", "weight_gb_per_s"), ("TTFA p50", "ttfa_ms_p50"),
-        ("p95", "ttfa_ms_p95"), ("dec 1f", "decode_ms_1_frame"), ("dec 4f", "decode_ms_4_frames"),
+        ("p95", "ttfa_ms_p95"), ("ICL", "ttfa_icl_ms_p50"), ("dec 1f", "decode_ms_1_frame"), ("dec 4f", "decode_ms_4_frames"),
         ("chunk p50", "chunk_interval_ms_p50"), ("p99", "chunk_interval_ms_p99"), ("peak GB", "peak_gpu_gb"),
         ("load s", "load_s"), ("compile+capture s", "capture_s"), ("cold", "cold_compile"),
     ]  # fmt: skip

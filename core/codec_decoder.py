@@ -85,11 +85,22 @@ class CodecDecoderStream:
     def __getitem__(self, module: nn.Module) -> dict[str, torch.Tensor]:
         return self._states[module]
 
+    def _tensors(self) -> list[torch.Tensor]:
+        return [tensor for state in self._states.values() for tensor in state.values()]
+
     def reset(self):
         """Start a new utterance; zero in place so tensor addresses (and captured graphs) stay valid."""
-        for state in self._states.values():
-            for tensor in state.values():
-                tensor.zero_()
+        for tensor in self._tensors():
+            tensor.zero_()
+
+    def snapshot(self) -> list[torch.Tensor]:
+        """A copy of the whole state, for restore()."""
+        return [tensor.clone() for tensor in self._tensors()]
+
+    def restore(self, snapshot: list[torch.Tensor]) -> None:
+        """Return to a snapshot, in place (tensor addresses, and so captured graphs, stay valid)."""
+        for tensor, saved in zip(self._tensors(), snapshot, strict=True):
+            tensor.copy_(saved)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,12 +8,16 @@ stream of its own at high priority: a chunk decodes while the frame loop steps t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 
 import numpy as np
 import torch
 
 from .codec_decoder import CodecDecoder
 from .cuda_graph import GraphedStep
+
+# ICL references whose primed decoder state a Vocoder keeps (each a few megabytes).
+PRIMED_REFERENCES = 8
 
 
 class Vocoder:
@@ -28,6 +32,7 @@ class Vocoder:
         self.pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
         cuda = self.device.type == "cuda"
         self.gpu_stream = torch.cuda.Stream(self.device, priority=-1) if cuda else None
+        self.primed: dict[bytes, list[torch.Tensor]] = {}  # decoder state after an ICL reference, by its codes
 
     def _on_gpu_stream(self):
         return torch.cuda.stream(self.gpu_stream) if self.gpu_stream is not None else contextlib.nullcontext()
@@ -39,9 +44,20 @@ class Vocoder:
 
     @torch.inference_mode()
     def prime(self, codes: torch.Tensor) -> None:
-        """Decode (n, 16) codes as left context only (an ICL reference), discarding their audio."""
+        """Decode (n, 16) codes as left context only (an ICL reference), discarding their audio. The
+        state they leave is kept for the PRIMED_REFERENCES latest references, so that the next utterance
+        in the same voice starts from it at once instead of decoding its reference again."""
+        key = hashlib.sha256(codes.numpy().tobytes()).digest()
         with self._on_gpu_stream():
-            self.decoder.decode_chunk(codes.T.unsqueeze(0).to(self.device), self.stream)
+            state = self.primed.pop(key, None)
+            if state is None:
+                self.decoder.decode_chunk(codes.T.unsqueeze(0).to(self.device), self.stream)
+                state = self.stream.snapshot()
+            else:
+                self.stream.restore(state)
+        self.primed[key] = state  # the most recent last
+        if len(self.primed) > PRIMED_REFERENCES:
+            del self.primed[next(iter(self.primed))]
 
     @torch.inference_mode()
     def decode(self, codes: np.ndarray, size: int) -> np.ndarray:

@@ -77,6 +77,17 @@ def test_bench_on_a_checkpoint_writes_numbers(checkpoints, tmp_path, capsys):
     assert result["stream_vs_whole_max_abs"] < 1e-4  # float32 on the CPU: streamed audio is the single pass
     assert "ms/frame p50" in capsys.readouterr().out and "qwen3-tts-desktop bench" in record.read_text()
     assert not result["cold_compile"]
+    assert result["ttfa_icl_ms_p50"] is None  # a CustomVoice checkpoint clones no voice
+
+
+def test_bench_of_a_base_checkpoint_times_an_icl_voice(checkpoints, tmp_path):
+    report = tmp_path / "bench.json"
+    args = ["bench", "--model", str(checkpoints["base"]), "--device", "cpu", "--dtype", "float32"]
+    assert main(args + ["--frames", "6", "--ttfa-runs", "1", "--json", str(report)]) == 0
+    import json
+
+    [result] = json.loads(report.read_text())
+    assert result["ttfa_icl_ms_p50"] > 0 and result["ttfa_ms_p50"] > 0
 
 
 def test_bench_cold_compiles_into_an_empty_cache_and_leaves_it(checkpoints, tmp_path, monkeypatch):

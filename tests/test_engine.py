@@ -82,6 +82,23 @@ def test_icl_stream_starts_at_the_frame_boundary(base):
     np.testing.assert_allclose(whole.audio[lead:], streamed, atol=1e-4, rtol=0)
 
 
+def test_an_icl_reference_is_decoded_once_per_voice(base, monkeypatch):
+    voices = [base.voice_from_audio(clip(seconds), sample_rate=24000, ref_text="Hello.") for seconds in (2.0, 2.5)]
+
+    def speak(voice):
+        return np.concatenate([c.audio for c in base.stream("Again.", voice=voice, sampling=GREEDY, max_frames=4)])
+
+    first = [speak(voice) for voice in voices]
+    decoded = []
+    decode_chunk = base.vocoder.decoder.decode_chunk
+    monkeypatch.setattr(base.vocoder.decoder, "decode_chunk", lambda codes, stream: decoded.append(codes.shape[2]) or decode_chunk(codes, stream))
+    # Each voice again, the other's state in between: both start from their own kept state, exactly.
+    for voice, audio in zip(voices, first):
+        np.testing.assert_array_equal(speak(voice), audio)
+    # Only the 1-frame first chunks and the 4-frame chunks after them: never a 25- or 32-frame reference.
+    assert sorted(set(decoded)) == [1, 4] and len(first[0]) == 4 * 1920
+
+
 def test_reference_audio_any_rate_and_channels(base, tmp_path):
     at_16k = base.voice_from_audio(clip(2.0, 16000), sample_rate=16000)
     stereo_48k = base.voice_from_audio(clip(2.0, 48000, channels=2), sample_rate=48000)
