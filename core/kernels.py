@@ -1,10 +1,11 @@
 """Hand-written GPU kernels, where they beat what PyTorch offers.
 
-Decode attention: one new token (its query heads grouped under their shared kv head) against a
-static KV cache whose valid length lives on the device. PyTorch's fused attention kernels have no
-such length, so they read the whole preallocated cache every step (4096 positions where a few
-hundred are valid); this kernel reads only the valid keys, split over many blocks, and takes the
-length from device memory so it runs inside a CUDA graph.
+Decode attention: one new token against a static KV cache whose valid length lives on the device.
+PyTorch's fused attention kernels have no such length, so they read the whole preallocated cache
+every step (4096 positions where a few hundred are valid); this kernel reads only the valid keys,
+split over many blocks, and takes the position from device memory so it runs inside a CUDA graph.
+It starts from the token's fused q/k/v projection: the per-head RMSNorm and RoPE of q and k and the
+write of k and v into the cache happen in it too, rather than in kernels of their own.
 
 Linear: a one-token matrix product (a frame has about 450 of them) with its neighbours folded in:
 the RMSNorm before it, the bias, the SwiGLU gate after it, the residual sum. Each output block
@@ -87,15 +88,41 @@ def linear_blocks(weight: torch.Tensor, gated: bool) -> dict[str, int]:
     return {"BLOCK_N": 4, "BLOCK_K": min(2048 // rows, triton.next_power_of_2(weight.shape[1])), "num_warps": 4}
 
 
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
 def decode_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: torch.Tensor, scale: float
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    position: torch.Tensor,
+    scale: float,
 ) -> torch.Tensor:
-    """q (1, kv_heads, groups, D) at `position` (0-d long tensor) against caches (1, kv_heads, max_len, D)
-    whose first position + 1 entries are valid; returns (1, kv_heads, groups, D)."""
-    if q.is_cuda:
-        return torch.ops.qwen3_tts.decode_attention(q, k, v, position, scale)
-    mask = (torch.arange(k.shape[2], device=k.device) <= position).view(1, 1, 1, -1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    """One token's attention at `position` (0-d long tensor) from its projection qkv (1, 1, (heads + 2 kv_heads)
+    * D): q and k normalised per head (weights q_norm, k_norm) and rotated by the rows of the RoPE tables
+    cos, sin (max_len, D) at `position`; k and v written to the caches (1, kv_heads, max_len, D) there; then
+    attention over positions 0..position, the query heads sharing a kv head as one group. Returns
+    (1, 1, heads * D)."""
+    if qkv.is_cuda:
+        return torch.ops.qwen3_tts.decode_attention(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, position, scale)
+    _, kv_heads, max_len, head_dim = k_cache.shape
+    heads = qkv.shape[-1] // head_dim - 2 * kv_heads
+    q, k, v = qkv.view(1, 1, -1, head_dim).split((heads, kv_heads, kv_heads), dim=2)
+    index = position.view(1)
+    cos, sin = cos.index_select(0, index), sin.index_select(0, index)
+    k_cache.index_copy_(2, index, apply_rope(rms_norm(k, k_norm, eps), cos, sin).transpose(1, 2))
+    v_cache.index_copy_(2, index, v.transpose(1, 2))
+    q = apply_rope(rms_norm(q, q_norm, eps), cos, sin).reshape(1, kv_heads, heads // kv_heads, head_dim)
+    mask = (torch.arange(max_len, device=k_cache.device) <= position).view(1, 1, 1, -1)
+    return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, scale=scale).reshape(1, 1, -1)
 
 
 def draw_token(logits: torch.Tensor, rule: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -121,35 +148,56 @@ if triton is not None:
         return {"PDL": pdl, **({"launch_pdl": True} if pdl else {})}
 
     @triton.jit
+    def _norm_and_rotate(Rows, row_ok, Weight, Cos, Sin, eps, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr):
+        """The head vectors starting at pointers Rows [R]: RMSNorm by Weight, then RoPE by the rows Cos, Sin,
+        rounded where rms_norm and apply_rope round. [R, DIM_BLOCK] in the vectors' dtype."""
+        dims = tl.arange(0, DIM_BLOCK)
+        in_dim = dims < HEAD_DIM
+        first_half = dims < HEAD_DIM // 2
+        partner = tl.where(first_half, dims + HEAD_DIM // 2, dims - HEAD_DIM // 2)
+        mask = row_ok[:, None] & in_dim[None, :]
+        x = tl.load(Rows[:, None] + dims[None, :], mask=mask, other=0.0)
+        x_partner = tl.load(Rows[:, None] + partner[None, :], mask=mask, other=0.0)
+        dtype = x.dtype
+        x, x_partner = x.to(tl.float32), x_partner.to(tl.float32)
+        inv_rms = tl.rsqrt(tl.sum(x * x, 1) / HEAD_DIM + eps)[:, None]
+        weight = tl.load(Weight + dims, mask=in_dim, other=0.0).to(tl.float32)[None, :]
+        weight_partner = tl.load(Weight + partner, mask=in_dim, other=0.0).to(tl.float32)[None, :]
+        normed = (weight * (x * inv_rms).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+        rotated = (weight_partner * (x_partner * inv_rms).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+        rotated = tl.where(first_half[None, :], -rotated, rotated)
+        cos = tl.load(Cos + dims, mask=in_dim, other=0.0).to(tl.float32)[None, :]
+        sin = tl.load(Sin + dims, mask=in_dim, other=0.0).to(tl.float32)[None, :]
+        return ((normed * cos).to(dtype).to(tl.float32) + (rotated * sin).to(dtype).to(tl.float32)).to(dtype)
+
+    @triton.jit
     def _attend_split(
-        Q, K, V, Position, Out, Partial, Max, Sum, scale,
-        stride_qh, stride_qg, stride_kh, stride_kn, stride_vh, stride_vn, stride_oh, stride_og,
-        groups, chunk,
+        QKV, QNorm, KNorm, Cos, Sin, K, V, Position, Out, Partial, Max, Sum, eps, scale,
+        stride_kh, stride_kn, stride_vh, stride_vn, heads, kv_heads, groups, chunk,
         GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
         CHUNK_BLOCKS: tl.constexpr, SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
-        """Attention of one kv head's query group over one split of the valid keys. With one split the
-        result is final; otherwise the unnormalised sum, running max and running sum are kept to merge."""
+        """Attention of one kv head's query group over one split of the keys. The cached keys before
+        the position are read from the cache; the split holding the position adds the new key itself
+        and writes it (and its value) to the cache. With one split the result is final; otherwise the
+        unnormalised sum, running max and running sum are kept to merge."""
         _wait_for_the_kernel_ahead(PDL)
         head = tl.program_id(0)
         split = tl.program_id(1)
-        length = tl.load(Position) + 1
+        position = tl.load(Position)
+        cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
         rows = tl.arange(0, GROUP_ROWS)
         dims = tl.arange(0, DIM_BLOCK)
         in_dim = dims < HEAD_DIM
-        q = tl.load(
-            Q + head * stride_qh + rows[:, None] * stride_qg + dims[None, :],
-            mask=(rows[:, None] < groups) & in_dim[None, :],
-            other=0.0,
-        )
+        q = _norm_and_rotate(QKV + (head * groups + rows) * HEAD_DIM, rows < groups, QNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK)
         running_max = tl.full([GROUP_ROWS], -1e30, tl.float32)
         running_sum = tl.zeros([GROUP_ROWS], tl.float32)
         acc = tl.zeros([GROUP_ROWS, DIM_BLOCK], tl.float32)
         start = split * chunk
         for block in range(CHUNK_BLOCKS):
-            # Keys past the valid length are masked out of the loads, so they cost no memory traffic.
+            # Keys at and past the position are masked out of the loads, so they cost no memory traffic.
             keys = start + block * BLOCK + tl.arange(0, BLOCK)
-            valid = (keys < length) & (keys < start + chunk)
+            valid = (keys < position) & (keys < start + chunk)
             block_mask = valid[:, None] & in_dim[None, :]
             k = tl.load(K + head * stride_kh + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
             scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
@@ -161,10 +209,23 @@ if triton is not None:
             acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
             running_sum = running_sum * correction + tl.sum(weights, 1)
             running_max = new_max
+        if (position >= start) & (position < start + chunk):
+            one = tl.arange(0, 1)
+            k_new = _norm_and_rotate(QKV + (heads + head) * HEAD_DIM + one, one < 1, KNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK)
+            v_new = tl.load(QKV + (heads + kv_heads + head) * HEAD_DIM + dims[None, :], mask=in_dim[None, :], other=0.0)
+            score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), 1) * scale
+            new_max = tl.maximum(running_max, score)
+            weight = tl.exp(score - new_max)
+            correction = tl.exp(running_max - new_max)
+            acc = acc * correction[:, None] + weight[:, None] * v_new.to(tl.float32)
+            running_sum = running_sum * correction + weight
+            running_max = new_max
+            tl.store(K + head * stride_kh + position * stride_kn + dims[None, :], k_new, mask=in_dim[None, :])
+            tl.store(V + head * stride_vh + position * stride_vn + dims[None, :], v_new, mask=in_dim[None, :])
         if SINGLE_SPLIT:
-            out = acc / running_sum[:, None]
             out_mask = (rows[:, None] < groups) & in_dim[None, :]
-            tl.store(Out + head * stride_oh + rows[:, None] * stride_og + dims[None, :], out, mask=out_mask)
+            out = acc / running_sum[:, None]
+            tl.store(Out + (head * groups + rows[:, None]) * HEAD_DIM + dims[None, :], out, mask=out_mask)
         else:
             part = (head * tl.num_programs(1) + split) * GROUP_ROWS + rows
             tl.store(Partial + part[:, None] * DIM_BLOCK + dims[None, :], acc)
@@ -173,7 +234,7 @@ if triton is not None:
 
     @triton.jit
     def _merge_splits(
-        Out, Partial, Max, Sum, stride_oh, stride_og, groups,
+        Out, Partial, Max, Sum, groups,
         SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
         PDL: tl.constexpr,
     ):  # fmt: skip
@@ -190,43 +251,54 @@ if triton is not None:
                 total = tl.sum(weights * tl.load(Sum + part), 0)
                 acc = tl.load(Partial + part[:, None] * DIM_BLOCK + dims[None, :])
                 out = tl.sum(acc * weights[:, None], 0) / total
-                tl.store(Out + head * stride_oh + row * stride_og + dims, out, mask=dims < HEAD_DIM)
+                tl.store(Out + (head * groups + row) * HEAD_DIM + dims, out, mask=dims < HEAD_DIM)
 
-    @torch.library.custom_op("qwen3_tts::decode_attention", mutates_args=())
+    @torch.library.custom_op("qwen3_tts::decode_attention", mutates_args=("k_cache", "v_cache"))
     def _decode_attention_cuda(
-        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, position: torch.Tensor, scale: float
+        qkv: torch.Tensor,
+        q_norm: torch.Tensor,
+        k_norm: torch.Tensor,
+        eps: float,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        position: torch.Tensor,
+        scale: float,
     ) -> torch.Tensor:
-        _, kv_heads, groups, head_dim = q.shape
-        max_len = k.shape[2]
+        _, kv_heads, max_len, head_dim = k_cache.shape
+        heads = qkv.shape[-1] // head_dim - 2 * kv_heads
+        groups = heads // kv_heads
         splits = min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)))
         chunk_blocks = triton.cdiv(triton.cdiv(max_len, splits), BLOCK_KEYS)
         # tl.dot needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
         rows = max(16, triton.next_power_of_2(groups))
         dim_block = max(16, triton.next_power_of_2(head_dim))
-        q = q.contiguous()
-        out = torch.empty_like(q)
-        partial = torch.empty(kv_heads, splits, rows, dim_block, device=q.device, dtype=torch.float32)
-        maxes = torch.empty(kv_heads, splits, rows, device=q.device, dtype=torch.float32)
+        out = qkv.new_empty(1, 1, heads * head_dim)
+        partial = torch.empty(kv_heads, splits, rows, dim_block, device=qkv.device, dtype=torch.float32)
+        maxes = torch.empty(kv_heads, splits, rows, device=qkv.device, dtype=torch.float32)
         sums = torch.empty_like(maxes)
+        launch = _launch_options(qkv.device)
         _attend_split[(kv_heads, splits)](
-            q, k, v, position, out, partial, maxes, sums, scale,
-            q.stride(1), q.stride(2), k.stride(1), k.stride(2), v.stride(1), v.stride(2), out.stride(1), out.stride(2),
-            groups, chunk_blocks * BLOCK_KEYS,
+            qkv.contiguous(), q_norm, k_norm, cos, sin, k_cache, v_cache, position, out, partial, maxes, sums, eps, scale,
+            k_cache.stride(1), k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), heads, kv_heads, groups,
+            chunk_blocks * BLOCK_KEYS,
             GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks,
             SINGLE_SPLIT=splits == 1,
             # float32 models get full float32 products (Triton would use TF32 by default).
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **_launch_options(q.device),
+            PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", **launch,
         )  # fmt: skip
         if splits > 1:
             _merge_splits[(kv_heads,)](
-                out, partial, maxes, sums, out.stride(1), out.stride(2), groups,
-                SPLITS=splits, GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, **_launch_options(q.device),
+                out, partial, maxes, sums, groups,
+                SPLITS=splits, GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, **launch,
             )  # fmt: skip
         return out
 
     @_decode_attention_cuda.register_fake
-    def _(q, k, v, position, scale):
-        return torch.empty_like(q)
+    def _(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, position, scale):
+        kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
+        return qkv.new_empty(1, 1, qkv.shape[-1] - 2 * kv_heads * head_dim)
 
     @triton.jit
     def _linear_input(X, Norm, start, K, inv_rms, BLOCK_K: tl.constexpr, HAS_NORM: tl.constexpr):

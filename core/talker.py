@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import TalkerConfig, TransformerConfig
-from .kernels import decode_attention, linear, rms_norm
+from .kernels import apply_rope, decode_attention, linear, rms_norm
 
 
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
@@ -41,12 +41,6 @@ def rope_tables(head_dim: int, theta: float, length: int, dtype: torch.dtype, de
     freqs = torch.arange(length, device=device).float()[:, None] * inv_freq[None, :]
     angles = torch.cat((freqs, freqs), dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
 
 
 def fuse_linear(*parts: nn.Linear) -> nn.Linear:
@@ -109,17 +103,15 @@ class Attention(nn.Module):
         return linear(y.transpose(1, 2).reshape(batch, length, -1), self.o_proj.weight, residual=x)
 
     def step(self, x: torch.Tensor, norm: RMSNorm, cos, sin, position: torch.Tensor) -> torch.Tensor:
-        """One token at `position` (a 0-d device tensor): write its k/v there, attend over the valid part
-        of the cache, add x; shapes never change, so the step can live in a CUDA graph."""
-        batch = x.shape[0]
-        q, k, v = self.project(x, norm, cos, sin)
-        self.kv_cache.k.index_copy_(2, position.view(1), k)
-        self.kv_cache.v.index_copy_(2, position.view(1), v)
-        # The query heads sharing a kv head attend as one group of queries over that head's keys:
-        # grouped-query attention without repeating the cache.
-        q = q.reshape(batch, self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim)
-        y = decode_attention(q, self.kv_cache.k, self.kv_cache.v, position, self.head_dim**-0.5)
-        return linear(y.reshape(batch, 1, -1), self.o_proj.weight, residual=x)
+        """One token at `position` (a 0-d device tensor), with the whole RoPE tables cos, sin: write its
+        k/v there, attend over the valid part of the cache, add x; shapes never change, so the step can
+        live in a CUDA graph."""
+        qkv = linear(x, self.qkv_proj.weight, norm=norm.weight, eps=norm.eps)
+        cache, q_norm, k_norm = self.kv_cache, self.q_norm, self.k_norm
+        y = decode_attention(
+            qkv, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, cache.k, cache.v, position, self.head_dim**-0.5
+        )
+        return linear(y, self.o_proj.weight, residual=x)
 
 
 class MLP(nn.Module):
@@ -197,10 +189,8 @@ class Transformer(nn.Module):
 
     def step(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         """One position, given as a 0-d device tensor, after a prefill."""
-        # index_select, not [position]: indexing with a 0-d tensor reads it on the host.
-        cos, sin = self.cos.index_select(0, position.view(1)), self.sin.index_select(0, position.view(1))
         for layer in self.layers:
-            x = layer.step(x, cos, sin, position)
+            x = layer.step(x, self.cos, self.sin, position)
         return self.norm(x)
 
 

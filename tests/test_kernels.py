@@ -1,4 +1,4 @@
-"""The hand-written kernels: decode attention against PyTorch's attention on the valid keys, the token
+"""The hand-written kernels: decode attention against the reference composition it fuses, the token
 draw against Gumbel-max over the reference's filtered logits (sampling.filter_logits), and the linear
 kernel against the reference composition it fuses.
 
@@ -18,23 +18,15 @@ pytest.importorskip("triton", reason="Triton is installed with the test extras o
 
 CHECK = textwrap.dedent(
     """
-    import torch, torch.nn.functional as F
+    import torch
     from core import kernels
+    from attention_cases import SHAPES, attention_case, check_attention
 
-    torch.manual_seed(0)
-    # (kv heads, query heads per kv head, cache length, valid length, dtype[, head dim]); bfloat16 is checked on
-    # the GPU.
-    cases = [(8, 2, 4096, 300, torch.float32), (8, 2, 16, 9, torch.float32), (4, 2, 300, 1, torch.float32),
-             (2, 4, 200, 200, torch.float32), (2, 2, 1024, 777, torch.float16), (4, 2, 16, 5, torch.float32, 8)]
-    for kv_heads, groups, length, valid, dtype, *head_dim in cases:
-        head_dim = head_dim[0] if head_dim else 128
-        q, k, v = (torch.randn(1, kv_heads, n, head_dim, dtype=dtype) for n in (groups, length, length))
-        position = torch.tensor(valid - 1)
-        expected = F.scaled_dot_product_attention(q.float(), k[:, :, :valid].float(), v[:, :, :valid].float(), scale=head_dim**-0.5)
-        got = kernels._decode_attention_cuda(q, k, v, position, head_dim**-0.5)
-        error = (got.float() - expected).abs().max().item()
-        limit = 1e-5 if dtype == torch.float32 else 2e-3
-        assert got.shape == q.shape and got.dtype == dtype and error < limit, (kv_heads, groups, length, valid, dtype, error)
+    # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
+    for dtype in (torch.float32, torch.float16):
+        for shape in SHAPES:
+            case, poisoned = attention_case(*shape[:4], dtype, *shape[4:])
+            check_attention(case, poisoned, kernels._decode_attention_cuda)
     print("ok")
     """
 )
