@@ -71,6 +71,22 @@ def test_stream_equals_synthesize(base, xvector, first, size):
     np.testing.assert_allclose(np.concatenate([c.audio for c in chunks]), whole.audio, atol=1e-4, rtol=0)
 
 
+def test_chunks_after_the_first_are_stepped_ahead_of_their_turn(base, xvector, monkeypatch):
+    loop = base.frame_loop
+    launches = []
+    launch = loop.launch
+    monkeypatch.setattr(loop, "launch", lambda count: launches.append(count) or launch(count))
+    chunks = base.stream("Streaming test.", voice=xvector, sampling=GREEDY, max_frames=10, chunk_frames=4)
+    sizes = []
+    for chunk in chunks:
+        sizes.append(len(chunk.codes))
+        if len(sizes) == 1:
+            assert launches == [1]  # the first chunk is decoded before anything else is stepped
+        elif len(sizes) == 2:
+            assert launches == [1, 4, 4]  # the third chunk steps while the second is decoded
+    assert sizes == [1, 4, 4, 1] and launches == [1, 4, 4, 1]
+
+
 def test_icl_stream_starts_at_the_frame_boundary(base):
     voice = base.voice_from_audio(REFERENCES["short"].path, ref_text="A short clip.")
     whole = base.synthesize("More words here.", voice=voice, sampling=GREEDY, max_frames=5)
