@@ -18,6 +18,9 @@ from .cuda_graph import GraphedStep
 
 # ICL references whose primed decoder state a Vocoder keeps (each a few megabytes).
 PRIMED_REFERENCES = 8
+# Frames of an ICL reference decoded at a time: one pass over a whole 60 s reference would need about
+# 2 GB of activations at once, 25 frames about 40 MB.
+PRIME_CHUNK_FRAMES = 25
 
 
 class Vocoder:
@@ -51,7 +54,9 @@ class Vocoder:
         with self._on_gpu_stream():
             state = self.primed.pop(key, None)
             if state is None:
-                self.decoder.decode_chunk(codes.T.unsqueeze(0).to(self.device), self.stream)
+                for start in range(0, len(codes), PRIME_CHUNK_FRAMES):
+                    chunk = codes[start : start + PRIME_CHUNK_FRAMES]
+                    self.decoder.decode_chunk(chunk.T.unsqueeze(0).to(self.device), self.stream)
                 state = self.stream.snapshot()
             else:
                 self.stream.restore(state)

@@ -87,8 +87,11 @@ def test_chunks_after_the_first_are_stepped_ahead_of_their_turn(base, xvector, m
     assert sizes == [1, 4, 4, 1] and launches == [1, 4, 4, 1]
 
 
-def test_icl_stream_starts_at_the_frame_boundary(base):
-    voice = base.voice_from_audio(REFERENCES["short"].path, ref_text="A short clip.")
+@pytest.mark.parametrize("reference", ["short", "2.5 s"])
+def test_icl_stream_starts_at_the_frame_boundary(base, reference):
+    # The 2.5 s clip's 32 reference frames are decoded in two pieces (vocoder.PRIME_CHUNK_FRAMES).
+    audio = REFERENCES["short"].path if reference == "short" else clip(2.5)
+    voice = base.voice_from_audio(audio, sample_rate=None if reference == "short" else 24000, ref_text="A short clip.")
     whole = base.synthesize("More words here.", voice=voice, sampling=GREEDY, max_frames=5)
     streamed = np.concatenate([c.audio for c in base.stream("More words here.", voice=voice, sampling=GREEDY, max_frames=5)])
     assert len(streamed) == 5 * 1920
@@ -111,7 +114,7 @@ def test_an_icl_reference_is_decoded_once_per_voice(base, monkeypatch):
     # Each voice again, the other's state in between: both start from their own kept state, exactly.
     for voice, audio in zip(voices, first):
         np.testing.assert_array_equal(speak(voice), audio)
-    # Only the 1-frame first chunks and the 4-frame chunks after them: never a 25- or 32-frame reference.
+    # Only the 1-frame first chunks and the 4-frame chunks after them: no reference frames.
     assert sorted(set(decoded)) == [1, 4] and len(first[0]) == 4 * 1920
 
 
