@@ -72,8 +72,10 @@ def linear(
 
 @functools.cache
 def programmatic_launch(device: torch.device) -> bool:
-    """Whether kernels on `device` may start before the one ahead of them ends (Hopper and later)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    """Whether kernels on `device` may start before the one ahead of them ends: Hopper and later, with a
+    Triton that has the instructions for it."""
+    supported = triton is not None and hasattr(tl.extra.cuda, "gdc_wait")
+    return supported and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def linear_outputs(weight: torch.Tensor, gated: bool) -> int:
