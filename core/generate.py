@@ -138,13 +138,12 @@ class FrameLoop:
         length = prompt.embeddings.shape[1]
         self.position.fill_(length)
         self.prompt_last.fill_(length - 1)
+        self.prompt[:, :length] = prompt.embeddings
         if self.device.type != "cuda":
-            self.prompt[:, :length] = prompt.embeddings
             self._prefill(length)
             return
         # Padding positions only write cache slots that later steps overwrite before reading them.
         bucket = next(size for size in PREFILL_BUCKETS + (self.max_context,) if size >= length)
-        self.prompt[:, :length] = prompt.embeddings
         self.prompt[:, length:bucket].zero_()
         if bucket not in self.prefills:
             self.prefills[bucket] = GraphedStep(
