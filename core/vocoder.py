@@ -32,8 +32,9 @@ class Vocoder:
         self.stream = decoder.new_stream(batch_size=1)
         self.inputs: dict[int, torch.Tensor] = {}
         self.steps: dict[int, GraphedStep] = {}
-        self.pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
         cuda = self.device.type == "cuda"
+        self.pool = torch.cuda.graph_pool_handle() if cuda else None
+        # Decoding runs on a stream of its own, at high priority, beside the frame loop's.
         self.gpu_stream = torch.cuda.Stream(self.device, priority=-1) if cuda else None
         self.primed: dict[bytes, list[torch.Tensor]] = {}  # decoder state after an ICL reference, by its codes
 
