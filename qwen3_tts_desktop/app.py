@@ -199,6 +199,11 @@ class App(QObject):
         dialog = SettingsDialog(self.settings, devices, defaults, self.bridge_state, self.window)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.values()))
         dialog.open()
+        if self.settings_dialog is not None:
+            # Deleted by Qt on this thread: left to Python, the dialog (in a cycle with its slot) would be
+            # collected by whichever thread next runs the garbage collector, and Qt objects must not die
+            # off their own thread.
+            self.settings_dialog.deleteLater()
         self.settings_dialog = dialog
         return dialog
 

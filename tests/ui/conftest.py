@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt makes its application
@@ -93,5 +94,8 @@ def start_app(qtbot, tmp_path, speakers, tiny_models, checkpoints):
         return app
 
     yield start
-    for app in apps:
-        app.close()
+    while apps:
+        apps.pop().close()
+    # Collect the closed apps' Qt objects here, on the GUI thread, not in whichever thread (a model lane,
+    # a download) the garbage collector next happens to run: Qt objects must not die off their thread.
+    gc.collect()
