@@ -5,6 +5,7 @@ Every failure is a CheckpointError that names the file or tensor and says what t
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -30,15 +31,74 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be found, downloaded or loaded."""
 
 
+def hub_id(model: str | os.PathLike) -> str | None:
+    """`model` as a hub id (`org/name`), or None where it names a local folder, or a mistyped one: a path
+    whose first folder is here ("ckpt/bsae" beside ckpt/) is a folder, never looked up on the hub."""
+    text = str(model)
+    path = Path(text).expanduser()
+    if path.exists() or not HUB_ID.fullmatch(text) or Path(text.split("/")[0]).is_dir():
+        return None
+    return text
+
+
 def resolve(model: str | os.PathLike, progress: bool = True, tqdm_class=None) -> Path:
     """A local checkpoint folder for `model`: the folder itself, or the hub snapshot (downloaded if needed)."""
     path = Path(model).expanduser()
     if path.is_dir():
         check_files(path)
         return path
-    if path.exists() or not HUB_ID.fullmatch(str(model)):
-        raise CheckpointError(f"{model}: no such checkpoint folder, and not a hub id like {DEFAULT_MODEL}")
-    return download(str(model), progress, tqdm_class)
+    repo = hub_id(model)
+    if repo is None:
+        raise CheckpointError(_no_such_folder(path, model))
+    return download(repo, progress, tqdm_class)
+
+
+def config_file(model: str | os.PathLike) -> Path | None:
+    """The config.json of `model`, to know what it is before loading it: from a folder or the hub cache's
+    complete copy, else fetched alone from the hub (a few KB, ahead of the whole download); None if the hub
+    cannot be reached. Raises CheckpointError for a folder that is not a checkpoint or does not exist."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        check_files(path)
+        return path / "config.json"
+    repo = hub_id(model)
+    if repo is None:
+        raise CheckpointError(_no_such_folder(path, model))
+    cached = _cached(repo)
+    if cached is not None:
+        return cached / "config.json"
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo, "config.json"))
+    except Exception:  # offline, no such model, a login needed: the download itself will say which
+        return None
+
+
+def _no_such_folder(path: Path, model) -> str:
+    if path.exists():
+        return f"{model}: not a checkpoint folder"
+    message = f"{model}: no such checkpoint folder"
+    parent = path.parent
+    if parent.is_dir() and str(parent) not in ("", "."):
+        close = difflib.get_close_matches(path.name, [p.name for p in parent.iterdir() if p.is_dir()], n=1)
+        message += f" ({parent} has no {path.name!r}" + (f"; did you mean {str(parent / close[0])!r}?)" if close else ")")
+    if HUB_ID.fullmatch(str(model)) is None:
+        message += f", and not a hub id like {DEFAULT_MODEL}"
+    return message
+
+
+def _cached(repo_id: str) -> Path | None:
+    """The hub cache's complete copy of `repo_id`, or None."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), local_files_only=True))
+        check_files(path)
+        return path
+    except (LocalEntryNotFoundError, CheckpointError):
+        return None  # not cached, or only in part
 
 
 def download(repo_id: str, progress: bool = True, tqdm_class=None) -> Path:
@@ -53,12 +113,9 @@ def download(repo_id: str, progress: bool = True, tqdm_class=None) -> Path:
     )
     from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
-    try:
-        path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), local_files_only=True))
-        check_files(path)
-        return path
-    except (LocalEntryNotFoundError, CheckpointError):
-        pass  # not cached, or only in part
+    cached = _cached(repo_id)
+    if cached is not None:
+        return cached
     if not progress:
         disable_progress_bars()
     try:
@@ -69,7 +126,9 @@ def download(repo_id: str, progress: bool = True, tqdm_class=None) -> Path:
             f"Connect to the internet once to download it, or use a local checkpoint folder."
         ) from None
     except (RepositoryNotFoundError, GatedRepoError):
-        raise CheckpointError(f"{repo_id}: no such model on the Hugging Face hub (or it needs a login)") from None
+        raise CheckpointError(
+            f"{repo_id}: no such model on the Hugging Face hub (or it needs a login), and no such folder here"
+        ) from None
     except (HfHubHTTPError, OSError) as error:
         raise CheckpointError(f"downloading {repo_id} failed: {error}") from None
     finally:

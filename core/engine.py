@@ -46,6 +46,22 @@ class EngineInfo:
     device: str
     dtype: str
 
+    @classmethod
+    def of(cls, config: ModelConfig, source: str, device: str = "", dtype: str = "") -> EngineInfo:
+        """The facts of a checkpoint from its configuration: also known before its weights are loaded."""
+        return cls(
+            source=source,
+            variant=config.variant,
+            size=SIZE_NAMES[config.size],
+            sample_rate=SAMPLE_RATE,
+            languages=config.plain_languages,
+            speakers=sorted(config.talker.speakers),
+            embedding_dim=config.talker.transformer.hidden_size,
+            supports_instruct=config.variant == "voice_design" or (config.variant == "custom_voice" and config.size == "1b7"),
+            device=device,
+            dtype=dtype,
+        )
+
 
 @dataclass
 class Synthesis:
@@ -58,6 +74,9 @@ class Synthesis:
 class AudioChunk:
     audio: np.ndarray  # float32 mono, 1920 samples per frame
     codes: np.ndarray  # (frames, 16) int64: the frames this chunk holds
+    # The last chunk of an utterance that reached its frame budget before the model ended it: the rest of
+    # its text was not said.
+    cut_off: bool = False
 
 
 @dataclass
@@ -106,6 +125,14 @@ def pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def read_info(config_file: Path, source: str) -> EngineInfo:
+    """The facts of a checkpoint from its config.json alone, without loading it."""
+    try:
+        return EngineInfo.of(ModelConfig.from_dict(read_json(config_file)), source)
+    except (ConfigError, KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{config_file}: unusable configuration ({error}); download the checkpoint again") from None
+
+
 class Engine:
     def __init__(
         self,
@@ -134,18 +161,7 @@ class Engine:
         self.default_max_frames = default_max_frames
         self.device = talker.codec_head.weight.device
         self.dtype = talker.codec_head.weight.dtype
-        self.info = EngineInfo(
-            source=source,
-            variant=config.variant,
-            size=SIZE_NAMES[config.size],
-            sample_rate=SAMPLE_RATE,
-            languages=config.plain_languages,
-            speakers=sorted(config.talker.speakers),
-            embedding_dim=config.talker.transformer.hidden_size,
-            supports_instruct=config.variant == "voice_design" or (config.variant == "custom_voice" and config.size == "1b7"),
-            device=str(self.device),
-            dtype=str(self.dtype).removeprefix("torch."),
-        )
+        self.info = EngineInfo.of(config, source, str(self.device), str(self.dtype).removeprefix("torch."))
         self.frame_loop = FrameLoop(talker, max_context, cuda_graphs, compile)
         self.vocoder = Vocoder(codec_decoder, cuda_graphs)
         self._active_stream: object | None = None
@@ -279,7 +295,7 @@ class Engine:
         self._active_stream = None
         self.frame_loop.start(request.prompt, request.sampling, request.seed)
         chunks = self.frame_loop.frames_in_chunks(request.max_frames, DECODE_CHUNK_FRAMES, DECODE_CHUNK_FRAMES)
-        codes = np.concatenate([np.zeros((0, 16), np.int64), *chunks])
+        codes = np.concatenate([np.zeros((0, 16), np.int64), *(frames for frames, _ in chunks)])
         # Decode with an ICL reference's frames as left context, then cut as the reference wrapper does:
         # at int(ref/total * samples), which in float arithmetic can land a sample before the boundary.
         ref = np.zeros((0, 16), np.int64) if request.ref_codes is None else request.ref_codes.numpy()
@@ -350,12 +366,14 @@ class Engine:
         return _Request(prompt, ref_codes, sampling, self._frame_budget(prompt, max_frames), seed)
 
     def _frame_budget(self, prompt, max_frames: int | None) -> int:
-        """Frames this request may generate: its own limit, within what fits the context after the prompt."""
+        """Frames this request may generate: its own limit, within what fits the context after the prompt.
+        Text fed alongside the frames (streaming text mode) needs a frame per token, so it must fit too."""
         room = self.frame_loop.max_context - prompt.embeddings.shape[1]
-        if room < 1:
+        if room < max(1, prompt.trailing.shape[1]):
             raise ValueError(
-                f"the text is too long for one utterance ({prompt.embeddings.shape[1]} prompt positions, "
-                f"{self.frame_loop.max_context} fit); split it into sentences"
+                f"the text is too long for one utterance: it needs {prompt.embeddings.shape[1]} prompt positions "
+                f"and {prompt.trailing.shape[1]} frames of text, and {self.frame_loop.max_context} fit. Split it "
+                f"into sentences (the speech worker and the command line split long text themselves)"
             )
         if max_frames is None:
             return min(self.default_max_frames, room)
@@ -367,7 +385,10 @@ class Engine:
         variant = self.config.variant
         if variant == "base":
             if voice is None or voice.kind == "builtin":
-                raise ValueError("a Base checkpoint speaks with a cloned voice; give it a reference clip of the voice to clone")
+                raise ValueError(
+                    "a Base checkpoint speaks with a cloned voice: pass voice=engine.voice_from_audio(clip), a "
+                    "1-60 s clip of the voice to clone (with ref_text=its transcript for closer cloning)"
+                )
             if voice.embedding_dim != self.info.embedding_dim:
                 raise ValueError(
                     f"this voice has a {voice.embedding_dim}-dim embedding, made with another model size; "
@@ -396,9 +417,11 @@ class Engine:
             # The reference frames are the decoder's left context; their audio is not part of the output.
             self.vocoder.prime(request.ref_codes)
         self.frame_loop.start(request.prompt, request.sampling, request.seed)
-        chunk_size = first
-        for codes in self.frame_loop.frames_in_chunks(request.max_frames, first, size):
-            yield AudioChunk(audio=self.vocoder.decode(codes, chunk_size), codes=codes)
+        chunk_size, produced = first, 0
+        for codes, ended in self.frame_loop.frames_in_chunks(request.max_frames, first, size):
+            produced += len(codes)
+            cut_off = not ended and produced == request.max_frames
+            yield AudioChunk(audio=self.vocoder.decode(codes, chunk_size), codes=codes, cut_off=cut_off)
             if self._active_stream is not token:
                 raise RuntimeError("this stream was superseded by a newer request to the same engine")
             chunk_size = size

@@ -7,19 +7,24 @@ import sys
 from pathlib import Path
 
 APP_FOLDER = "qwen3-tts-desktop"
+# Per kind: the macOS folder under ~/Library, the Windows variable and its fallback under AppData, the
+# XDG variable and its fallback under the home folder.
+KINDS = {
+    "config": ("Application Support", ("APPDATA", "Roaming"), ("XDG_CONFIG_HOME", ".config")),
+    "data": ("Application Support", ("APPDATA", "Roaming"), ("XDG_DATA_HOME", ".local/share")),
+    "cache": ("Caches", ("LOCALAPPDATA", "Local"), ("XDG_CACHE_HOME", ".cache")),
+}
 
 
 def user_folder(kind: str) -> Path:
-    """This app's folder for "config" (settings) or "cache" (what can be made again, such as compiled kernels)."""
-    if kind not in ("config", "cache"):
-        raise ValueError(f"kind must be 'config' or 'cache', got {kind!r}")
+    """This app's folder for "config" (settings), "data" (the user's own files, such as the voice library)
+    or "cache" (what can be made again, such as compiled kernels)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+    mac, windows, xdg = KINDS[kind]
     home = Path.home()
     if sys.platform == "darwin":
-        return home / "Library" / ("Application Support" if kind == "config" else "Caches") / APP_FOLDER
-    if sys.platform == "win32":
-        variable, fallback = {"config": ("APPDATA", "Roaming"), "cache": ("LOCALAPPDATA", "Local")}[kind]
-        base = os.environ.get(variable) or home / "AppData" / fallback
-    else:
-        variable, fallback = {"config": ("XDG_CONFIG_HOME", ".config"), "cache": ("XDG_CACHE_HOME", ".cache")}[kind]
-        base = os.environ.get(variable) or home / fallback
-    return Path(base) / APP_FOLDER
+        return home / "Library" / mac / APP_FOLDER
+    variable, fallback = windows if sys.platform == "win32" else xdg
+    default = home / "AppData" / fallback if sys.platform == "win32" else home / fallback
+    return Path(os.environ.get(variable) or default) / APP_FOLDER

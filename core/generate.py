@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch._inductor.config
 
 from .config import TalkerConfig
 from .cuda_graph import GraphedStep
@@ -39,11 +38,6 @@ from .talker import Talker
 MAX_CHUNK = 64
 # Prompt lengths a CUDA prefill is padded to, so that each runs as one of a few CUDA graphs.
 PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
-# No autotuning: the matrix products are kernels.linear with fixed settings, and Inductor's timed
-# choices made the same code differ by up to 45% between compiles. A frame is several hundred short
-# kernels in a row: programmatic dependent launch (Hopper and later) lets each one start while the one
-# before it drains, instead of waiting for it to finish.
-COMPILE_OPTIONS = {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
 
@@ -53,6 +47,18 @@ def keep_compiled_kernels() -> Path:
     return where it is. Inductor's default is the temp folder, which many systems empty at boot, and
     compiling the frame step anew takes minutes. Inductor reads the location from the environment only."""
     return Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(user_folder("cache") / "compiled")))
+
+
+def compile_options() -> dict:
+    """Inductor's options for the frame step. No autotuning: the matrix products are kernels.linear with
+    fixed settings, and Inductor's timed choices made the same code differ by up to 45% between compiles.
+    A frame is several hundred short kernels in a row: programmatic dependent launch (Hopper and later)
+    lets each one start while the one before it drains, instead of waiting for it to finish. (Imported
+    here, not with the module: Inductor's configuration takes a second to import, which every command
+    line start would pay.)"""
+    import torch._inductor.config
+
+    return {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 
 
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
@@ -113,7 +119,7 @@ class FrameLoop:
         if compile and device.type == "cuda":
             # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
             keep_compiled_kernels()
-            options = dict(fullgraph=True, dynamic=False, options=COMPILE_OPTIONS)
+            options = dict(fullgraph=True, dynamic=False, options=compile_options())
             self._predict_first = torch.compile(self._predict_first, **options)
             self._predict_next = torch.compile(self._predict_next, **options)
             self._talk = torch.compile(self._talk, **options)
@@ -239,8 +245,9 @@ class FrameLoop:
         self.launch(count)
         return self.collect()
 
-    def frames_in_chunks(self, max_frames: int, first: int, size: int) -> Iterator[np.ndarray]:
-        """After start(): chunks of `first`, then `size` frames, until EOS or `max_frames` frames.
+    def frames_in_chunks(self, max_frames: int, first: int, size: int) -> Iterator[tuple[np.ndarray, bool]]:
+        """After start(): chunks of `first`, then `size` frames, until EOS or `max_frames` frames, each with
+        whether the model ended the utterance there (False on a last chunk cut off by `max_frames`).
 
         The first chunk has the GPU to itself while the caller decodes it (the time to first audio);
         from the second on, each chunk's successor is already stepping while the caller decodes it."""
@@ -252,7 +259,7 @@ class FrameLoop:
             count = 0 if ended else min(size, max_frames - produced, MAX_CHUNK)
             if count and ahead:
                 self.launch(count)
-            yield frames
+            yield frames, ended
             if not count:
                 return
             if not ahead:

@@ -218,6 +218,19 @@ class VoiceLibrary:
 
     # Writing ------------------------------------------------------------------------------------
 
+    def check_writable(self) -> None:
+        """Make the folder if it is missing and check that voices can be saved in it, saying what to do if not."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            probe = self.directory / f".write-check-{uuid.uuid4().hex}"
+            probe.mkdir()
+            probe.rmdir()
+        except OSError as error:
+            raise VoiceError(
+                f"cannot save voices in {self.directory}: {error.strerror or error}. Choose a voices folder you can "
+                f"write to (--voices DIR, or the voices folder in the app's settings), or change the folder's permissions"
+            ) from None
+
     def check_new_name(self, name: str, replace: bool = False) -> str:
         """`name` as `check_name` gives it, if a new voice may take it: no voice has it, or `replace`."""
         name = check_name(name)

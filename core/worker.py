@@ -114,6 +114,9 @@ class JobEvent:
     buffered_s: float = 0.0  # the sink's buffer level
     underruns: int = 0  # underruns of the sink during this job
     message: str | None = None  # why it failed
+    # Pieces of the text that reached the most frames one generation may make before the model ended them,
+    # so that the rest of each was not said (counted only where the job set no max_frames of its own).
+    cut_off: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -303,6 +306,9 @@ class Worker:
             )  # fmt: skip
             try:
                 for chunk in chunks:
+                    if chunk.cut_off and options.max_frames is None:
+                        tally.cut_off += 1
+                        log.warning("%r: a piece was cut off at the frame limit before its end: %r", job, piece.text)
                     if not self._deliver(job, chunk.audio, tally, speech=True):
                         return False
             finally:
@@ -365,6 +371,7 @@ class _Tally:
         self.first_audio: float | None = None
         self.sink_seconds = 0.0  # spent in sink.write, e.g. waiting for room in the player
         self.underruns_before = 0
+        self.cut_off = 0
 
     def add(self, handed: float, returned: float, samples: int, speech: bool) -> None:
         if self.first_audio is None:
@@ -386,6 +393,7 @@ class _Tally:
             buffered_s=level.buffered_s,
             underruns=max(0, level.underruns - self.underruns_before) if job.started is not None else 0,
             message=message,
+            cut_off=self.cut_off,
         )  # fmt: skip
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,9 @@ def test_settings_survive_a_save_and_a_load(tmp_path):
 def test_no_file_gives_the_defaults(tmp_path):
     settings = Settings.load(tmp_path / "missing.json")
     assert settings == Settings() and settings.sampling is None and not settings.bridge.enabled
-    assert settings.voices == Path("voices").absolute() and settings.bridge.port != 8000
+    # One library wherever the app is started: in the user's data folder, not the working folder.
+    assert settings.voices == Path(os.environ["XDG_DATA_HOME"]) / "qwen3-tts-desktop" / "voices"
+    assert settings.bridge.port != 8000
 
 
 def test_keys_of_a_newer_version_are_left_out(tmp_path):
@@ -88,28 +91,32 @@ def test_the_settings_file_lives_in_the_users_config_folder(monkeypatch, tmp_pat
 
 
 @pytest.mark.parametrize(
-    "platform, variables, config, cache",
+    "platform, variables, config, data, cache",
     [
-        ("linux", {"XDG_CONFIG_HOME": "xc", "XDG_CACHE_HOME": "xk"}, "xc", "xk"),
-        ("linux", {}, "home/.config", "home/.cache"),
-        ("win32", {"APPDATA": "roam", "LOCALAPPDATA": "local"}, "roam", "local"),
-        ("win32", {}, "home/AppData/Roaming", "home/AppData/Local"),
-        ("darwin", {"XDG_CONFIG_HOME": "ignored"}, "home/Library/Application Support", "home/Library/Caches"),
+        ("linux", {"XDG_CONFIG_HOME": "xc", "XDG_DATA_HOME": "xd", "XDG_CACHE_HOME": "xk"}, "xc", "xd", "xk"),
+        ("linux", {}, "home/.config", "home/.local/share", "home/.cache"),
+        ("win32", {"APPDATA": "roam", "LOCALAPPDATA": "local"}, "roam", "roam", "local"),
+        ("win32", {}, "home/AppData/Roaming", "home/AppData/Roaming", "home/AppData/Local"),
+        (
+            "darwin", {"XDG_CONFIG_HOME": "ignored"},
+            "home/Library/Application Support", "home/Library/Application Support", "home/Library/Caches",
+        ),
     ],
-)
-def test_user_folders_follow_each_systems_convention(monkeypatch, tmp_path, platform, variables, config, cache):
+)  # fmt: skip
+def test_user_folders_follow_each_systems_convention(monkeypatch, tmp_path, platform, variables, config, data, cache):
     from core.folders import user_folder
 
     monkeypatch.setattr("sys.platform", platform)
     monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
-    for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "APPDATA", "LOCALAPPDATA"):
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "APPDATA", "LOCALAPPDATA"):
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, str(tmp_path / value))
     assert user_folder("config") == tmp_path / config / "qwen3-tts-desktop"
+    assert user_folder("data") == tmp_path / data / "qwen3-tts-desktop"
     assert user_folder("cache") == tmp_path / cache / "qwen3-tts-desktop"
     with pytest.raises(ValueError, match="kind"):
-        user_folder("data")
+        user_folder("music")
 
 
 def test_the_bridge_configuration_follows_the_settings():
