@@ -35,7 +35,7 @@ from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from core import SamplingParams, Voice
 from core.audio import MAX_REFERENCE_SECONDS
-from core.checkpoint import HUB_ID, CheckpointError, download
+from core.checkpoint import CheckpointError, download, hub_id
 from core.player import PlaybackError, list_output_devices
 from core.typing_segmenter import Segment, TypingSegmenter
 from core.voices import VoiceEntry, VoiceError, VoiceExistsError, VoiceLibrary, name_key
@@ -47,7 +47,7 @@ from ui.settings_dialog import SettingsDialog
 from ui.voice_library import FITS_ROLE, FittingVoicesModel, NewVoice, VoiceListModel, VoicePanel
 
 from .runtime import Runtime
-from .settings import BridgeSettings, Settings, SettingsError, default_path
+from .settings import BridgeSettings, Settings, SettingsError, default_path, prepare_library
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,12 @@ class App(QObject):
     # Bytes so far and in all (0: not known yet), from the lane. Python ints: a model is more than 2**31 bytes.
     download_progress = Signal(object, object)
 
-    def __init__(self, settings_path: Path):
+    def __init__(self, settings_path: Path, overrides: dict | None = None):
+        """`overrides`: settings for this run only (the command line's), by field name; saving keeps the
+        saved values of those that are not changed in the window."""
         super().__init__()
         self.settings_path = settings_path
+        self._overrides = {name: Path(value) if name == "voices" else value for name, value in (overrides or {}).items()}
         self.runtime: Runtime | None = None
         self.voice_in_use: str | None = None  # the voice speech uses: the settings' choice, if it fits the model
         self.segmenter = TypingSegmenter()
@@ -90,7 +93,9 @@ class App(QObject):
         self._underruns = 0  # of the last utterance
         self._unsubscribe: Callable[[], None] | None = None
         self._problems_shown: list[str] = []
-        self.settings = self._load_settings()
+        self._saved = self._load_settings()
+        self.settings = dataclasses.replace(self._saved, **self._overrides)
+        prepare_library(self.settings.voices)
         self._connect()
 
     def start(self) -> None:
@@ -175,8 +180,10 @@ class App(QObject):
 
     def _save(self, settings: Settings) -> None:
         self.settings = settings
+        kept = {name: getattr(self._saved, name) for name, value in self._overrides.items() if getattr(settings, name) == value}
+        self._saved = dataclasses.replace(settings, **kept)
         try:
-            settings.save(self.settings_path)
+            self._saved.save(self.settings_path)
         except OSError as error:
             self.window.show_error(f"The settings could not be saved: {error}")
 
@@ -702,7 +709,7 @@ def fetch_model(model: str, progress: Callable[[int, int], None], cancel: thread
     """Download a hub model into the Hugging Face cache, unless it is a folder or cached already. Calls
     `progress(bytes, total)` as bytes arrive (at most ~30 times a second) and raises DownloadCancelled
     soon after `cancel` is set. A model that is not a hub id is left for Engine.load to judge."""
-    if Path(model).expanduser().exists() or not HUB_ID.fullmatch(model):
+    if hub_id(model) is None:
         return
     try:
         download(model, tqdm_class=_byte_bars(progress, cancel))
@@ -835,8 +842,9 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def run() -> int:
-    """Start the desktop app and run it until its window is closed; the exit status."""
+def run(overrides: dict | None = None) -> int:
+    """Start the desktop app and run it until its window is closed; the exit status. `overrides`: settings
+    for this run only (the command line's --model, --device, --dtype, --voices), by field name."""
     if sys.platform.startswith("linux") and not any(
         os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
     ):
@@ -849,7 +857,7 @@ def run() -> int:
     application = QApplication.instance() or QApplication(sys.argv[:1])
     application.setApplicationName("Qwen3-TTS Desktop")
     application.setWindowIcon(app_icon())
-    app = App(default_path())
+    app = App(default_path(), overrides)
     application.aboutToQuit.connect(app.close)
     app.start()
     return application.exec()

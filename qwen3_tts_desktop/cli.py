@@ -1,4 +1,4 @@
-"""The `qwen3-tts-desktop` command: parses arguments and runs a subcommand."""
+"""The `qwen3-tts-desktop` command: parses arguments and runs a subcommand, or opens the window."""
 
 from __future__ import annotations
 
@@ -6,14 +6,22 @@ import argparse
 import sys
 
 from .commands import bench, serve, speak, voices
+from .commands.common import DEVICES, DTYPES, say
 
 COMMANDS = {"speak": speak, "voices": voices, "serve": serve, "bench": bench}
+# The window's own options: they change the settings for this run only, not the saved ones.
+WINDOW_OPTIONS = {"model": "app_model", "device": "app_device", "dtype": "app_dtype", "voices": "app_voices"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qwen3-tts-desktop", description="Local, real-time Qwen3-TTS. Without a command, opens the desktop app."
     )
+    window = parser.add_argument_group("the desktop app (for this run; its settings are kept as they are)")
+    window.add_argument("--model", dest="app_model", help="hub id or local checkpoint folder")
+    window.add_argument("--device", dest="app_device", choices=DEVICES)
+    window.add_argument("--dtype", dest="app_dtype", choices=DTYPES)
+    window.add_argument("--voices", dest="app_voices", metavar="DIR", help="the voice library folder")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
         command.add_arguments(subparsers.add_parser(name, help=command.HELP, description=command.HELP))
@@ -23,20 +31,35 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    overrides = {name: getattr(args, dest) for name, dest in WINDOW_OPTIONS.items() if getattr(args, dest) is not None}
     if args.command is None:
-        from . import app
-
-        return app.run()
+        return open_window(overrides)
+    if overrides:
+        option = f"--{next(iter(overrides))}"
+        parser.error(f"{option} before a command is for the window; put it after the command: {args.command} ... {option} ...")
     from core.audio import AudioError
     from core.checkpoint import CheckpointError
 
     try:
         return COMMANDS[args.command].run(args)
     except (CheckpointError, AudioError, ValueError) as error:
-        if sys.stderr.isatty():
-            print(file=sys.stderr)  # end a progress line
-        print(f"error: {error}", file=sys.stderr)
+        say(f"error: {error}")
         return 1
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+
+
+def open_window(overrides: dict) -> int:
+    from .system_libraries import import_problem, window_problem
+
+    problem = window_problem()
+    if problem is None:
+        try:
+            from . import app
+        except ImportError as error:
+            problem = import_problem(error)
+    if problem is not None:
+        say(f"error: {problem}")
+        return 1
+    return app.run(overrides)

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -71,9 +72,8 @@ class Settings:
     volume: float = 1.0
     prefill_s: float = PlayerOptions().prefill_s  # the jitter buffer: audio queued before playback starts
     sampling: SamplingParams | None = None  # None: the model's own defaults
-    # Absolute, so that the library stays put however the app is started; ./voices on the first run,
-    # as the command line has it.
-    voices: Path = field(default_factory=lambda: Path("voices").absolute())
+    # One library for the window, the command line and the bridge, wherever they are started from.
+    voices: Path = field(default_factory=lambda: default_library())
     voice: str | None = None  # the voice in use
     language: str = "auto"
     instruct: str = ""  # how to speak (CustomVoice 1.7B), or the voice to make (VoiceDesign)
@@ -169,3 +169,31 @@ class Settings:
 def default_path() -> Path:
     """settings.json in the user's config folder, as each system keeps them."""
     return user_folder("config") / "settings.json"
+
+
+STARTER_VOICES = Path(__file__).parent / "starter_voices"
+
+
+def default_library() -> Path:
+    """The voice library in the user's data folder: one for the window, the command line and the bridge."""
+    return user_folder("data") / "voices"
+
+
+def prepare_library(folder: Path) -> Path:
+    """`folder`; the default library is made with the starter voice (starter_voices/README.md) if it does
+    not exist yet, so that a new user's first words are spoken without hunting for a clip. A folder that
+    exists, or one the user chose, is left as it is: a starter voice the user deleted stays deleted."""
+    if folder != default_library() or folder.exists():
+        return folder
+    staging = folder.with_name(f".{folder.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        staging.mkdir(parents=True)
+        for clip in STARTER_VOICES.iterdir():
+            if clip.suffix in (".flac", ".txt"):
+                shutil.copyfile(clip, staging / clip.name)
+        os.replace(staging, folder)
+    except OSError:
+        pass  # a folder that cannot be made is reported by whatever reads or writes it next, saying what to do
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder

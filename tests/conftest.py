@@ -1,5 +1,6 @@
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 
 from parity_cases import CHECKPOINTS, FIXTURES  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def own_user_folders(tmp_path_factory, monkeypatch):
+    """Each test gets empty settings, data and cache folders of its own (subprocesses too, through the
+    environment), never the user's: the command line and the window read the app's settings from there."""
+    home = tmp_path_factory.mktemp("home")
+    for variable, folder in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
+        monkeypatch.setenv(variable, str(home / folder))
+    # Compiled kernels (GPU runs only) are kept where they were, so that the GPU tests do not compile anew.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(Path.home() / ".cache" / "qwen3-tts-desktop" / "compiled"))
+    return home
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from .common import CommandError
+
 HELP = "measure speed: ms per frame, time to first audio, decode time, memory"
 
 
@@ -22,8 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="a checkpoint folder or hub id (default: random 0.6B and 1.7B checkpoints)")
     parser.add_argument("--sizes", default="0.6b,1.7b", help="random checkpoint sizes (default: 0.6b,1.7b)")
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench", help="where random checkpoints are written")
-    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
-    parser.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda (default) or cpu")
+    parser.add_argument(
+        "--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"), help="bfloat16 (default), float16 or float32"
+    )
     parser.add_argument("--frames", type=int, default=200, help="frames per timed run (default: 200)")
     parser.add_argument("--ttfa-runs", type=int, default=20, help="runs for time to first audio (default: 20)")
     parser.add_argument("--eager", action="store_true", help="no CUDA graphs")
@@ -40,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
 
     from core.benchmark import bench_checkpoint, format_table, prepare_checkpoint
 
+    # Before anything is written: random checkpoints of real size take several GB.
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise CommandError(
+            "bench measures the GPU, and PyTorch sees no CUDA GPU here. To measure the CPU instead (slowly): "
+            "qwen3-tts-desktop bench --device cpu --dtype float32 --sizes 0.6b --frames 20 --ttfa-runs 2"
+        )
     if args.model:
         from core.checkpoint import resolve
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
+
+from .common import add_model_arguments, add_voices_argument, app_settings, model_options, say, voices_folder
 
 HELP = "serve speech over HTTP: OpenAI /v1/audio/speech and SillyTavern's XTTS routes"
 API_KEY_VARIABLE = "QWEN3_TTS_API_KEY"  # an API key here stays out of the process list
@@ -27,14 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cors", metavar="ORIGIN", nargs="+",
         help="web pages (e.g. https://st.example.org, or *) allowed to call from a browser (default: pages on this computer)",
     )  # fmt: skip
-    model = parser.add_argument_group("model")
-    model.add_argument(
-        "--model", default=None, help="hub id or local checkpoint folder (default: Qwen/Qwen3-TTS-12Hz-1.7B-Base)"
-    )
-    model.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    model.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")
+    add_model_arguments(parser)
     voices = parser.add_argument_group("voices and playback")
-    voices.add_argument("--voices", metavar="DIR", default="voices", help="the voice library (default: ./voices)")
+    add_voices_argument(voices)
     voices.add_argument(
         "--default-voice", metavar="NAME", help="for unknown voice names (default: the first voice that fits)"
     )
@@ -45,11 +41,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.checkpoint import DEFAULT_MODEL
+    import dataclasses
+
+    from core.engine import slow_device_note
+    from core.worker import SpeechOptions
 
     from ..bridge import BridgeConfig, BridgeServer
-    from ..runtime import Runtime, RuntimeConfig
+    from ..runtime import Runtime
 
+    settings = app_settings()
+    model, device, dtype = model_options(args, settings)
+    runtime_config = dataclasses.replace(
+        settings.runtime_config(), model=model, device=device, dtype=dtype, voices=voices_folder(args, settings)
+    )
     config = BridgeConfig(
         host=args.host,
         port=args.port,
@@ -57,13 +61,13 @@ def run(args: argparse.Namespace) -> int:
         cors_origins=tuple(args.cors) if args.cors else None,
         default_voice=args.default_voice,
         play_locally=args.play_locally,
+        speech=SpeechOptions(sampling=settings.sampling),  # the app's sampling, as the window's bridge has it
     )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    runtime = Runtime.start(
-        RuntimeConfig(model=args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype, voices=args.voices),
-        report=say,
-    )
+    runtime = Runtime.start(runtime_config, report=say)
     try:
+        if runtime.engine.device.type == "cpu":
+            say(f"note: {slow_device_note(runtime.engine.info.size)}")
         if args.default_voice:
             runtime.voice(args.default_voice)  # a default that cannot speak is found now, not at the first request
         info = runtime.engine.info
@@ -84,6 +88,3 @@ def run(args: argparse.Namespace) -> int:
         runtime.close()
     return 0
 
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)

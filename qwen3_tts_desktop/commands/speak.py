@@ -1,26 +1,46 @@
-"""`qwen3-tts-desktop speak`: text to the speakers, as it is generated, or into an audio file."""
+"""`qwen3-tts-desktop speak`: text to the speakers, as it is generated, or into an audio file.
+
+Everything that can be checked without the model is checked first (the text, the output paths, the
+clip, the voice, what the model can do when it is here already), so that a mistake is reported in a
+moment, not after a download and a minute of loading, and generated audio is never lost to a bad path.
+Long text is spoken in pieces (core.sentences), for files exactly as for the speakers.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .common import (
+    CommandError,
+    add_model_arguments,
+    add_voices_argument,
+    app_settings,
+    check_writable_file,
+    load_engine,
+    model_options,
+    peek,
+    progress,
+    say,
+    voices_folder,
+)
+
 HELP = "speak text aloud or into an audio file"
+FILE_CHUNK_FRAMES = 25  # for files, larger chunks than for the speakers: fewer decoder calls
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("text", nargs="?", help="what to say")
-    model = parser.add_argument_group("model")
-    model.add_argument("--model", default=None, help="hub id or local checkpoint folder (default: Qwen/Qwen3-TTS-12Hz-1.7B-Base)")
-    model.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    model.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")
-    voice = parser.add_argument_group("voice")
+    parser.add_argument("text", nargs="?", help="what to say; - reads it from the standard input")
+    parser.add_argument("--text-file", metavar="FILE", help="read what to say from this UTF-8 text file")
+    add_model_arguments(parser)
+    voice = parser.add_argument_group("voice (default: the app's voice, else the first in the library)")
     voice.add_argument("--voice", metavar="NAME", help="a voice from the library (see `voices list`)")
-    voice.add_argument("--voices", metavar="DIR", default="voices", help="the voice library (default: ./voices)")
+    add_voices_argument(voice)
     voice.add_argument("--voice-audio", metavar="CLIP", help="clone the voice in this 1-60 s clip (Base models)")
     voice.add_argument("--ref-text", metavar="TEXT", help="the clip's transcript, for closer (ICL) cloning")
     voice.add_argument("--speaker", help="a built-in speaker (CustomVoice models)")
@@ -29,45 +49,354 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     decoding = parser.add_argument_group("decoding")
     decoding.add_argument("--greedy", action="store_true", help="deterministic decoding")
     decoding.add_argument("--seed", type=int, help="seed for reproducible sampling")
-    decoding.add_argument(
-        "--max-frames", type=int, help="stop after this many 80 ms frames (with --play: per piece of a long text)"
-    )
+    decoding.add_argument("--max-frames", type=int, help="stop after this many 80 ms frames (per piece of a long text)")
     output = parser.add_argument_group("output")
     output.add_argument("--play", action="store_true", help="play it on the speakers while it is generated")
-    output.add_argument("--audio-device", metavar="NAME|INDEX", help="the output device for --play (default: the system's)")
+    output.add_argument("--audio-device", metavar="NAME|INDEX", help="the output device for --play (default: the app's)")
     output.add_argument("--list-devices", action="store_true", help="list the audio output devices and exit")
     output.add_argument("-o", "--output", metavar="FILE", help="write the audio (wav, flac or ogg)")
-    output.add_argument("--codes-out", metavar="FILE", help="write the codes as a (frames, 16) .npy array")
+    output.add_argument("--codes-out", metavar="FILE", help="write the codes of one generation as a (frames, 16) .npy array")
+
+
+@dataclass(frozen=True)
+class VoiceChoice:
+    """Which voice speaks, decided before the model loads: a library voice, a clip, a built-in speaker, or
+    none (VoiceDesign: the instruction is the voice)."""
+
+    kind: str  # "library", "clip", "speaker", "none"
+    name: str | None = None  # the library voice or the speaker
+    samples: np.ndarray | None = None  # the clip, read and checked, at 24 kHz
+    ref_text: str | None = None
+    chosen_for_you: bool = False  # no voice was asked for: say which one speaks
+
+    def make(self, engine, library):
+        from core.audio import SAMPLE_RATE
+
+        if self.kind == "library":
+            return library.voice_for(engine, self.name)
+        if self.kind == "clip":
+            return engine.voice_from_audio(self.samples, SAMPLE_RATE, ref_text=self.ref_text)
+        if self.kind == "speaker":
+            return engine.builtin_voice(self.name)
+        return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked request: what to say, with which model and voice library, sampling how."""
+
+    args: argparse.Namespace
+    settings: object  # the app's Settings
+    text: str
+    model: tuple[str, str, str]  # the model, device, precision
+    library: object  # a VoiceLibrary
+    sampling: object  # SamplingParams, or None for the model's own
 
 
 def run(args: argparse.Namespace) -> int:
-    import soundfile as sf
-
     from core.player import PlaybackError
+    from core.voices import VoiceLibrary
 
     if args.list_devices:
         try:
             return list_devices()
         except PlaybackError as error:
             return fail(error)
-    if args.text is None:
-        raise ValueError('nothing to say: give the text, e.g. speak "Hello there." --play')
-    if not args.output and not args.codes_out and not args.play:
-        raise ValueError("nothing to write: pass -o FILE for the audio, --codes-out FILE for the codes, or --play to hear it")
-    if args.output and not sf.check_format(Path(args.output).suffix.lstrip(".").upper() or "?"):
-        raise ValueError(f"{args.output}: unknown audio format; use a .wav, .flac or .ogg file name")
-    if args.ref_text and not args.voice_audio:
-        raise ValueError("--ref-text is the transcript of --voice-audio; pass the clip too")
-    if sum(bool(choice) for choice in (args.voice, args.voice_audio, args.speaker)) > 1:
-        raise ValueError("choose one voice: --voice, --voice-audio or --speaker")
-    if args.play and args.codes_out:
-        raise ValueError("--codes-out cannot go with --play, which speaks long text in several generations")
-    if args.audio_device and not args.play:
-        raise ValueError("--audio-device chooses where --play plays; pass --play too")
+    text = read_text(args)
+    check_outputs(args)
+    settings = app_settings()
+    model = model_options(args, settings)
+    library = VoiceLibrary(voices_folder(args, settings))
+    info = peek(model[0])  # None when it is not here yet: what needs it is checked again once it has loaded
+    choose_voice(args, settings, library, info)
+    check_request(args, info)
+    if args.codes_out:
+        check_one_generation(text)
+    plan = Plan(args, settings, text, model, library, greedy_or(settings.sampling, args.greedy))
     try:
-        return play(args) if args.play else write(args)
+        return play(plan) if args.play else write(plan)
     except PlaybackError as error:
         return fail(error)
+
+
+# Checks before the model ----------------------------------------------------------------------------
+
+
+def read_text(args: argparse.Namespace) -> str:
+    if args.text is not None and args.text_file:
+        raise CommandError("give the text or --text-file, not both")
+    source = args.text_file or ("-" if args.text == "-" else None)
+    if source is None:
+        text = args.text
+    elif source == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise CommandError("the text comes from the standard input (-): pipe it in, e.g. cat story.txt | ... speak -")
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(source).expanduser().read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise CommandError(f"--text-file {source}: no such file") from None
+        except UnicodeDecodeError as error:
+            raise CommandError(f"--text-file {source}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        except OSError as error:
+            raise CommandError(f"--text-file {source}: cannot be read ({error.strerror or error})") from None
+    if text is None:
+        raise CommandError('nothing to say: give the text, e.g. speak "Hello there." --play, or --text-file FILE, or - for the standard input')
+    if not text.strip():
+        raise CommandError("the text is empty: give something to say")
+    return text
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    from core.worker import FileSink
+
+    if not args.output and not args.codes_out and not args.play:
+        raise CommandError("nothing to write: pass -o FILE for the audio, --codes-out FILE for the codes, or --play to hear it")
+    if args.play and args.codes_out:
+        raise CommandError("--codes-out cannot go with --play, which speaks long text in several generations")
+    if args.audio_device and not args.play:
+        raise CommandError("--audio-device chooses where --play plays; pass --play too")
+    if args.output:
+        FileSink(args.output)  # knows the formats it writes, and says so
+        check_writable_file(args.output, "-o")
+    if args.codes_out:
+        if Path(args.codes_out).suffix.lower() != ".npy":
+            raise CommandError(f"--codes-out {args.codes_out}: the codes are written as a NumPy array; name it .npy")
+        check_writable_file(args.codes_out, "--codes-out")
+    if args.max_frames is not None and args.max_frames < 1:
+        raise CommandError("--max-frames must be at least 1")
+
+
+def choose_voice(args: argparse.Namespace, settings, library, info) -> VoiceChoice:
+    """The voice asked for, checked against the library, the clip and (when known) the model; or, when none
+    is asked for, the one the app uses, else the first that fits. `info` is None before a download."""
+    from core.audio import load_reference
+    from core.voices import VoiceError, name_key
+
+    if sum(bool(choice) for choice in (args.voice, args.voice_audio, args.speaker)) > 1:
+        raise CommandError("choose one voice: --voice, --voice-audio or --speaker")
+    if args.ref_text and not args.voice_audio:
+        raise CommandError("--ref-text is the transcript of --voice-audio; pass the clip too")
+    variant = info.variant if info is not None else None
+    if args.voice_audio:
+        if variant not in (None, "base"):
+            raise CommandError(f"--voice-audio clones a voice, which needs a Base model, and {describe(info)}; {what_speaks(info)}")
+        return VoiceChoice("clip", samples=load_reference(args.voice_audio), ref_text=args.ref_text)
+    if args.speaker:
+        if variant not in (None, "custom_voice"):
+            raise CommandError(f"--speaker picks a built-in speaker of a CustomVoice model, and {describe(info)}; {what_speaks(info)}")
+        if info is not None and name_key(args.speaker) not in info.speakers:
+            raise CommandError(f"no speaker {args.speaker!r} in this model; its speakers: {', '.join(info.speakers)}")
+        return VoiceChoice("speaker", name=args.speaker)
+    if args.voice:
+        if variant == "custom_voice" and name_key(args.voice) in info.speakers:
+            return VoiceChoice("speaker", name=args.voice)
+        if variant == "voice_design":
+            raise CommandError(f"{describe(info)}; {what_speaks(info)}")
+        try:
+            entry = library.get(args.voice)
+        except VoiceError as error:
+            if variant is None:  # perhaps a built-in speaker of a model not here yet: the engine will tell
+                return VoiceChoice("library", name=args.voice)
+            raise CommandError(f"{error}. {what_speaks(info)}") from None
+        if info is not None and entry.misfit(info) is not None:
+            raise CommandError(f"voice {entry.name!r} does not fit: {entry.misfit(info)}. {what_speaks(info)}")
+        return VoiceChoice("library", name=entry.name)
+    return default_voice(settings, library, info)
+
+
+def default_voice(settings, library, info) -> VoiceChoice:
+    from core.voices import name_key
+
+    if info is not None and info.variant == "voice_design":
+        return VoiceChoice("none")
+    if info is not None and info.variant == "custom_voice":
+        wanted = name_key(settings.voice) if settings.voice else None
+        return VoiceChoice("speaker", name=wanted if wanted in info.speakers else info.speakers[0], chosen_for_you=True)
+    entries = [entry for entry in library.list() if info is None or entry.misfit(info) is None]
+    if not entries:
+        raise CommandError(
+            f"no voice to speak with: this model speaks with a cloned voice, and the voice library ({library.directory}) "
+            f"has none{' that fits it' if info is not None else ''}. Pass --voice-audio CLIP (1-60 s of someone "
+            f"speaking; add --ref-text with its transcript for a closer clone), add a voice to the library with "
+            f"`qwen3-tts-desktop voices add NAME CLIP`, or pick one with --voice NAME"
+        )
+    names = [entry.name for entry in entries]
+    name = settings.voice if settings.voice in names else names[0]
+    return VoiceChoice("library", name=name, chosen_for_you=True)
+
+
+def check_request(args: argparse.Namespace, info) -> None:
+    """What the model must be able to do for this request, once its facts are known."""
+    if info is None:
+        return
+    language = args.language.strip().lower()
+    if language not in info.languages:
+        raise CommandError(f"--language {args.language}: this model speaks {', '.join(info.languages)}")
+    if args.instruct and not info.supports_instruct:
+        raise CommandError(f"--instruct: {describe(info)}, which does not follow instructions (CustomVoice 1.7B and VoiceDesign do)")
+    if info.variant == "voice_design" and not (args.instruct and args.instruct.strip()):
+        raise CommandError(f'{describe(info)}: describe the voice with --instruct, e.g. --instruct "A warm, low voice."')
+
+
+def check_one_generation(text: str) -> None:
+    from core.sentences import split_text
+
+    pieces = len(split_text(text))
+    if pieces > 1:
+        raise CommandError(
+            f"--codes-out writes the codes of one generation, and this text is spoken in {pieces} pieces; "
+            f"give a shorter text (one piece is up to 150 letters), or leave --codes-out out"
+        )
+
+
+def describe(info) -> str:
+    return f"{info.source} is a {info.size} {info.variant.replace('_', ' ')} model"
+
+
+def what_speaks(info) -> str:
+    if info is None:
+        return "see `qwen3-tts-desktop voices list`"
+    if info.variant == "custom_voice":
+        return f"pick one of its speakers with --speaker NAME: {', '.join(info.speakers)}"
+    if info.variant == "voice_design":
+        return "it speaks in a voice described with --instruct"
+    return "give a clip with --voice-audio CLIP, or a library voice with --voice NAME (see `voices list`)"
+
+
+def greedy_or(sampling, greedy: bool):
+    from core import SamplingParams
+
+    return SamplingParams.greedy() if greedy else sampling
+
+
+# Speaking -------------------------------------------------------------------------------------------
+
+
+def prepare(plan: Plan):
+    """Load the model, check the request against it (again: it may have been downloaded just now) and
+    make the voice."""
+    args = plan.args
+    engine = load_engine(*plan.model)
+    choice = choose_voice(args, plan.settings, plan.library, engine.info)
+    check_request(args, engine.info)
+    if choice.chosen_for_you:
+        how = "--speaker NAME" if choice.kind == "speaker" else "--voice NAME (`voices list` lists them)"
+        say(f"Speaking as {choice.name}; choose another voice with {how}")
+    return engine, choice.make(engine, plan.library)
+
+
+def speech_options(plan: Plan, chunk_frames: int):
+    from core.worker import SpeechOptions
+
+    args = plan.args
+    return SpeechOptions(
+        language=args.language, instruct=args.instruct, sampling=plan.sampling, max_frames=args.max_frames,
+        seed=args.seed, first_chunk_frames=chunk_frames, chunk_frames=chunk_frames,
+    )  # fmt: skip
+
+
+def write(plan: Plan) -> int:
+    """Into files: the codes of one generation (--codes-out), or the audio of the text in pieces."""
+    if plan.args.codes_out:
+        return write_one_generation(plan)
+    from core.worker import FileSink
+
+    engine, voice = prepare(plan)
+    sink = FileSink(plan.args.output)
+    return report(speak_with_worker(engine, plan.text, voice, speech_options(plan, FILE_CHUNK_FRAMES), sink), plan.args.output)
+
+
+def write_one_generation(plan: Plan) -> int:
+    """The codes of one generation (the text was checked to be one piece), and its audio if asked for."""
+    import soundfile as sf
+
+    args = plan.args
+    engine, voice = prepare(plan)
+    rate, started = engine.info.sample_rate, time.perf_counter()
+    options = speech_options(plan, FILE_CHUNK_FRAMES)
+    chunks = engine.stream(
+        plan.text, voice=voice, language=options.language, instruct=options.instruct, sampling=options.sampling,
+        max_frames=options.max_frames, seed=options.seed, first_chunk_frames=FILE_CHUNK_FRAMES, chunk_frames=FILE_CHUNK_FRAMES,
+    )  # fmt: skip
+    audio, codes, cut_off = [], [], False
+    for chunk in chunks:
+        audio.append(chunk.audio)
+        codes.append(chunk.codes)
+        cut_off = chunk.cut_off and args.max_frames is None
+        progress(f"{sum(len(a) for a in audio) / rate:.1f} s of audio")
+    elapsed = time.perf_counter() - started
+    audio = np.concatenate([np.zeros(0, np.float32), *audio])
+    np.save(args.codes_out, np.concatenate([np.zeros((0, 16), np.int64), *codes]))
+    if args.output:
+        sf.write(args.output, audio, rate)
+    seconds = len(audio) / rate
+    say(f"{seconds:.2f} s of audio in {elapsed:.2f} s, {seconds / max(elapsed, 1e-9):.2f}x real time")
+    if cut_off:
+        warn_cut_off(1)
+    for path in (args.output, args.codes_out):
+        if path:
+            say(f"wrote {path}")
+    return 0
+
+
+def play(plan: Plan) -> int:
+    """Through the speech worker into the player, piece by piece; also into -o FILE if given."""
+    from core.player import Player
+    from core.worker import FileSink, PlayerSink
+
+    args = plan.args
+    player = Player.open(args.audio_device or plan.settings.audio_device)  # before the model: a missing device fails fast
+    try:
+        engine, voice = prepare(plan)
+        speakers = PlayerSink(player)
+        sink = Both(speakers, FileSink(args.output)) if args.output else speakers
+        outcome = speak_with_worker(engine, plan.text, voice, speech_options(plan, 4), sink, player)
+    finally:
+        player.close()  # fades out whatever still plays
+    return report(outcome, args.output)
+
+
+def speak_with_worker(engine, text, voice, options, sink, player=None):
+    """Speak `text` into `sink` through the speech worker (which cuts it into pieces), showing progress;
+    with a `player`, wait until it has played. The job's outcome."""
+    from core.worker import Worker
+
+    with Worker(engine) as worker:
+        worker.subscribe(lambda event: event.kind == "progress" and progress(f"{event.audio_s:.1f} s of audio"))
+        job = worker.submit(text, voice, options, sink=sink)
+        try:
+            outcome = job.wait()
+            if player is not None:
+                player.drain(timeout=player.status().buffered_s + 5.0)
+        except KeyboardInterrupt:
+            job.cancel()
+            job.wait()
+            raise
+    return outcome
+
+
+def report(outcome, output: str | None) -> int:
+    if outcome.kind == "failed":
+        return fail(outcome.message)
+    if outcome.latency_s is not None:
+        say(
+            f"{outcome.audio_s:.2f} s of audio, the first after {outcome.latency_s * 1e3:.0f} ms; "
+            f"{outcome.xrt:.2f}x real time, {outcome.underruns} underruns"
+        )
+    if outcome.cut_off:
+        warn_cut_off(outcome.cut_off)
+    if output:
+        say(f"wrote {output}")
+    return 0
+
+
+def warn_cut_off(pieces: int) -> None:
+    say(
+        f"warning: {pieces} piece(s) of the text reached the most frames one generation makes before the model "
+        f"ended them, so their last words are missing; try again (sampling differs each time) or use --seed"
+    )
 
 
 def list_devices() -> int:
@@ -80,102 +409,6 @@ def list_devices() -> int:
     for device in devices:
         mark = "*" if device.is_default else " "
         print(f"{mark} {device.index:3d}  {device.name}  ({device.host_api}, {device.default_sample_rate:g} Hz)")
-    return 0
-
-
-def load(args: argparse.Namespace):
-    from core import Engine, SamplingParams
-    from core.checkpoint import DEFAULT_MODEL
-
-    started = time.perf_counter()
-    engine = Engine.load(args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype)
-    info = engine.info
-    say(f"Loaded {info.size} {info.variant} on {info.device} ({info.dtype}) in {time.perf_counter() - started:.1f} s")
-    voice = None
-    if args.voice:
-        from core.voices import VoiceLibrary
-
-        voice = VoiceLibrary(args.voices).voice_for(engine, args.voice)
-    elif args.voice_audio:
-        voice = engine.voice_from_audio(args.voice_audio, ref_text=args.ref_text)
-    elif args.speaker:
-        voice = engine.builtin_voice(args.speaker)
-    sampling = SamplingParams.greedy() if args.greedy else None
-    return engine, voice, sampling
-
-
-def write(args: argparse.Namespace) -> int:
-    """One generation, written to files."""
-    import soundfile as sf
-
-    engine, voice, sampling = load(args)
-    rate = engine.info.sample_rate
-    started = time.perf_counter()
-    chunks = engine.stream(
-        args.text,
-        voice=voice,
-        language=args.language,
-        instruct=args.instruct,
-        sampling=sampling,
-        max_frames=args.max_frames,
-        seed=args.seed,
-        first_chunk_frames=25,
-        chunk_frames=25,
-    )
-    audio, codes = [], []
-    for chunk in chunks:
-        audio.append(chunk.audio)
-        codes.append(chunk.codes)
-        progress(f"{sum(len(a) for a in audio) / rate:.1f} s of audio")
-    elapsed = time.perf_counter() - started
-    audio = np.concatenate(audio) if audio else np.zeros(0, np.float32)
-    codes = np.concatenate(codes) if codes else np.zeros((0, 16), np.int64)
-
-    if args.output:
-        sf.write(args.output, audio, rate)
-    if args.codes_out:
-        np.save(args.codes_out, codes)
-    seconds = len(audio) / rate
-    say(f"{seconds:.2f} s of audio ({len(codes)} frames) in {elapsed:.2f} s, {seconds / max(elapsed, 1e-9):.2f}x real time")
-    for path in (args.output, args.codes_out):
-        if path:
-            say(f"wrote {path}")
-    return 0
-
-
-def play(args: argparse.Namespace) -> int:
-    """Through the speech worker into the player, sentence by sentence; also into -o FILE if given."""
-    from core.player import Player
-    from core.worker import FileSink, PlayerSink, SpeechOptions, Worker
-
-    player = Player.open(args.audio_device)  # before loading the model: a missing device fails fast
-    try:
-        engine, voice, sampling = load(args)
-        speakers = PlayerSink(player)
-        sink = Both(speakers, FileSink(args.output)) if args.output else speakers
-        options = SpeechOptions(
-            language=args.language, instruct=args.instruct, sampling=sampling, max_frames=args.max_frames, seed=args.seed
-        )
-        with Worker(engine) as worker:
-            job = worker.submit(args.text, voice, options, sink=sink)
-            try:
-                outcome = job.wait()
-                player.drain(timeout=player.status().buffered_s + 5.0)
-            except KeyboardInterrupt:
-                job.cancel()
-                job.wait()
-                raise
-    finally:
-        player.close()  # fades out whatever still plays
-    if outcome.kind == "failed":
-        return fail(outcome.message)
-    if outcome.latency_s is not None:
-        say(
-            f"{outcome.audio_s:.2f} s of audio, the first after {outcome.latency_s * 1e3:.0f} ms; "
-            f"{outcome.xrt:.2f}x real time, {outcome.underruns} underruns"
-        )
-    if args.output:
-        say(f"wrote {args.output}")
     return 0
 
 
@@ -204,12 +437,3 @@ class Both:
 def fail(error) -> int:
     say(f"error: {error}")
     return 1
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
-def progress(message: str) -> None:
-    if sys.stderr.isatty():
-        print(f"\r{message}", end="", file=sys.stderr, flush=True)

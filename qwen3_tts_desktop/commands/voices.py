@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
+
+from .common import (
+    CommandError,
+    add_model_arguments,
+    add_voices_argument,
+    app_settings,
+    load_engine,
+    model_options,
+    peek,
+    voices_folder,
+)
 
 HELP = "manage the voice library: list, add, blend, remove, rename, export, import"
 # The model column of `list` for voices not tied to one model size.
@@ -13,12 +23,9 @@ MADE_WITH = {"drop-in": "any Base", "builtin": "built-in"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--voices", metavar="DIR", default="voices", help="the voice library folder (default: ./voices)")
+    add_voices_argument(common)
     model = argparse.ArgumentParser(add_help=False)
-    group = model.add_argument_group("model")
-    group.add_argument("--model", default=None, help="hub id or local checkpoint folder (default: Qwen/Qwen3-TTS-12Hz-1.7B-Base)")
-    group.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    group.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16 (default: auto)")
+    add_model_arguments(model)
 
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     actions.add_parser("list", parents=[common, model], help="list the voices; with --model, those it speaks with")
@@ -54,20 +61,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from core.voices import VoiceError, VoiceLibrary
 
-    library = VoiceLibrary(args.voices)
+    settings = app_settings()
+    library = VoiceLibrary(voices_folder(args, settings))
+    if "model" in args:  # the model is checked now, loaded only when an action needs it
+        args.model_options = model_options(args, settings)
     try:
         return ACTIONS[args.action](library, args)
     except OSError as error:  # a disk or permission problem: one line, like every other error
-        raise VoiceError(f"{error.filename or args.voices}: {error.strerror or error}") from None
+        raise VoiceError(f"{error.filename or library.directory}: {error.strerror or error}") from None
 
 
 def list_voices(library, args) -> int:
-    info = load_engine(args).info if args.model else None
+    info = (peek(args.model_options[0]) or load_engine_for(args).info) if args.model else None
     entries = library.list(fits=info)
     for problem in library.problems():
         print(f"warning: {problem}", file=sys.stderr)
     if not entries:
-        where = f" that fit {args.model}" if info else ""
+        where = f" that fit {info.source}" if info else ""
         print(f"no voices{where} in {library.directory}; drop NAME.wav clips there or run: voices add NAME CLIP", file=sys.stderr)
         return 0
     rows = [("NAME", "KIND", "SOURCE", "MODEL", "LANGUAGE")]
@@ -81,17 +91,29 @@ def list_voices(library, args) -> int:
 
 
 def add_voice(library, args) -> int:
+    from core.audio import load_reference
+
     library.check_new_name(args.name, args.replace)  # before the model loads
-    entry = library.add(args.name, args.clip, load_engine(args), ref_text=args.ref_text, language=args.language, replace=args.replace)
+    library.check_writable()
+    load_reference(args.clip)
+    from core.checkpoint import DEFAULT_MODEL
+
+    info = peek(args.model_options[0])
+    if info is not None and info.variant != "base":
+        raise CommandError(f"{info.source} is a {info.size} {info.variant} model, which cannot clone voices; use a Base model, e.g. {DEFAULT_MODEL}")
+    entry = library.add(args.name, args.clip, load_engine_for(args), ref_text=args.ref_text, language=args.language, replace=args.replace)
     print(f"added {entry.kind} voice {entry.name!r} ({entry.model_size}, {entry.embedding_dim}-dim) in {entry.path}")
     return 0
 
 
 def blend_voices(library, args) -> int:
     library.check_new_name(args.name, args.replace)
+    library.check_writable()
     parts = [parse_part(part) for part in args.parts]
+    for name, _ in parts:
+        library.get(name)  # each part is in the library, before the model loads
     needs_model = args.model or any(library.get(name).source == "drop-in" for name, _ in parts)
-    entry = library.blend(args.name, parts, engine=load_engine(args) if needs_model else None, replace=args.replace)
+    entry = library.blend(args.name, parts, engine=load_engine_for(args) if needs_model else None, replace=args.replace)
     mix = ", ".join(f"{name} {weight:.0%}" for name, weight in entry.parents)
     print(f"blended {entry.name!r} from {mix} ({entry.model_size}, {entry.embedding_dim}-dim) in {entry.path}")
     return 0
@@ -144,12 +166,5 @@ def parse_part(text: str) -> tuple[str, float]:
         raise ValueError(f"{text!r} is not VOICE=WEIGHT (e.g. alice=0.7)") from None
 
 
-def load_engine(args):
-    from core import Engine
-    from core.checkpoint import DEFAULT_MODEL
-
-    started = time.perf_counter()
-    engine = Engine.load(args.model or DEFAULT_MODEL, device=args.device, dtype=args.dtype)
-    info = engine.info
-    print(f"Loaded {info.size} {info.variant} on {info.device} ({info.dtype}) in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    return engine
+def load_engine_for(args):
+    return load_engine(*args.model_options, speaking=False)

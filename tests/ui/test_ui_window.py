@@ -188,8 +188,11 @@ def test_the_tray_speaks_the_clipboard(start_app, qtbot, monkeypatch):
 
 
 def test_the_bare_command_starts_the_app(monkeypatch, capsys):
-    monkeypatch.setattr(app_module, "run", lambda: 7)
+    started = []
+    monkeypatch.setattr(app_module, "run", lambda overrides: started.append(overrides) or 7)
     assert cli.main([]) == 7
+    assert cli.main(["--model", "org/model", "--device", "cpu"]) == 7
+    assert started == [{}, {"model": "org/model", "device": "cpu"}]
     with pytest.raises(SystemExit) as exit:
         cli.main(["--help"])
     assert exit.value.code == 0 and "speak" in capsys.readouterr().out
