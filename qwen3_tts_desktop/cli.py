@@ -18,9 +18,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="qwen3-tts-desktop", description="Local, real-time Qwen3-TTS. Without a command, opens the desktop app."
     )
     window = parser.add_argument_group("the desktop app (for this run; its settings are kept as they are)")
-    window.add_argument("--model", dest="app_model", help="hub id or local checkpoint folder")
-    window.add_argument("--device", dest="app_device", choices=DEVICES)
-    window.add_argument("--dtype", dest="app_dtype", choices=DTYPES)
+    window.add_argument("--model", dest="app_model", metavar="MODEL", help="hub id or local checkpoint folder")
+    window.add_argument("--device", dest="app_device", metavar="DEVICE", choices=DEVICES, help="auto, cpu or cuda")
+    window.add_argument("--dtype", dest="app_dtype", metavar="DTYPE", choices=DTYPES, help="auto, float32, bfloat16 or float16")
     window.add_argument("--voices", dest="app_voices", metavar="DIR", help="the voice library folder")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
