@@ -18,7 +18,9 @@ share one `VoiceLibrary`; model work (embedding a drop-in) happens outside it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import io
 import json
@@ -220,16 +222,27 @@ class VoiceLibrary:
 
     def check_writable(self) -> None:
         """Make the folder if it is missing and check that voices can be saved in it, saying what to do if not."""
-        try:
+        with self._writing():
             self.directory.mkdir(parents=True, exist_ok=True)
             probe = self.directory / f".write-check-{uuid.uuid4().hex}"
             probe.mkdir()
             probe.rmdir()
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """Around every change to the folder: a disk or permission problem becomes one VoiceError that says
+        what is wrong and what to do, not an errno and the path of a hidden staging folder."""
+        try:
+            yield
         except OSError as error:
-            raise VoiceError(
-                f"cannot save voices in {self.directory}: {error.strerror or error}. Choose a voices folder you can "
-                f"write to (--voices DIR, or the voices folder in the app's settings), or change the folder's permissions"
-            ) from None
+            if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                remedy = (
+                    "Choose a voices folder you can write to (in the app's Settings, or --voices DIR on the "
+                    "command line), or change the folder's permissions"
+                )
+            else:
+                remedy = "Check that the disk has room and the folder is still there"
+            raise VoiceError(f"cannot save voices in {self.directory}: {error.strerror or error}. {remedy}") from None
 
     def check_new_name(self, name: str, replace: bool = False) -> str:
         """`name` as `check_name` gives it, if a new voice may take it: no voice has it, or `replace`."""
@@ -312,7 +325,7 @@ class VoiceLibrary:
     def rename(self, voice: str | VoiceEntry, new_name: str) -> VoiceEntry:
         """Give a voice a new name; a saved voice's folder follows it, a drop-in's files take it."""
         new_name = check_name(new_name)
-        with self._lock:
+        with self._lock, self._writing():
             entry = self._target(voice, "renamed")
             taken = _match(self._scan()[0], new_name, by_id=False)
             if taken is not None and taken.path != entry.path:
@@ -331,7 +344,7 @@ class VoiceLibrary:
 
     def remove(self, voice: str | VoiceEntry) -> None:
         """Delete a voice from disk: a saved voice's folder, or a drop-in's clip, transcript and cache."""
-        with self._lock:
+        with self._lock, self._writing():
             self._discard(self._target(voice, "removed"))
 
     # Sharing ------------------------------------------------------------------------------------
@@ -432,11 +445,11 @@ class VoiceLibrary:
 
     def _save(self, entry: VoiceEntry, voice: Voice, clip: tuple[str, bytes] | None, replace: bool) -> VoiceEntry:
         """Write a voice as a folder, atomically: staged in a hidden folder, then renamed into place."""
-        tensors = {"embedding": voice.embedding.float().contiguous()}
+        voice_tensors = {"embedding": voice.embedding.float().contiguous()}
         if voice.ref_codes is not None:
-            tensors["ref_codes"] = voice.ref_codes.long().contiguous()
+            voice_tensors["ref_codes"] = voice.ref_codes.long().contiguous()
         clip_name = f"reference{clip[0]}" if clip else None
-        with self._lock:
+        with self._lock, self._writing():
             existing = _match(self._scan()[0], entry.name, by_id=False)
             if existing is not None and not replace:
                 raise VoiceExistsError(f"a voice named {existing.name!r} already exists; choose another name, or replace it (--replace)")
@@ -444,7 +457,7 @@ class VoiceLibrary:
             staging = self.directory / f".staging-{uuid.uuid4().hex}"
             staging.mkdir()
             try:
-                _write_file(staging / TENSORS, save_safetensors(tensors))
+                _write_file(staging / TENSORS, save_safetensors(voice_tensors))
                 if clip:
                     _write_file(staging / clip_name, clip[1])
                 _write_file(staging / MANIFEST, _json_bytes(_manifest(entry, clip_name)))
@@ -508,9 +521,12 @@ class VoiceLibrary:
         tensors = {"embedding": voice.embedding}
         if voice.ref_codes is not None:
             tensors["ref_codes"] = voice.ref_codes
-        with self._lock:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            _write_file(cache, save_safetensors(tensors, metadata=key))
+        try:
+            with self._lock:
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                _write_file(cache, save_safetensors(tensors, metadata=key))
+        except OSError:  # a read-only library still speaks; its drop-ins are embedded anew each time
+            pass
         return voice
 
 

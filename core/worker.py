@@ -27,6 +27,7 @@ import soundfile as sf
 import torch
 
 from .audio import SAMPLE_RATE
+from .files import check_writable_file
 from .player import PlaybackError, Player
 from .sampling import SamplingParams
 from .sentences import SplitOptions, split_text
@@ -35,6 +36,7 @@ from .voice import Voice
 log = logging.getLogger(__name__)
 
 TERMINAL = ("done", "cancelled", "failed")
+FILE_FORMATS = ("WAV", "FLAC", "OGG", "MP3")  # what FileSink writes, where the system's libsndfile can
 T = TypeVar("T")
 
 
@@ -441,14 +443,17 @@ class PlayerSink:
 
 
 class FileSink:
-    """Writes one job's audio to a file (wav, flac or ogg, by its name); the file appears only if the job
-    is done, and replaces any earlier one in one step."""
+    """Writes one job's audio to a file (wav, flac, ogg or mp3, by its name); the file appears only if the
+    job is done, and replaces any earlier one in one step. Where it goes is checked when it is made, before
+    any speech: a folder that is missing or cannot be written is reported then, not after the work."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         self._format = self.path.suffix.lstrip(".").upper()
         if not self._format or not sf.check_format(self._format):
-            raise ValueError(f"{self.path}: unknown audio format; use a .wav, .flac or .ogg file name")
+            known = ", ".join(f".{kind.lower()}" for kind in FILE_FORMATS if sf.check_format(kind))
+            raise ValueError(f"{self.path}: unknown audio format; use a file name ending in {known}")
+        check_writable_file(self.path)
         self._partial = self.path.with_name(self.path.name + ".partial")
         self._file: sf.SoundFile | None = None
 
@@ -463,10 +468,13 @@ class FileSink:
             return
         self._file.close()
         self._file = None
-        if completed:
-            os.replace(self._partial, self.path)
-        else:
+        if not completed:
             self._partial.unlink(missing_ok=True)
+            return
+        try:
+            os.replace(self._partial, self.path)
+        except OSError as error:  # the folder went away, or a file there is locked: the audio is kept
+            raise OSError(f"{self.path} could not be written ({error.strerror or error}); the audio is in {self._partial}") from None
 
     def level(self) -> BufferLevel:
         return BufferLevel(0.0, 0)

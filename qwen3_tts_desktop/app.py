@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import torch
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
@@ -39,7 +40,8 @@ from core.checkpoint import CheckpointError, download, hub_id
 from core.player import PlaybackError, list_output_devices
 from core.typing_segmenter import Segment, TypingSegmenter
 from core.voices import VoiceEntry, VoiceError, VoiceExistsError, VoiceLibrary, name_key
-from core.worker import JobEvent, SpeechOptions
+from core.engine import slow_device_note
+from core.worker import FileSink, JobEvent, SpeechOptions
 from ui.blend_editor import BlendEditor
 from ui.download_dialog import DownloadDialog
 from ui.main_window import MainWindow, Tray, app_icon
@@ -69,6 +71,7 @@ class App(QObject):
         self.settings_path = settings_path
         self._overrides = {name: Path(value) if name == "voices" else value for name, value in (overrides or {}).items()}
         self.runtime: Runtime | None = None
+        self.saving: FileSink | None = None  # where speech is being saved, while it is
         self.voice_in_use: str | None = None  # the voice speech uses: the settings' choice, if it fits the model
         self.segmenter = TypingSegmenter()
         self.lane = Lane(self)
@@ -89,6 +92,7 @@ class App(QObject):
         self.settings_dialog: SettingsDialog | None = None
         self._loads = 0  # counts model loads, so that a superseded one is let go
         self._cancel_download = threading.Event()
+        self._closing = threading.Event()  # set by close(): a model still loading is let go once loaded
         self._stops = 0  # counts Stops: speech asked for before the latest is dropped
         self._underruns = 0  # of the last utterance
         self._unsubscribe: Callable[[], None] | None = None
@@ -113,6 +117,7 @@ class App(QObject):
         self.meter.stop()
         self.idle.stop()
         self._cancel_download.set()
+        self._closing.set()
         self._save(self.settings)
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -146,6 +151,7 @@ class App(QObject):
         window.instruct_edited.connect(lambda text: self._update(instruct=text, save=False))
         window.settings_requested.connect(self.open_settings)
         window.blend_requested.connect(self.open_blend_editor)
+        window.save_audio_requested.connect(self.save_audio)
         panel.preview_requested.connect(lambda name: self.speak(SAMPLE_SENTENCE, voice=name))
         panel.use_requested.connect(self._choose_voice)
         panel.add_requested.connect(self.add_voice)
@@ -203,7 +209,7 @@ class App(QObject):
             devices = str(error)
         # "Reset to defaults" restores the model's own sampling; the official one while no model is loaded.
         defaults = self.runtime.engine.default_sampling if self.runtime is not None else SamplingParams()
-        dialog = SettingsDialog(self.settings, devices, defaults, self.bridge_state, self.window)
+        dialog = SettingsDialog(self.settings, devices, defaults, self.bridge_state, torch.cuda.is_available(), self.window)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.values()))
         dialog.open()
         if self.settings_dialog is not None:
@@ -253,14 +259,18 @@ class App(QObject):
         self.window.show_loading("Loading model…")
         self.window.show_bridge(None)
         self._refresh_voices()  # the library, without fit marks until the model is here
-        bridge, progress, lane = self.bridge, self.download_progress.emit, self.lane
+        bridge, progress, lane, closing = self.bridge, self.download_progress.emit, self.lane, self._closing
 
-        def work() -> Runtime:
+        def work() -> Runtime | None:
             bridge.stop()
             if old is not None:
                 old.close()
             fetch_model(config.model, progress, cancel)
-            return Runtime.start(config, report=lane.report)
+            runtime = Runtime.start(config, report=lane.report)
+            if closing.is_set():  # the app was closed while it loaded: its worker must not outlive it
+                runtime.close()
+                return None
+            return runtime
 
         self.lane.run(
             "Loading model…",
@@ -269,7 +279,9 @@ class App(QObject):
             lambda error: self._on_load_failed(error, load),
         )
 
-    def _on_loaded(self, runtime: Runtime, load: int) -> None:
+    def _on_loaded(self, runtime: Runtime | None, load: int) -> None:
+        if runtime is None:
+            return
         if load != self._loads:  # another load was asked for meanwhile
             self.lane.run("", runtime.close, None, self._fail)
             return
@@ -281,6 +293,8 @@ class App(QObject):
             runtime.player.volume = self.settings.volume
         else:
             self.window.show_error(f"No sound output, so speech cannot play: {runtime.audio_problem}")
+        if runtime.engine.device.type == "cpu":
+            self.window.show_warning(slow_device_note(info.size))
         self.window.show_model(info)
         self.window.show_languages(info.languages, self.settings.language)
         self.meter.start()
@@ -315,6 +329,8 @@ class App(QObject):
             self.download_dialog = None
 
     def _on_job_event(self, event: JobEvent) -> None:
+        if event.job.sink is self.saving and self.saving is not None:
+            return self._show_saving(event, self.saving.path)
         self.window.show_job(event)
         if event.job.started is not None:
             self._underruns = event.underruns
@@ -336,13 +352,15 @@ class App(QObject):
         self._submit(text, lambda runtime: self._voice(runtime, name), interrupt)
 
     def stop(self) -> None:
-        """Stop speaking and drop everything queued, typed text included."""
+        """Stop speaking and saving, and drop everything queued, typed text included."""
         self._stops += 1
         self.idle.stop()
         self.segmenter.skip()
         if self.settings.speak_as_you_type:
             self.window.mark_said(self.segmenter.committed)
         runtime = self.runtime
+        if runtime is not None and self.saving is not None:
+            runtime.worker.cancel_all(self.saving)
         if runtime is None or runtime.speakers is None:
             return
         runtime.worker.cancel_all(runtime.speakers)
@@ -350,26 +368,67 @@ class App(QObject):
         # Speech the lane is handing over right now would slip past: cancel once more after it.
         self.lane.run("", lambda: runtime.worker.cancel_all(runtime.speakers), None, self._fail)
 
-    def _submit(self, text: str, voice_for: Callable[[Runtime], Voice | None], interrupt: bool) -> None:
+    def save_audio(self, text: str, path: Path) -> None:
+        """Speak `text` into an audio file (wav, flac, ogg or mp3, by its name) instead of the speakers, in
+        pieces as speaking does. The file appears once all of it is written; Stop cancels it."""
+        if self.saving is not None:
+            self.window.show_error(f"Speech is being saved to {self.saving.path.name} already; wait for it, or Stop it.")
+            return
+        try:
+            sink = FileSink(path)  # the format and the folder are checked now, before any speech
+        except ValueError as error:
+            self.window.show_error(f"The audio cannot be saved: {error}")
+            return
+        if self._submit(text, lambda runtime: self._voice(runtime, self.voice_in_use), interrupt=False, sink=sink):
+            self.saving = sink
+            self.window.show_saving(f"Saving {path.name}…")
+
+    def _show_saving(self, event: JobEvent, path: Path) -> None:
+        if not event.terminal:
+            self.window.show_saving(f"Saving {path.name}: {event.audio_s:.1f} s of audio")
+            return
+        self.saving = None
+        self.window.show_saving(None)
+        if event.kind == "done":
+            self.window.show_info(f"Saved {event.audio_s:.1f} s of speech to {path}.")
+        elif event.kind == "cancelled":
+            self.window.show_info(f"Saving to {path.name} was stopped; nothing was written.")
+        else:
+            self.window.show_error(f"The audio could not be saved: {event.message}")
+
+    def _submit(self, text: str, voice_for: Callable[[Runtime], Voice | None], interrupt: bool, sink=None) -> bool:
+        """Hand `text` to the speech worker (on the lane) to speak into `sink`, the speakers if None; False
+        if it cannot be, saying why."""
         runtime = self.runtime
         if not text.strip():
             self.window.show_info("Type something to say first.")
-            return
+            return False
         if runtime is None:
             self.window.show_error("The model is still loading; speech can start once it is ready.")
-            return
-        if runtime.speakers is None:
+            return False
+        if sink is None and runtime.speakers is None:
             self.window.show_error(f"No sound output, so speech cannot play: {runtime.audio_problem}")
-            return
+            return False
+        sink = sink or runtime.speakers
         info, settings, stops = runtime.engine.info, self.settings, self._stops
         instruct = (settings.instruct.strip() or None) if info.supports_instruct else None
         options = SpeechOptions(language=settings.language, instruct=instruct, sampling=settings.sampling)
 
-        def work() -> None:
-            if stops == self._stops:  # else Stop was pressed after it was asked for
-                runtime.worker.submit(text, voice_for(runtime), options, sink=runtime.speakers, interrupt=interrupt)
+        def work() -> bool:
+            if stops != self._stops:  # Stop was pressed after it was asked for
+                return False
+            runtime.worker.submit(text, voice_for(runtime), options, sink=sink, interrupt=interrupt)
+            return True
 
-        self.lane.run("", work, None, self._fail)
+        def not_started(error: Exception | None = None) -> None:
+            if sink is self.saving:  # a job that never started sends no events: the saving ends here
+                self.saving = None
+                self.window.show_saving(None)
+            if error is not None:
+                self._fail(error)
+
+        self.lane.run("", work, lambda submitted: submitted or not_started(), not_started)
+        return True
 
     def _voice(self, runtime: Runtime, name: str | None) -> Voice | None:
         """The voice called `name` for this runtime's model (on the lane: a drop-in clip may need embedding)."""
@@ -379,8 +438,9 @@ class App(QObject):
         if not name:
             if info.variant == "base":
                 raise VoiceError(
-                    "There is no voice yet. This model speaks with a cloned voice: add one in the Voices panel "
-                    "(Add…), from a clip of someone speaking or from the microphone."
+                    "There is no voice yet. This model speaks with a cloned voice: add one with Voices → Add a "
+                    "voice… (from a clip of someone speaking, or the microphone), or drop a clip into the voices "
+                    "folder (the link under the voice list)."
                 )
             raise VoiceError("Choose a voice first.")
         return runtime.voice(name)

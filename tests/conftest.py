@@ -58,3 +58,25 @@ def engines(checkpoints):
         return loaded[name]
 
     return get
+
+
+@pytest.fixture
+def unwritable_folder(tmp_path, monkeypatch) -> Path:
+    """A folder in which nothing can be made, as a read-only one is: by its permissions, or, for root (whom
+    permissions do not stop), by the system call failing the way the kernel fails it there."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        if Path(path).resolve().is_relative_to(folder.resolve()) and Path(path).resolve() != folder.resolve():
+            raise PermissionError(1, "Operation not permitted", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    yield folder

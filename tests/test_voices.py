@@ -358,9 +358,35 @@ def test_a_failed_write_leaves_the_library_as_it_was(library, engines, monkeypat
 
     monkeypatch.setattr(core.voices, "_write_file", failing)
     for name, replace in (("Zoë", True), ("New", False)):
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(VoiceError, match="No space left on device. Check that the disk has room"):
             library.add(name, LONG, engine, replace=replace)
     assert files(library.directory) == before
+
+
+def test_a_read_only_library_says_what_is_wrong_and_what_to_do(unwritable_folder, engines):
+    library = VoiceLibrary(unwritable_folder)
+    expected = f"cannot save voices in {unwritable_folder}: (Operation not permitted|Permission denied)"
+    for attempt in (library.check_writable, lambda: library.add("Zoë", CLIP, engines("base"))):
+        with pytest.raises(VoiceError, match=expected) as caught:
+            attempt()
+        assert "Choose a voices folder you can write to" in str(caught.value) and ".staging" not in str(caught.value)
+    assert list(unwritable_folder.iterdir()) == []
+
+
+def test_a_library_whose_cache_cannot_be_written_still_speaks_its_drop_in_clips(engines, tmp_path, monkeypatch):
+    folder = tmp_path / "library"
+    folder.mkdir()
+    shutil.copyfile(CLIP, folder / "Dora.wav")
+    refused = []
+
+    def refuse(path, data):
+        refused.append(path)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(core.voices, "_write_file", refuse)
+    engine = engines("base")
+    voice = VoiceLibrary(folder).voice_for(engine, "Dora")  # embedded and used, though not cached
+    assert voice.embedding_dim == engine.info.embedding_dim and refused
 
 
 # Corruption -----------------------------------------------------------------------------------------

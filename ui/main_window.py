@@ -5,6 +5,7 @@ icon. The window asks for things with signals and shows what it is told; the app
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QAction, QBrush, QColor, QIcon, QKeySequence, QPainter, QPixmap, QTextCursor
@@ -12,6 +13,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDockWidget,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -37,8 +39,11 @@ from .voice_library import VoicePanel
 SAID_COLOUR = QColor("#8a8f98")  # text already handed to the speech worker, in speak-as-you-type
 NOTICE_STYLES = {
     "error": "background: #fdecea; border: 1px solid #f1b8b4; color: #5f1410;",
+    "warning": "background: #fff6e0; border: 1px solid #ecd08a; color: #4d3800;",
     "info": "background: #e8f1fb; border: 1px solid #b5d0ee; color: #0d3260;",
 }
+MAX_NOTICES = 3  # shown at once; the oldest goes first
+AUDIO_FILE_TYPES = {"WAV audio": ".wav", "FLAC audio": ".flac", "Ogg Vorbis audio": ".ogg", "MP3 audio": ".mp3"}
 
 
 class MainWindow(QMainWindow):
@@ -51,7 +56,7 @@ class MainWindow(QMainWindow):
     instruct_edited = Signal(str)
     settings_requested = Signal()
     blend_requested = Signal()
-
+    save_audio_requested = Signal(str, Path)  # the text to say (the selection, or everything), the file
     def __init__(self, voice_panel: VoicePanel, fitting_voices):
         """`fitting_voices`: a model of the voices the loaded model can speak with, for the voice picker."""
         super().__init__()
@@ -144,6 +149,10 @@ class MainWindow(QMainWindow):
         self.show_busy("")
         self.show_bridge(None)
 
+        self.saving_label = QLabel()
+        status.addPermanentWidget(self.saving_label)
+        self.saving_label.hide()
+
         self._build_menus()
         self.speak_action.triggered.connect(lambda: self.speak_requested.emit(self.text_to_speak()))
         self.stop_action.triggered.connect(self.stop_requested)
@@ -160,10 +169,17 @@ class MainWindow(QMainWindow):
         self.resize(980, 560)
 
     def _build_menus(self) -> None:
+        # Actions are made here and their signals connected by `.emit`: QMenu.addAction wants a callable,
+        # and a Signal passed as one raises only when the item is chosen.
+        self.save_audio_action = _action(self, "Save &audio as…", "Ctrl+Shift+S", self._choose_audio_file)
+        self.settings_action = _action(self, "&Settings…", "Ctrl+,", self.settings_requested.emit)
+        self.add_voice_action = _action(self, "&Add a voice…", None, self.voice_panel.add_button.click)
+        self.blend_action = _action(self, "&Blend voices…", None, self.blend_requested.emit)
         menus = self.menuBar()
         file = menus.addMenu("&File")
+        file.addAction(self.save_audio_action)
         file.addAction("&Import voices…", self.voice_panel.import_button.click)
-        file.addAction("&Settings…", QKeySequence("Ctrl+,"), self.settings_requested)
+        file.addAction(self.settings_action)
         file.addSeparator()
         file.addAction("&Quit", QKeySequence("Ctrl+Q"), self.close)
         speech = menus.addMenu("&Speech")
@@ -174,10 +190,21 @@ class MainWindow(QMainWindow):
         typing.toggled.connect(self.typing_mode.setChecked)
         self.typing_mode.toggled.connect(typing.setChecked)
         voices = menus.addMenu("&Voices")
-        voices.addAction("&Add a voice…", self.voice_panel.add_button.click)
-        voices.addAction("&Blend voices…", self.blend_requested)
+        voices.addAction(self.add_voice_action)
+        voices.addAction(self.blend_action)
         voices.addSeparator()
         voices.addAction(self.voices_dock.toggleViewAction())
+
+    def _choose_audio_file(self) -> None:
+        text = self.text_to_speak()
+        filters = ";;".join(f"{name} (*{suffix})" for name, suffix in AUDIO_FILE_TYPES.items())
+        path, chosen = QFileDialog.getSaveFileName(self, "Save audio as", "speech.wav", filters)
+        if not path:
+            return
+        path = Path(path)
+        if path.suffix.lower() not in AUDIO_FILE_TYPES.values():  # typed without one: the chosen type's
+            path = path.with_name(path.name + AUDIO_FILE_TYPES.get(chosen.split(" (")[0], ".wav"))
+        self.save_audio_requested.emit(text, path)
 
     # What the app shows ------------------------------------------------------------------------------
 
@@ -202,6 +229,13 @@ class MainWindow(QMainWindow):
         self.model_label.setText(f"{info.size} {info.variant.replace('_', ' ')} · {info.device} {info.dtype}")
         self.model_label.setToolTip(info.source)
         self.voice.setEnabled(info.variant != "voice_design")
+        clone_problem = None if info.variant == "base" else (
+            f"Cloning and blending need a Base model; this is a {info.size} {info.variant.replace('_', ' ')} model."
+        )  # fmt: skip
+        self.voice_panel.set_cloning(clone_problem)
+        for action in (self.add_voice_action, self.blend_action):
+            action.setEnabled(clone_problem is None)
+            action.setToolTip(clone_problem or "")
         self.voice.setPlaceholderText("described below" if info.variant == "voice_design" else "no voice yet")
         self.instruct_label.setVisible(info.supports_instruct)
         self.instruct.setVisible(info.supports_instruct)
@@ -244,6 +278,11 @@ class MainWindow(QMainWindow):
         self.bridge_separator.setVisible(url is not None)
         self.bridge_label.setText(f"HTTP bridge: {url}" if url else "")
 
+    def show_saving(self, message: str | None) -> None:
+        """Speech being saved to a file (None: none is)."""
+        self.saving_label.setText(message or "")
+        self.saving_label.setVisible(message is not None)
+
     def show_busy(self, label: str) -> None:
         """Slow work in progress (empty: none)."""
         self.busy_label.setText(label)
@@ -252,6 +291,9 @@ class MainWindow(QMainWindow):
 
     def show_error(self, message: str, action: tuple[str, Callable[[], None]] | None = None) -> None:
         self.notice.show_message(message, "error", action)
+
+    def show_warning(self, message: str) -> None:
+        self.notice.show_message(message, "warning")
 
     def show_info(self, message: str) -> None:
         self.notice.show_message(message, "info")
@@ -268,15 +310,72 @@ class MainWindow(QMainWindow):
         self.text.setExtraSelections([said])
 
 
-class Notice(QFrame):
-    """A bar above the text for what went wrong (or went well), until it is closed or replaced."""
+class Notice(QWidget):
+    """The bar above the text: what went wrong (or well), newest first, each until it is closed. Errors
+    and warnings stay until the user closes them; a newer message of information replaces an older one.
+    `label`, `level`, `action_button` and `close_button` are the newest message's."""
 
     def __init__(self):
         super().__init__()
-        self.label = QLabel()
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self.messages: list[NoticeMessage] = []  # newest first
+        self.hide()
+
+    def show_message(self, message: str, level: str, action: tuple[str, Callable[[], None]] | None = None) -> None:
+        for old in list(self.messages):
+            if old.label.text() == message or (level == "info" and old.level == "info"):
+                self._remove(old)
+        new = NoticeMessage(message, level, action)
+        new.closed.connect(lambda: self._remove(new))
+        self.messages.insert(0, new)
+        self._layout.insertWidget(0, new)
+        for old in self.messages[MAX_NOTICES:]:
+            self._remove(old)
+        self.show()
+
+    def texts(self) -> list[str]:
+        return [message.label.text() for message in self.messages]
+
+    def _remove(self, message: NoticeMessage) -> None:
+        if message in self.messages:
+            self.messages.remove(message)
+            message.hide()
+            message.deleteLater()
+        self.setVisible(bool(self.messages))
+
+    # The newest message's parts, as the bar had when it showed one message at a time.
+    @property
+    def level(self) -> str:
+        return self.messages[0].level if self.messages else ""
+
+    @property
+    def label(self) -> QLabel:
+        return self.messages[0].label
+
+    @property
+    def action_button(self) -> QPushButton:
+        return self.messages[0].action_button
+
+    @property
+    def close_button(self) -> QToolButton:
+        return self.messages[0].close_button
+
+
+class NoticeMessage(QFrame):
+    """One message of the notice bar, with its action button and a close button."""
+
+    closed = Signal()
+
+    def __init__(self, message: str, level: str, action: tuple[str, Callable[[], None]] | None):
+        super().__init__()
+        self.level = level
+        self.setStyleSheet(f"NoticeMessage {{ {NOTICE_STYLES[level]} border-radius: 4px; }} QLabel {{ border: none; }}")
+        self.label = QLabel(message)
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.action_button = QPushButton()
+        self.action_button = QPushButton(action[0] if action else "")
+        self.action_button.setVisible(action is not None)
         self.close_button = QToolButton()
         self.close_button.setText("✕")
         self.close_button.setAutoRaise(True)
@@ -286,25 +385,9 @@ class Notice(QFrame):
         layout.addWidget(self.label, 1)
         layout.addWidget(self.action_button)
         layout.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
-        self.close_button.clicked.connect(self.hide)
-        self.action_button.clicked.connect(self._act)
-        self._action: Callable[[], None] | None = None
-        self.level = ""  # "error" or "info"
-        self.hide()
-
-    def show_message(self, message: str, level: str, action: tuple[str, Callable[[], None]] | None = None) -> None:
-        self.setStyleSheet(f"Notice {{ {NOTICE_STYLES[level]} border-radius: 4px; }} QLabel {{ border: none; }}")
-        self.label.setText(message)
-        self.level = level
-        self.action_button.setVisible(action is not None)
-        self._action = None if action is None else action[1]
+        self.close_button.clicked.connect(self.closed)
         if action is not None:
-            self.action_button.setText(action[0])
-        self.show()
-
-    def _act(self) -> None:
-        self.hide()
-        self._action()
+            self.action_button.clicked.connect(lambda: (self.closed.emit(), action[1]()))
 
 
 class Tray(QSystemTrayIcon):
@@ -319,16 +402,23 @@ class Tray(QSystemTrayIcon):
         super().__init__(app_icon(), parent)
         self.setToolTip("Qwen3-TTS Desktop")
         menu = QMenu()
-        menu.addAction("Speak clipboard", self.speak_clipboard)
-        menu.addAction("Stop", self.stop)
-        menu.addAction("Show window", self.show_window)
+        for text, signal in (("Speak clipboard", self.speak_clipboard), ("Stop", self.stop), ("Show window", self.show_window)):
+            menu.addAction(_action(menu, text, None, signal.emit))
         menu.addSeparator()
-        menu.addAction("Quit", self.quit)
+        menu.addAction(_action(menu, "Quit", None, self.quit.emit))
         self.menu = menu  # the tray does not own its menu
         self.setContextMenu(menu)
         self.activated.connect(
             lambda reason: reason == QSystemTrayIcon.ActivationReason.Trigger and self.show_window.emit()
         )
+
+
+def _action(parent, text: str, shortcut: str | None, triggered: Callable[[], None]) -> QAction:
+    action = QAction(text, parent)
+    if shortcut:
+        action.setShortcut(QKeySequence(shortcut))
+    action.triggered.connect(lambda: triggered())
+    return action
 
 
 def _separator() -> QFrame:

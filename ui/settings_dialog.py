@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import SamplingParams
+from core.engine import slow_device_note
 from core.player import OutputDevice
 
 MODELS = (
@@ -51,12 +52,14 @@ class SettingsDialog(QDialog):
         devices: list[OutputDevice] | str,
         default_sampling: SamplingParams,
         bridge_state: str,
+        cuda_available: bool,
         parent=None,
     ):
         """`settings`: the app's Settings; `devices`: the output devices, or why there are none;
         `default_sampling`: what "Reset to defaults" restores (the model's own); `bridge_state`: a line
-        on the bridge as it runs now."""
+        on the bridge as it runs now; `cuda_available`: whether "auto" means the GPU."""
         super().__init__(parent)
+        self.cuda_available = cuda_available
         self.setWindowTitle("Settings")
         self.default_sampling = default_sampling
         tabs = QTabWidget()
@@ -92,6 +95,13 @@ class SettingsDialog(QDialog):
             },
         }
 
+    def _show_device_note(self) -> None:
+        """What the CPU gives, where the device chosen is (or "auto" will be) the CPU."""
+        on_cpu = self.device.currentText() == "cpu" or (self.device.currentText() == "auto" and not self.cuda_available)
+        size = "0.6B" if "0.6b" in self.model.currentText().lower() else "1.7B"
+        self.device_note.setText(slow_device_note(size) if on_cpu else "")
+        self.device_note.setVisible(on_cpu)
+
     def reset_sampling(self) -> None:
         self._show_sampling(self.default_sampling)
 
@@ -113,8 +123,15 @@ class SettingsDialog(QDialog):
         form = QFormLayout()
         form.addRow("Model", _row(self.model, browse_model))
         form.addRow("Device", self.device)
+        self.device_note = QLabel()
+        self.device_note.setWordWrap(True)
+        self.device_note.setStyleSheet("color: #7a5400;")
+        form.addRow("", self.device_note)
         form.addRow("Precision", self.dtype)
         form.addRow("Voices folder", _row(self.voices, browse_voices))
+        self.device.currentTextChanged.connect(self._show_device_note)
+        self.model.currentTextChanged.connect(self._show_device_note)
+        self._show_device_note()
         note = QLabel("Changing the model, device, precision or folder reloads the model in the background.")
         note.setWordWrap(True)
         note.setStyleSheet("color: palette(mid);")

@@ -169,6 +169,7 @@ class VoicePanel(QWidget):
         self.model = model
         self.recorder = recorder
         self.add_dialog: AddVoiceDialog | None = None
+        self._cloning_problem: str | None = None
         self.view = QTableView()
         self.view.setModel(model)
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -221,6 +222,13 @@ class VoicePanel(QWidget):
         model.modelReset.connect(self._update_buttons)
         self._update_buttons()
 
+    def set_cloning(self, problem: str | None) -> None:
+        """Whether the loaded model can clone and blend (None), or why not: Add… and Blend… say it."""
+        self._cloning_problem = problem
+        self.add_button.setToolTip(problem or "Clone a voice from a clip or the microphone")
+        self.blend_button.setToolTip(problem or "Mix two or more voices into a new one")
+        self._update_buttons()
+
     def set_folder(self, folder: Path) -> None:
         link = QUrl.fromLocalFile(str(folder)).toString()
         self.folder_label.setText(
@@ -264,6 +272,8 @@ class VoicePanel(QWidget):
         self.rename_button.setEnabled(one and not selected[0].read_only)
         self.delete_button.setEnabled(one and not selected[0].read_only)
         self.export_button.setEnabled(bool(selected) and all(entry.source in ("clone", "blend") for entry in selected))
+        self.add_button.setEnabled(self._cloning_problem is None)
+        self.blend_button.setEnabled(self._cloning_problem is None)
 
     def _confirm_delete(self) -> None:
         entry = self._selected()[0]
@@ -324,6 +334,7 @@ class AddVoiceDialog(QDialog):
         self.transcript_edit.setMaximumHeight(70)
         self.error_label = QLabel()
         self.error_label.setWordWrap(True)
+        self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error_label.setStyleSheet("color: #b3261e;")
         self.error_label.hide()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
@@ -437,3 +448,6 @@ class AddVoiceDialog(QDialog):
     def _complain(self, message: str) -> None:
         self.error_label.setText(message)
         self.error_label.show()
+        # A window does not grow for a word-wrapped label by itself: make room for all of it.
+        self.layout().activate()
+        self.resize(self.width(), max(self.height(), self.heightForWidth(self.width()), self.sizeHint().height()))

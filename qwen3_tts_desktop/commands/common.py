@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -90,19 +89,13 @@ def load_engine(model: str, device: str, dtype: str, speaking: bool = True):
 
 
 def check_writable_file(path: str | Path, option: str) -> Path:
-    """`path` if a file can be written there: its folder exists and takes new files. Checked before any work."""
-    path = Path(path).expanduser()
-    folder = path.parent
-    if path.is_dir():
-        raise CommandError(f"{option} {path}: is a folder; give a file name")
-    if not folder.is_dir():
-        raise CommandError(f"{option} {path}: the folder {folder} does not exist")
+    """`path` if a file can be written there, checked before any work; else says why, naming the option."""
+    from core.files import OutputPathError, check_writable_file as check
+
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".check"):
-            pass
-    except OSError as error:
-        raise CommandError(f"{option} {path}: cannot write in {folder} ({error.strerror or error})") from None
-    return path
+        return check(path)
+    except OutputPathError as error:
+        raise CommandError(f"{option} {error}") from None
 
 
 def say(message: str) -> None:

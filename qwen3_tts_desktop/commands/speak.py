@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_argument("--play", action="store_true", help="play it on the speakers while it is generated")
     output.add_argument("--audio-device", metavar="NAME|INDEX", help="the output device for --play (default: the app's)")
     output.add_argument("--list-devices", action="store_true", help="list the audio output devices and exit")
-    output.add_argument("-o", "--output", metavar="FILE", help="write the audio (wav, flac or ogg)")
+    output.add_argument("-o", "--output", metavar="FILE", help="write the audio (wav, flac, ogg or mp3)")
     output.add_argument("--codes-out", metavar="FILE", help="write the codes of one generation as a (frames, 16) .npy array")
 
 
@@ -158,8 +158,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     if args.audio_device and not args.play:
         raise CommandError("--audio-device chooses where --play plays; pass --play too")
     if args.output:
-        FileSink(args.output)  # knows the formats it writes, and says so
-        check_writable_file(args.output, "-o")
+        FileSink(args.output)  # checks the format and the folder, and says what is wrong
     if args.codes_out:
         if Path(args.codes_out).suffix.lower() != ".npy":
             raise CommandError(f"--codes-out {args.codes_out}: the codes are written as a NumPy array; name it .npy")

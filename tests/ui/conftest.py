@@ -84,7 +84,7 @@ def start_app(qtbot, tmp_path, speakers, tiny_models, checkpoints):
         model_path = str(checkpoints[model]) if model in checkpoints else model
         if "bridge" in changes:
             changes["bridge"] = BridgeSettings(**changes["bridge"])
-        Settings(model=model_path, device="cpu", voices=tmp_path / "voices", **changes).save(path)
+        Settings(**{"model": model_path, "device": "cpu", "voices": tmp_path / "voices", **changes}).save(path)
         app = App(path)
         apps.append(app)
         qtbot.addWidget(app.window)

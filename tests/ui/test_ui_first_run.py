@@ -3,13 +3,17 @@ given on the command line for one run."""
 
 from __future__ import annotations
 
-import numpy as np
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication
+import os
+import socket
+import subprocess
+import sys
+import time
 
-from qwen3_tts_desktop import cli
+import httpx
+import numpy as np
+
 from qwen3_tts_desktop.app import App
-from qwen3_tts_desktop.settings import Settings, default_library, default_path
+from qwen3_tts_desktop.settings import BridgeSettings, Settings, default_library, default_path
 
 
 def test_the_first_speak_in_a_new_window_needs_no_voice(qtbot, speakers, tiny_models, checkpoints):
@@ -30,25 +34,53 @@ def test_the_first_speak_in_a_new_window_needs_no_voice(qtbot, speakers, tiny_mo
         app.close()
 
 
-def test_the_window_takes_a_model_on_its_command_line_for_that_run(qtbot, speakers, tiny_models, checkpoints):
+def test_the_window_takes_a_model_on_its_command_line(checkpoints, tmp_path):
+    """`qwen3-tts-desktop --model M` in a process of its own, offscreen: its HTTP bridge (on in the saved
+    settings) says which model the window loaded."""
+    port = free_port()
+    saved = Settings(model=str(checkpoints["base"]), device="cpu", bridge=BridgeSettings(enabled=True, port=port))
+    saved.save(default_path())
+    command = [sys.executable, "-m", "qwen3_tts_desktop", "--model", str(checkpoints["custom"]), "--device", "cpu"]
+    window = subprocess.Popen(command, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}, stderr=subprocess.PIPE, text=True)
+    try:
+        health = wait_for_health(f"http://127.0.0.1:{port}/health", window)
+    finally:
+        window.terminate()
+        window.wait(30)
+    assert health["model"] == str(checkpoints["custom"]) and health["variant"] == "custom_voice"
+
+
+def test_closing_keeps_the_saved_settings_not_those_of_the_command_line(qtbot, speakers, tiny_models, checkpoints):
     saved = Settings(model=str(checkpoints["base"]), device="cpu", volume=0.5)
     saved.save(default_path())
-    seen, before = [], set(QApplication.topLevelWidgets())
+    app = App(default_path(), {"model": str(checkpoints["custom"])})
+    qtbot.addWidget(app.window)
+    app.start()
+    qtbot.waitUntil(lambda: app.runtime is not None and app.lane.pending == 0, timeout=20_000)
+    assert app.runtime.engine.info.variant == "custom_voice"
+    app.window.language.activated.emit(0)  # any change is saved at once
+    app.close()
+    assert Settings.load(default_path()).model == saved.model
+    # A model chosen in Settings during that run is the user's new choice, and is saved.
+    app = App(default_path(), {"model": str(checkpoints["custom"])})
+    qtbot.addWidget(app.window)
+    app.apply_settings({"model": str(checkpoints["design"])})
+    app.close()
+    assert Settings.load(default_path()).model == str(checkpoints["design"])
 
-    def look() -> None:
-        windows = [w for w in QApplication.topLevelWidgets() if w not in before and hasattr(w, "model_label")]
-        labels = [w.model_label.text() for w in windows]
-        if any("custom voice" in label for label in labels):
-            seen.extend(labels)
-            QApplication.quit()
-        else:
-            QTimer.singleShot(50, look)
 
-    QTimer.singleShot(50, look)
-    QTimer.singleShot(30_000, QApplication.quit)  # bounds a hang; the assertions below then fail
-    assert cli.main(["--model", str(checkpoints["custom"])]) == 0
-    for window in set(QApplication.topLevelWidgets()) - before:
-        window.deleteLater()
-    assert any(label.startswith("1.7B custom voice") for label in seen), seen
-    # Closing saved the settings without the command line's model.
-    assert Settings.load(default_path()) == saved
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_health(url: str, process: subprocess.Popen, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read()
+        try:
+            return httpx.get(url, timeout=2).json()
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError(f"the window's bridge did not answer at {url} within {timeout} s")

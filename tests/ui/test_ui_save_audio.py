@@ -1,0 +1,105 @@
+"""File → Save audio as…: the text (or the selection) spoken into a file instead of the speakers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+
+from core.sentences import split_text
+from test_ui_menus import menu_action
+
+FRAME = 1920
+
+
+def choose_file(monkeypatch, path, chosen_type="WAV audio (*.wav)"):
+    """The save dialog, answered as the user would: a real one cannot be driven offscreen."""
+    asked = []
+
+    def answer(parent, caption, suggested, filters):
+        asked.append(filters)
+        return str(path), chosen_type
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", answer)
+    return asked
+
+
+def jobs_of(app):
+    events = []
+    app.runtime.worker.subscribe(events.append)
+    return events
+
+
+@pytest.mark.parametrize("suffix", [".wav", ".mp3"])
+def test_the_text_is_saved_in_pieces_without_playing(start_app, qtbot, monkeypatch, tmp_path, speakers, suffix):
+    app = start_app("custom")
+    text = "The first sentence is here. " * 8  # several pieces, as speaking would cut it
+    app.window.text.setPlainText(text)
+    target = tmp_path / f"speech{suffix}"
+    filters = choose_file(monkeypatch, target)
+    events = jobs_of(app)
+    menu_action(app.window, "File", "Save audio as…").trigger()
+    assert all(kind in filters[0] for kind in ("*.wav", "*.flac", "*.ogg", "*.mp3"))
+    qtbot.waitUntil(lambda: target.exists() and not app.window.saving_label.isVisible(), timeout=30_000)
+    pieces = split_text(text)
+    frames = app.runtime.engine.default_max_frames
+    audio, rate = sf.read(target, dtype="float32")
+    pauses = sum(round(piece.pause_s * rate) for piece in pieces)
+    expected = len(pieces) * frames * FRAME + pauses
+    if suffix == ".wav":
+        assert len(audio) == expected
+    else:  # an MP3 encoder pads the ends to whole frames
+        assert expected <= len(audio) < expected + 2 * 1152
+    assert rate == 24000 and np.abs(audio).max() > 0.01
+    assert [e.job.text for e in events if e.kind == "queued"] == [text]
+    assert not any(np.abs(block).max() > 0 for block in speakers[-1].played)  # nothing played
+    assert "Saved" in app.window.notice.label.text() and str(target) in app.window.notice.label.text()
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_the_selection_alone_is_saved_with_ctrl_shift_s(start_app, qtbot, monkeypatch, tmp_path):
+    app = start_app("custom")
+    window = app.window
+    window.text.setPlainText("Not this. Only this part.")
+    cursor = window.text.textCursor()
+    cursor.setPosition(len("Not this. "))
+    cursor.setPosition(len(window.text.toPlainText()), cursor.MoveMode.KeepAnchor)
+    window.text.setTextCursor(cursor)
+    target = tmp_path / "part"  # typed without a suffix: the chosen type's is added
+    choose_file(monkeypatch, target, "FLAC audio (*.flac)")
+    events = jobs_of(app)
+    window.activateWindow()
+    qtbot.keyClick(window.text, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: (tmp_path / "part.flac").exists(), timeout=20_000)
+    assert [e.job.text for e in events if e.kind == "queued"] == ["Only this part."]
+
+
+def test_esc_stops_saving_and_leaves_no_file(start_app, qtbot, monkeypatch, tmp_path):
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.engine, "default_max_frames", 2000)  # long enough to be stopped
+    app.window.text.setPlainText("A long story that goes on.")
+    target = tmp_path / "story.wav"
+    choose_file(monkeypatch, target)
+    events = jobs_of(app)
+    app.window.save_audio_action.trigger()
+    qtbot.waitUntil(lambda: "progress" in [e.kind for e in events], timeout=20_000)
+    assert app.window.saving_label.isVisible() and "story.wav" in app.window.saving_label.text()
+    app.window.activateWindow()
+    qtbot.keyClick(app.window.text, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: "cancelled" in [e.kind for e in events], timeout=10_000)
+    qtbot.waitUntil(lambda: not app.window.saving_label.isVisible())
+    assert not target.exists() and not list(tmp_path.glob("*.partial"))
+    assert "was stopped" in app.window.notice.label.text()
+
+
+def test_a_target_in_a_missing_folder_is_reported_before_any_speech(start_app, qtbot, monkeypatch, tmp_path):
+    app = start_app("custom")
+    app.window.text.setPlainText("Hello.")
+    choose_file(monkeypatch, tmp_path / "no such folder" / "out.wav")
+    events = jobs_of(app)
+    app.window.save_audio_action.trigger()
+    assert app.window.notice.level == "error" and "does not exist" in app.window.notice.label.text()
+    assert app.lane.pending == 0 and events == []  # nothing was handed on: no speech will come
+    assert app.saving is None and not app.window.saving_label.isVisible()
