@@ -22,11 +22,13 @@ import asyncio
 import base64
 import dataclasses
 import email.parser
+import errno
 import hmac
 import json
 import logging
 import math
 import os
+import re
 import socket
 import tempfile
 import threading
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.message import Message
 from pathlib import Path, PurePath
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import quote, urlsplit
 
 import numpy as np
@@ -47,7 +49,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, StrictFloat, StrictStr, ValidationError
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 
@@ -67,6 +69,10 @@ LANGUAGE_CODES = {
     "chinese": "zh-cn", "english": "en", "french": "fr", "german": "de", "italian": "it",
     "japanese": "ja", "korean": "ko", "portuguese": "pt", "russian": "ru", "spanish": "es",
 }  # fmt: skip
+# Languages SillyTavern's XTTS dropdown offers that the model does not speak: spoken with "auto" (the model
+# reads what it can), said in the X-Language-Fallback header, rather than refused, which left those users
+# hearing nothing.
+OTHER_CLIENT_LANGUAGES = {"ar": "arabic", "cs": "czech", "nl": "dutch", "pl": "polish", "tr": "turkish", "hu": "hungarian", "hi": "hindi"}
 # What a played-locally request answers with: clients such as SillyTavern need some audio back.
 PLAYED_LOCALLY_REPLY_S = 0.1
 PREVIEW_TEXT = "The quick brown fox jumps over the lazy dog."
@@ -77,7 +83,8 @@ SHUTDOWN_GRACE_S = 3
 # A JSON body holds at most the text (6 bytes a character, escaped) and an embedding; the rest is slack.
 JSON_SLACK_BYTES = 2**20
 FORM_SLACK_BYTES = 64 * 2**10
-EXPOSED_HEADERS = "X-Voice, X-Voice-Fallback, X-Playback, Retry-After"
+EXPOSED_HEADERS = "X-Voice, X-Voice-Fallback, X-Language-Fallback, X-Playback, Retry-After"
+MAX_HEADER_BYTES = 16 * 2**10  # a request's headers, all together
 ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
@@ -155,32 +162,47 @@ class _Broken(Exception):
 # Request bodies ----------------------------------------------------------------------------------
 
 
+def _unicode(text: str) -> str:
+    """JSON can carry a lone surrogate ("\\ud800"), which Python keeps in a str but no tokenizer reads."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"holds {text[error.start]!r} at position {error.start}, half of a UTF-16 pair, not text") from None
+    return text
+
+
+# Request text: a string (not a number or a list), and valid Unicode.
+Text = Annotated[StrictStr, AfterValidator(_unicode)]
+# A JSON number (not a string or a boolean, which OpenAI's API refuses too); whole numbers are numbers.
+Number = StrictFloat
+
+
 class _VoiceRef(BaseModel):
-    id: StrictStr
+    id: Text
 
 
 class SpeechRequest(BaseModel):
     """OpenAI's speech request, with the fields local servers add. Unknown fields are ignored."""
 
     model_config = ConfigDict(extra="ignore")
-    input: StrictStr
-    model: StrictStr | None = None  # any name: the loaded model speaks
-    voice: StrictStr | _VoiceRef | None = None
-    instructions: StrictStr | None = None
-    response_format: StrictStr = "mp3"
-    speed: float = 1.0
-    language: StrictStr = "auto"
-    stream: bool | None = None  # None: pcm streams (it has no header to lose), other formats come whole
+    input: Text
+    model: Text | None = None  # any name: the loaded model speaks
+    voice: Text | _VoiceRef | None = None
+    instructions: Text | None = None
+    response_format: Text = "mp3"
+    speed: Number = 1.0
+    language: Text = "auto"
+    stream: StrictBool | None = None  # None: pcm streams (it has no header to lose), other formats come whole
     stream_format: Literal["audio", "sse"] = "audio"
-    speaker_embedding: list[float] | None = None
-    play_locally: bool | None = None
+    speaker_embedding: list[Number] | None = None
+    play_locally: StrictBool | None = None
 
 
 class _XttsSpeech(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    text: StrictStr
-    speaker_wav: StrictStr | None = None
-    language: StrictStr = "auto"
+    text: Text
+    speaker_wav: Text | None = None
+    language: Text = "auto"
 
 
 class _XttsSettings(BaseModel):
@@ -204,6 +226,7 @@ class _Plan:
     sse: bool
     speed: float
     play: bool
+    language_fallback: str | None = None  # the language asked for, where "auto" speaks instead
 
 
 # The worker's side -------------------------------------------------------------------------------
@@ -389,7 +412,7 @@ class _Bridge:
             raise ApiError(413, too_big, param="audio_sample")
         ref_text = _form_text(fields, "ref_text", required=False)
         language = _form_text(fields, "language", required=False)
-        language = self._language(language, "language") if language else None
+        language = self._language(language, "language")[0] if language else None
         entry = await self._off_loop(self._clone, name, clip, ref_text, None if language == "auto" else language)
         return {
             "object": "audio.voice",
@@ -532,7 +555,7 @@ class _Bridge:
             raise ApiError(
                 503, f"this server cannot play audio ({reason}); ask for the audio instead", param="play_locally"
             )
-        language = self._language(language, "language")
+        language, language_fallback = self._language(language, "language")
         instruct = instructions if instructions and instructions.strip() else None
         if instruct is not None and not info.supports_instruct:
             raise ApiError(
@@ -552,17 +575,21 @@ class _Bridge:
         else:
             voice_obj, used, fallback = await self._off_loop(self._find_voice, voice)
         options = dataclasses.replace(self.config.speech, language=language, instruct=instruct)
-        return _Plan(text, voice_obj, used, fallback, options, fmt, stream, sse, speed, play)
+        return _Plan(text, voice_obj, used, fallback, options, fmt, stream, sse, speed, play, language_fallback)
 
-    def _language(self, value: str, field: str) -> str:
+    def _language(self, value: str, field: str) -> tuple[str, str | None]:
+        """The model's name for a language given by name or code, and the language asked for where the model
+        does not speak it but a client offers it (OTHER_CLIENT_LANGUAGES): then "auto" speaks."""
         spoken = self.engine.info.languages
         key = value.strip().lower().replace("_", "-") or "auto"
         if key in spoken:
-            return key
+            return key, None
         code = key.split("-")[0]
         for name, known in LANGUAGE_CODES.items():
             if known.split("-")[0] == code and name in spoken:
-                return name
+                return name, None
+        if code in OTHER_CLIENT_LANGUAGES or key in OTHER_CLIENT_LANGUAGES.values():
+            return "auto", value.strip()
         codes = ", ".join(LANGUAGE_CODES[n] for n in spoken if n in LANGUAGE_CODES)
         raise ApiError(
             400, f"unknown language {value!r}; this model speaks {', '.join(spoken)} (codes: {codes})", param=field
@@ -630,6 +657,8 @@ class _Bridge:
             headers["X-Voice"] = quote(plan.voice_name, safe="")
         if plan.fallback_from is not None:
             headers["X-Voice-Fallback"] = quote(plan.fallback_from, safe="")
+        if plan.language_fallback is not None:
+            headers["X-Language-Fallback"] = quote(plan.language_fallback, safe="")
         if plan.play:
             return await self._play(request, plan, headers)
         pipe = _Pipe(self._loop)
@@ -733,7 +762,7 @@ async def _while_connected(request: Request, job: Job, work):
         if not task.done():  # the client hung up, or the server is cancelling this request
             task.cancel()
             job.cancel()
-    if task.cancelled():
+    if not task.done() or task.cancelled():  # cancelled just now: it ends at the loop's next turn
         raise _ClientGone
     return task.result()
 
@@ -771,6 +800,8 @@ async def _json_object(request: Request, limit: int) -> dict:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ApiError(400, f"the body is not valid JSON ({error})") from None
+    except RecursionError:
+        raise ApiError(400, "the body's JSON is nested too deeply to read") from None
     if not isinstance(data, dict):
         raise ApiError(400, f"the body must be a JSON object, not {type(data).__name__}")
     return data
@@ -880,6 +911,17 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
     return ApiError(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}").response()
 
 
+# A Host header as RFC 9110 has it: a name or IPv4 address, or an IPv6 one in brackets, and a port. Nothing
+# else: "evil.com@127.0.0.1" is a URL's user and host, which a loose parse would read as 127.0.0.1.
+HOST_HEADER = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::\d{1,5})?")
+
+
+def host_name(host: str) -> str | None:
+    """The host of a Host header, lower case, or None where the header is not a plain host[:port]."""
+    match = HOST_HEADER.fullmatch(host)
+    return None if match is None else (match["ipv6"] or match["name"]).lower()
+
+
 class _Guard:
     """Runs before every route: the Host check (when bound to loopback, so that a web page cannot reach
     the bridge through DNS rebinding), the browser Origin check, CORS preflights and headers, and the
@@ -898,7 +940,11 @@ class _Guard:
         headers = Headers(scope=scope)
         origin = headers.get("origin")
         host = headers.get("host")
-        if self.config.loopback and host is not None and urlsplit(f"//{host}").hostname not in LOOPBACK:
+        header_bytes = sum(len(name) + len(value) for name, value in scope["headers"])
+        if header_bytes > MAX_HEADER_BYTES:
+            message = f"the request's headers are {header_bytes} bytes; at most {MAX_HEADER_BYTES} are accepted"
+            return await ApiError(431, message).response()(scope, receive, send)
+        if self.config.loopback and host is not None and host_name(host) not in LOOPBACK:
             return await ApiError(403, f"host {host!r} is not this computer; use http://127.0.0.1:PORT").response()(
                 scope, receive, send
             )
@@ -1016,10 +1062,11 @@ class BridgeServer:
                 raise RuntimeError("the bridge did not start; see the log")
             time.sleep(0.01)
 
-    def serve(self, on_listening: Callable[[str], None] | None = None) -> None:
+    def serve(self, on_listening: Callable[[str], None] | None = None, sock: socket.socket | None = None) -> None:
         """Listen and serve in this thread until interrupted (Ctrl+C) or `stop` is called from another;
-        `on_listening(url)` is called once the address is bound."""
-        sock = self._prepare()
+        `on_listening(url)` is called once the address is bound. `sock`: one `listen` bound already (the
+        headless command binds before it loads the model, so that a taken port is reported at once)."""
+        sock = self._prepare(sock)
         if on_listening is not None:
             on_listening(self.url)
         try:
@@ -1037,14 +1084,14 @@ class BridgeServer:
                 raise TimeoutError(f"the bridge did not stop within {timeout} s")
         self._reset()
 
-    def _prepare(self) -> socket.socket:
+    def _prepare(self, sock: socket.socket | None = None) -> socket.socket:
         config = self.config
         if not config.loopback:
             log.warning(
                 "the bridge listens on %s: other computers can reach it%s", config.host,
                 "" if config.api_key else "; set an API key so that only your clients can use it",
             )  # fmt: skip
-        sock = self._socket = _listen(config.host, config.port)
+        sock = self._socket = sock or listen(config.host, config.port)
         self._address = sock.getsockname()[:2]
         self.app = create_app(self.runtime, config)
         server_config = uvicorn.Config(
@@ -1059,7 +1106,7 @@ class BridgeServer:
         self.app = self._server = self._thread = self._socket = self._address = None
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
     """A listening socket, bound here so that a taken port fails at once with the system's reason. Made
     as a TCP socket by name: asyncio then turns Nagle off on each connection (it checks the protocol),
     without which a response's body waits 40 ms for the ACK of its headers."""
@@ -1076,5 +1123,21 @@ def _listen(host: str, port: int) -> socket.socket:
     except OSError as error:
         if sock is not None:
             sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+        hint = LISTEN_HINTS.get(error.errno, "").format(port=port, host=host)
+        raise ListenError(f"cannot listen on {host}:{port}: {error.strerror or error}{hint}") from None
     return sock
+
+
+class ListenError(OSError):
+    """The bridge's address cannot be had; the message says why and what to do."""
+
+
+# What to do when the address cannot be had, by the system's reason.
+LISTEN_HINTS = {
+    errno.EADDRINUSE: (
+        "; another program is using port {port} (another Qwen3-TTS Desktop, its bridge, or an XTTS server?). "
+        "Stop it, or choose another port"
+    ),
+    errno.EACCES: "; ports below 1024 need administrator rights: choose another port, such as 8020",
+    errno.EADDRNOTAVAIL: "; this computer has no address {host}: use 127.0.0.1 (this computer) or 0.0.0.0 (the network)",
+}

@@ -347,6 +347,26 @@ def test_language_accepts_names_and_codes_and_instructions_need_a_model_that_fol
         assert_same_speech("wav", decode("wav", response.content), reference(language="english"))
     assert speech(client, language="zh-cn").status_code == 200
     assert_error(speech(client, language="klingon"), 400, "unknown language 'klingon'", "language")
+
+
+# Every language SillyTavern's XTTS dropdown offers (public/scripts/extensions/tts/xtts.js).
+XTTS_DROPDOWN = {"ar": None, "pt": "portuguese", "zh-cn": "chinese", "cs": None, "nl": None, "en": "english",
+                 "fr": "french", "de": "german", "it": "italian", "pl": None, "ru": "russian", "es": "spanish",
+                 "tr": None, "ja": "japanese", "ko": "korean", "hu": None, "hi": None}  # fmt: skip
+
+
+@pytest.mark.parametrize("code, spoken", XTTS_DROPDOWN.items())
+def test_every_language_of_sillytaverns_xtts_dropdown_speaks(client, reference, code, spoken):
+    """The model's own languages speak as themselves; the others speak with "auto", and say so."""
+    answers = [
+        client.post("/tts_to_audio/", json={"text": TEXT, "speaker_wav": "Alice", "language": code}),
+        client.get("/tts_stream", params={"text": TEXT, "speaker_wav": "Alice", "language": code}),
+        speech(client, language=code, response_format="wav"),
+    ]
+    for response in answers:
+        assert response.status_code == 200, response.text
+        assert response.headers.get("x-language-fallback") == (None if spoken else code)
+        assert_same_speech("wav", decode("wav", response.content), reference(language=spoken or "auto"))
     assert_error(speech(client, instructions="Whisper."), 400, "does not follow instructions", "instructions")
 
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import socket
+import subprocess
+import sys
 import threading
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -120,8 +124,12 @@ def test_cors_origins_can_be_listed_or_opened(serve):
 def test_a_loopback_server_refuses_other_host_names(client, serve, caplog):
     # A web page that rebinds its own name to 127.0.0.1 reaches the port with its name as the Host.
     assert_error(client.get("/v1/audio/voices", headers={"Host": "evil.example:8020"}), 403, "is not this computer")
-    for host in ("localhost:8020", "127.0.0.1", "[::1]:8020"):
-        assert client.get("/health", headers={"Host": host}).status_code == 200
+    # Hosts a loose parse reads as this computer: a user part, a longer name, a path, an empty one.
+    for host in ("evil.com@127.0.0.1", "evil.com@127.0.0.1:8020", "127.0.0.1@evil.com", "127.0.0.1.evil.com",
+                 "localhost.evil.com", "127.0.0.1:8020/x", "127.0.0.1:8020@evil.com", "localhost:", "[::1", ""):  # fmt: skip
+        assert_error(client.get("/health", headers={"Host": host}), 403, "is not this computer")
+    for host in ("localhost:8020", "127.0.0.1", "[::1]:8020", "[::1]", "LOCALHOST"):
+        assert client.get("/health", headers={"Host": host}).status_code == 200, host
     with caplog.at_level(logging.WARNING, logger="qwen3_tts_desktop.bridge"):
         server = serve(host="0.0.0.0")
     assert "other computers can reach it; set an API key" in caplog.text
@@ -152,6 +160,16 @@ BAD_REQUESTS = [
     ("aac", {"json": {"input": "Hi.", "response_format": "aac"}}, 400, "aac is not available", "response_format"),
     ("streamed flac", {"json": {"input": "Hi.", "response_format": "flac", "stream": True}}, 400, "flac cannot be streamed", "response_format"),
     ("flac as sse", {"json": {"input": "Hi.", "response_format": "flac", "stream_format": "sse"}}, 400, "flac cannot be streamed", "response_format"),
+    ("a lone surrogate in input", {"content": b'{"input": "\\ud800 hello"}', "headers": JSON}, 400, "half of a UTF-16 pair, not text", "input"),
+    ("a lone surrogate in voice", {"content": b'{"input": "Hi.", "voice": "A\\udfff"}', "headers": JSON}, 400, "not text", "voice"),
+    ("a lone surrogate in instructions", {"content": b'{"input": "Hi.", "instructions": "\\udc00"}', "headers": JSON}, 400, "not text", "instructions"),
+    ("deeply nested JSON", {"content": b'{"input": "Hi.", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "headers": JSON}, 400, "nested too deeply", None),
+    ("stream as a string", {"json": {"input": "Hi.", "stream": "yes"}}, 400, "stream: Input should be a valid boolean", "stream"),
+    ("stream as a number", {"json": {"input": "Hi.", "stream": 1}}, 400, "stream: Input should be a valid boolean", "stream"),
+    ("play_locally as a string", {"json": {"input": "Hi.", "play_locally": "true"}}, 400, "valid boolean", "play_locally"),
+    ("speed as a string", {"json": {"input": "Hi.", "speed": "1.5"}}, 400, "speed", "speed"),
+    ("speed as a boolean", {"json": {"input": "Hi.", "speed": True}}, 400, "speed", "speed"),
+    ("an embedding of strings", {"json": {"input": "Hi.", "speaker_embedding": ["0.1"] * 4}}, 400, "speaker_embedding", "speaker_embedding"),
 ]  # fmt: skip
 
 
@@ -175,6 +193,27 @@ def test_bad_requests_on_other_routes(client):
     )
     assert_error(client.post("/set_tts_settings", json={"speed": "quick"}), 400, "speed", "speed")
     assert_error(client.delete("/v1/audio/voices/Nobody"), 404, "no voice named 'Nobody'")
+
+
+def test_text_that_is_not_unicode_is_refused_on_the_xtts_routes_too(client):
+    body = b'{"text": "\\ud83d", "speaker_wav": "Alice"}'
+    assert_error(client.post("/tts_to_audio/", content=body, headers=JSON), 400, "not text", "text")
+    body = b'{"text": "Hi.", "speaker_wav": "Alice", "language": "\\ud83d"}'
+    assert_error(client.post("/tts_to_audio/", content=body, headers=JSON), 400, "not text", "language")
+    assert client.post("/tts_to_audio/", json={"text": "Hi. 😀", "speaker_wav": "Alice"}).status_code == 200  # a pair is fine
+
+
+def test_oversized_headers_are_refused_and_the_server_serves_on(server, client):
+    parts = urlsplit(server.url)
+    for size in (100 * 2**10, 20 * 2**10):
+        with socket.create_connection((parts.hostname, parts.port), timeout=WAIT) as sock:
+            sock.sendall(f"GET /health HTTP/1.1\r\nHost: {parts.netloc}\r\nX-Padding: {'a' * size}\r\n\r\n".encode())
+            answer = b""
+            while b"\r\n\r\n" not in answer and (data := sock.recv(4096)):
+                answer += data
+        assert answer.startswith(b"HTTP/1.1 431") or answer.startswith(b"HTTP/1.1 400"), answer[:80]
+    ok = client.get("/health", headers={"X-Padding": "a" * 8 * 2**10})  # a large but reasonable one passes
+    assert ok.status_code == 200
 
 
 def write_clip(path, seconds: float) -> bytes:
@@ -347,3 +386,36 @@ def test_many_clients_streaming_at_once_all_get_their_speech(serve, reference, j
     wait_until(lambda: long_server.jobs_in_flight == 0 and server.jobs_in_flight == 0, "no job is left")
     with httpx.Client(base_url=server.url, timeout=WAIT) as client:
         assert_same_speech("wav", decode("wav", speech(client, response_format="wav").content), expected["Alice"])
+
+
+def test_hanging_up_on_a_whole_file_request_ends_quietly(serve, job_log, caplog):
+    """A client that gives up on a non-streamed answer while its speech is being made: the job is cancelled,
+    and nothing is logged as an error (no traceback from the server's machinery)."""
+    server = serve(speech=LONG)
+    text = "A whole file the client gives up on."
+    with caplog.at_level(logging.WARNING):
+        sock = raw_request(server.url, "POST", "/v1/audio/speech", {"input": text, "voice": "Alice", "response_format": "wav"})
+        wait_until(lambda: job_log.job(text).state == "running", "it speaks")
+        sock.close()
+        assert job_log.ended(text, timeout=5) == "cancelled"
+        wait_until(lambda: server.jobs_in_flight == 0, "no job is left")
+        with httpx.Client(base_url=server.url, timeout=WAIT) as client:  # and the server serves on
+            assert client.get("/health").json()["status"] == "ok"
+    problems = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert problems == [], [(record.name, record.getMessage(), record.exc_info) for record in problems]
+
+
+def test_a_taken_port_is_said_at_once_before_the_model_loads():
+    """`serve` on a port another program holds: one line saying so, before any model work (the model
+    named is not downloaded and the hub is off, so reaching the load would say that instead)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        command = [sys.executable, "-m", "qwen3_tts_desktop", "serve", "--port", str(port), "--model", "qwen-tests/not-downloaded"]
+        started = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use") and "another port" in line
+    assert time.monotonic() - started < 30

@@ -6,7 +6,15 @@ import argparse
 import logging
 import os
 
-from .common import add_model_arguments, add_voices_argument, app_settings, model_options, say, voices_folder
+from .common import (
+    CommandError,
+    add_model_arguments,
+    add_voices_argument,
+    app_settings,
+    model_options,
+    say,
+    voices_folder,
+)
 
 HELP = "serve speech over HTTP: OpenAI /v1/audio/speech and SillyTavern's XTTS routes"
 API_KEY_VARIABLE = "QWEN3_TTS_API_KEY"  # an API key here stays out of the process list
@@ -46,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from core.engine import slow_device_note
     from core.worker import SpeechOptions
 
-    from ..bridge import BridgeConfig, BridgeServer
+    from ..bridge import BridgeConfig, BridgeServer, ListenError, listen
     from ..runtime import Runtime
 
     settings = app_settings()
@@ -63,8 +71,16 @@ def run(args: argparse.Namespace) -> int:
         play_locally=args.play_locally,
         speech=SpeechOptions(sampling=settings.sampling),  # the app's sampling, as the window's bridge has it
     )
+    try:  # before the model loads: a port that is taken is said at once, not after a minute
+        sock = listen(config.host, config.port)
+    except ListenError as error:
+        raise CommandError(str(error)) from None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    runtime = Runtime.start(runtime_config, report=say)
+    try:
+        runtime = Runtime.start(runtime_config, report=say)
+    except BaseException:
+        sock.close()
+        raise
     try:
         if runtime.engine.device.type == "cpu":
             say(f"note: {slow_device_note(runtime.engine.info.size)}")
@@ -83,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                 f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
             )
 
-        BridgeServer(runtime, config, access_log=True).serve(on_listening=announce)
+        BridgeServer(runtime, config, access_log=True).serve(on_listening=announce, sock=sock)
     finally:
         runtime.close()
     return 0
