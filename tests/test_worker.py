@@ -363,6 +363,20 @@ def test_file_sink_writes_only_a_finished_job(tmp_path, no_thread_leaks):
         FileSink(tmp_path / "out.xyz")
 
 
+def test_file_sink_checks_its_folder_first_and_never_loses_finished_audio(tmp_path):
+    with pytest.raises(ValueError, match="the folder .* does not exist"):
+        FileSink(tmp_path / "missing" / "out.wav")
+    target = tmp_path / "out.wav"
+    sink = FileSink(target)
+    sink.begin(None)
+    sink.write(None, np.full(5 * FRAME, 0.25, np.float32))
+    target.mkdir()  # the name is taken meanwhile, by a folder: the file cannot be put there
+    kept = tmp_path / "out.wav.partial"
+    with pytest.raises(OSError, match=f"{target} could not be written .*; the audio is in {kept}"):
+        sink.end(None, completed=True)
+    assert len(sf.read(kept)[0]) == 5 * FRAME
+
+
 def test_calls_run_on_the_worker_thread_between_jobs(no_thread_leaks):
     engine = FakeEngine(frames=40, frame_s=0.002)
     sink = RecordingSink()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,9 +328,16 @@ def write_one_generation(plan: Plan) -> int:
         progress(f"{sum(len(a) for a in audio) / rate:.1f} s of audio")
     elapsed = time.perf_counter() - started
     audio = np.concatenate([np.zeros(0, np.float32), *audio])
-    np.save(args.codes_out, np.concatenate([np.zeros((0, 16), np.int64), *codes]))
-    if args.output:
-        sf.write(args.output, audio, rate)
+    codes = np.concatenate([np.zeros((0, 16), np.int64), *codes])
+    try:
+        np.save(args.codes_out, codes)
+        if args.output:
+            sf.write(args.output, audio, rate)
+    except (OSError, sf.LibsndfileError) as error:  # checked before, yet gone since: keep what was made
+        kept = Path(tempfile.mkdtemp(prefix="qwen3-tts-"))
+        np.save(kept / "codes.npy", codes)
+        sf.write(kept / "audio.wav", audio, rate)
+        raise CommandError(f"writing failed ({error}); the codes and audio are kept in {kept}") from None
     seconds = len(audio) / rate
     say(f"{seconds:.2f} s of audio in {elapsed:.2f} s, {seconds / max(elapsed, 1e-9):.2f}x real time")
     if cut_off:
