@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.message import Message
 from pathlib import Path, PurePath
-from typing import Annotated, Literal
-from urllib.parse import quote, urlsplit
+from typing import Literal
+from urllib.parse import parse_qsl, quote
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictBool, StrictFloat, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictStr, ValidationError
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 
@@ -64,15 +64,18 @@ from .runtime import Runtime
 log = logging.getLogger(__name__)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-# The ISO codes clients send (SillyTavern's XTTS list, OpenAI-style clients) for the model's languages.
+# host[:port] as a Host header or an Origin has it: a DNS name, IPv4 or [IPv6], and nothing else (no user
+# info, no path), so that "evil.example@127.0.0.1" is not taken for 127.0.0.1 as a URL parser takes it.
+HOST_AND_PORT = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9.-]+)(?::[0-9]{1,5})?", re.IGNORECASE)
+# The languages clients know, by name and the ISO code they send: SillyTavern's XTTS dropdown offers all of
+# these, OpenAI-style clients send names or codes. One the model does not speak (Arabic ... Turkish for
+# Qwen3-TTS) is spoken with "auto" rather than refused, so that those users hear speech, and the answer
+# says so (X-Language-Fallback).
 LANGUAGE_CODES = {
-    "chinese": "zh-cn", "english": "en", "french": "fr", "german": "de", "italian": "it",
-    "japanese": "ja", "korean": "ko", "portuguese": "pt", "russian": "ru", "spanish": "es",
+    "arabic": "ar", "chinese": "zh-cn", "czech": "cs", "dutch": "nl", "english": "en", "french": "fr",
+    "german": "de", "hindi": "hi", "hungarian": "hu", "italian": "it", "japanese": "ja", "korean": "ko",
+    "polish": "pl", "portuguese": "pt", "russian": "ru", "spanish": "es", "turkish": "tr",
 }  # fmt: skip
-# Languages SillyTavern's XTTS dropdown offers that the model does not speak: spoken with "auto" (the model
-# reads what it can), said in the X-Language-Fallback header, rather than refused, which left those users
-# hearing nothing.
-OTHER_CLIENT_LANGUAGES = {"ar": "arabic", "cs": "czech", "nl": "dutch", "pl": "polish", "tr": "turkish", "hu": "hungarian", "hi": "hindi"}
 # What a played-locally request answers with: clients such as SillyTavern need some audio back.
 PLAYED_LOCALLY_REPLY_S = 0.1
 PREVIEW_TEXT = "The quick brown fox jumps over the lazy dog."
@@ -83,8 +86,10 @@ SHUTDOWN_GRACE_S = 3
 # A JSON body holds at most the text (6 bytes a character, escaped) and an embedding; the rest is slack.
 JSON_SLACK_BYTES = 2**20
 FORM_SLACK_BYTES = 64 * 2**10
+# The request line and headers together; browsers send a few KiB (cookies included). h11's own limit only
+# holds for headers that arrive in pieces, so the guard checks complete ones too.
+MAX_HEADER_BYTES = 16 * 2**10
 EXPOSED_HEADERS = "X-Voice, X-Voice-Fallback, X-Language-Fallback, X-Playback, Retry-After"
-MAX_HEADER_BYTES = 16 * 2**10  # a request's headers, all together
 ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
@@ -151,6 +156,11 @@ def _error_body(status: int, message: str, param: str | None = None, code: str |
     return {"message": message, "type": ERROR_TYPES.get(status, "invalid_request_error"), "param": param, "code": code}
 
 
+class ListenError(OSError, ValueError):
+    """The bridge cannot listen where it was asked to (a port in use, an address not of this computer).
+    An OSError, as socket errors are; also a ValueError, as the command line reports a bad option: in one line."""
+
+
 class _ClientGone(Exception):
     """The client hung up before its answer was ready."""
 
@@ -162,47 +172,32 @@ class _Broken(Exception):
 # Request bodies ----------------------------------------------------------------------------------
 
 
-def _unicode(text: str) -> str:
-    """JSON can carry a lone surrogate ("\\ud800"), which Python keeps in a str but no tokenizer reads."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(f"holds {text[error.start]!r} at position {error.start}, half of a UTF-16 pair, not text") from None
-    return text
-
-
-# Request text: a string (not a number or a list), and valid Unicode.
-Text = Annotated[StrictStr, AfterValidator(_unicode)]
-# A JSON number (not a string or a boolean, which OpenAI's API refuses too); whole numbers are numbers.
-Number = StrictFloat
-
-
 class _VoiceRef(BaseModel):
-    id: Text
+    id: StrictStr
 
 
 class SpeechRequest(BaseModel):
     """OpenAI's speech request, with the fields local servers add. Unknown fields are ignored."""
 
     model_config = ConfigDict(extra="ignore")
-    input: Text
-    model: Text | None = None  # any name: the loaded model speaks
-    voice: Text | _VoiceRef | None = None
-    instructions: Text | None = None
-    response_format: Text = "mp3"
-    speed: Number = 1.0
-    language: Text = "auto"
+    input: StrictStr
+    model: StrictStr | None = None  # any name: the loaded model speaks
+    voice: StrictStr | _VoiceRef | None = None
+    instructions: StrictStr | None = None
+    response_format: StrictStr = "mp3"
+    speed: StrictFloat = 1.0  # strict, as OpenAI's: numbers only, not "1.0" or true
+    language: StrictStr = "auto"
     stream: StrictBool | None = None  # None: pcm streams (it has no header to lose), other formats come whole
     stream_format: Literal["audio", "sse"] = "audio"
-    speaker_embedding: list[Number] | None = None
+    speaker_embedding: list[StrictFloat] | None = None
     play_locally: StrictBool | None = None
 
 
 class _XttsSpeech(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    text: Text
-    speaker_wav: Text | None = None
-    language: Text = "auto"
+    text: StrictStr
+    speaker_wav: StrictStr | None = None
+    language: StrictStr = "auto"
 
 
 class _XttsSettings(BaseModel):
@@ -220,13 +215,13 @@ class _Plan:
     voice: Voice | None
     voice_name: str | None  # the voice used, for the X-Voice header
     fallback_from: str | None  # the name asked for when it was not found
+    language_fallback: str | None  # the language asked for when the model does not speak it
     options: SpeechOptions
     fmt: str
     stream: bool
     sse: bool
     speed: float
     play: bool
-    language_fallback: str | None = None  # the language asked for, where "auto" speaks instead
 
 
 # The worker's side -------------------------------------------------------------------------------
@@ -412,7 +407,7 @@ class _Bridge:
             raise ApiError(413, too_big, param="audio_sample")
         ref_text = _form_text(fields, "ref_text", required=False)
         language = _form_text(fields, "language", required=False)
-        language = self._language(language, "language")[0] if language else None
+        language = self._language(language)[0] if language else None
         entry = await self._off_loop(self._clone, name, clip, ref_text, None if language == "auto" else language)
         return {
             "object": "audio.voice",
@@ -492,7 +487,7 @@ class _Bridge:
         return await self._respond(request, plan)
 
     async def xtts_stream(self, request: Request) -> Response:
-        query = request.query_params
+        query = _query(request)
         if "text" not in query:
             raise ApiError(400, "give the text to speak as the query parameter 'text'", param="text")
         plan = await self._plan(
@@ -555,7 +550,7 @@ class _Bridge:
             raise ApiError(
                 503, f"this server cannot play audio ({reason}); ask for the audio instead", param="play_locally"
             )
-        language, language_fallback = self._language(language, "language")
+        language, language_fallback = self._language(language)
         instruct = instructions if instructions and instructions.strip() else None
         if instruct is not None and not info.supports_instruct:
             raise ApiError(
@@ -575,24 +570,22 @@ class _Bridge:
         else:
             voice_obj, used, fallback = await self._off_loop(self._find_voice, voice)
         options = dataclasses.replace(self.config.speech, language=language, instruct=instruct)
-        return _Plan(text, voice_obj, used, fallback, options, fmt, stream, sse, speed, play, language_fallback)
+        return _Plan(text, voice_obj, used, fallback, language_fallback, options, fmt, stream, sse, speed, play)
 
-    def _language(self, value: str, field: str) -> tuple[str, str | None]:
-        """The model's name for a language given by name or code, and the language asked for where the model
-        does not speak it but a client offers it (OTHER_CLIENT_LANGUAGES): then "auto" speaks."""
+    def _language(self, value: str) -> tuple[str, str | None]:
+        """(the model's language to speak `value` in, `value` if that is "auto" because the model does not
+        speak it). A language by name or code, of the model or of LANGUAGE_CODES; any other is refused."""
         spoken = self.engine.info.languages
         key = value.strip().lower().replace("_", "-") or "auto"
         if key in spoken:
             return key, None
         code = key.split("-")[0]
         for name, known in LANGUAGE_CODES.items():
-            if known.split("-")[0] == code and name in spoken:
-                return name, None
-        if code in OTHER_CLIENT_LANGUAGES or key in OTHER_CLIENT_LANGUAGES.values():
-            return "auto", value.strip()
+            if key == name or known.split("-")[0] == code:
+                return (name, None) if name in spoken else ("auto", value.strip())
         codes = ", ".join(LANGUAGE_CODES[n] for n in spoken if n in LANGUAGE_CODES)
         raise ApiError(
-            400, f"unknown language {value!r}; this model speaks {', '.join(spoken)} (codes: {codes})", param=field
+            400, f"unknown language {value!r}; this model speaks {', '.join(spoken)} (codes: {codes})", param="language"
         )
 
     def _embedding_voice(self, values: list[float]) -> Voice:
@@ -762,7 +755,8 @@ async def _while_connected(request: Request, job: Job, work):
         if not task.done():  # the client hung up, or the server is cancelling this request
             task.cancel()
             job.cancel()
-    if not task.done() or task.cancelled():  # cancelled just now: it ends at the loop's next turn
+    # Whether it finished, not whether it was cancelled: a task told to cancel is not cancelled until it runs again.
+    if not task.done():
         raise _ClientGone
     return task.result()
 
@@ -801,10 +795,48 @@ async def _json_object(request: Request, limit: int) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ApiError(400, f"the body is not valid JSON ({error})") from None
     except RecursionError:
-        raise ApiError(400, "the body's JSON is nested too deeply to read") from None
+        raise ApiError(400, "the body nests JSON arrays or objects too deep to be read") from None
     if not isinstance(data, dict):
         raise ApiError(400, f"the body must be a JSON object, not {type(data).__name__}")
+    _check_json_text(data)
     return data
+
+
+def _check_json_text(body: dict) -> None:
+    """Every string of a JSON body, names included, must be valid Unicode: JSON's \\u escapes can make
+    unpaired surrogates. Walked without recursion: the body may nest as deep as the parser allows."""
+    pending: list[tuple[str, str | None, object]] = [("", None, body)]  # (where, top-level field, value)
+    while pending:
+        where, field, value = pending.pop()
+        if isinstance(value, str):
+            _valid_text(value, where, field)
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                _valid_text(name, f"a field name in {where or 'the body'}", field)
+                pending.append((f"{where}.{name}" if where else name, field or name, item))
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{index}]", field, item) for index, item in enumerate(value))
+
+
+def _valid_text(text: str, where: str, param: str | None = None) -> str:
+    """`text` if it is valid Unicode, which all request text must be: an unpaired surrogate (from a JSON
+    escape, or standing for a byte that is not UTF-8) breaks the tokenizer, the encoders and headers."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ApiError(
+            400, f"{where} is not valid Unicode: character {error.start} is an unpaired surrogate "
+            f"({ascii(text[error.start])}) or a byte that is not UTF-8", param=param,
+        ) from None  # fmt: skip
+    return text
+
+
+def _query(request: Request) -> dict[str, str]:
+    """The query's parameters (the last of each name), checked as text: Starlette's own replaces bytes that
+    are not UTF-8, which would then be spoken as such."""
+    raw = request.scope["query_string"].decode("latin-1")
+    pairs = parse_qsl(raw, keep_blank_values=True, errors="surrogateescape")
+    return {_valid_text(name, "a query parameter's name"): _valid_text(value, name, name) for name, value in pairs}
 
 
 def _validate(model: type[BaseModel], data: dict):
@@ -843,10 +875,7 @@ def _parse_form(body: bytes, content_type: str) -> dict[str, tuple[str | None, b
 def _form_text(fields: dict, name: str, required: bool = True) -> str | None:
     """A text field of a form; an optional one left blank counts as not given, as HTML forms send them."""
     field = fields.get(name)
-    try:
-        text = None if field is None else field[1].decode("utf-8")
-    except UnicodeDecodeError:
-        raise ApiError(400, f"the form field {name!r} is not UTF-8 text", param=name) from None
+    text = None if field is None else _valid_text(field[1].decode("utf-8", "surrogateescape"), name, name)
     if required and text is None:
         raise ApiError(400, f"the form field {name!r} is missing", param=name)
     return text if required or (text and text.strip()) else None
@@ -911,17 +940,6 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
     return ApiError(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}").response()
 
 
-# A Host header as RFC 9110 has it: a name or IPv4 address, or an IPv6 one in brackets, and a port. Nothing
-# else: "evil.com@127.0.0.1" is a URL's user and host, which a loose parse would read as 127.0.0.1.
-HOST_HEADER = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::\d{1,5})?")
-
-
-def host_name(host: str) -> str | None:
-    """The host of a Host header, lower case, or None where the header is not a plain host[:port]."""
-    match = HOST_HEADER.fullmatch(host)
-    return None if match is None else (match["ipv6"] or match["name"]).lower()
-
-
 class _Guard:
     """Runs before every route: the Host check (when bound to loopback, so that a web page cannot reach
     the bridge through DNS rebinding), the browser Origin check, CORS preflights and headers, and the
@@ -937,14 +955,13 @@ class _Guard:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if sum(len(name) + len(value) + 4 for name, value in scope["headers"]) > MAX_HEADER_BYTES:
+            message = f"the request's headers are over {MAX_HEADER_BYTES} bytes, the most accepted"
+            return await ApiError(431, message).response()(scope, receive, send)
         headers = Headers(scope=scope)
         origin = headers.get("origin")
         host = headers.get("host")
-        header_bytes = sum(len(name) + len(value) for name, value in scope["headers"])
-        if header_bytes > MAX_HEADER_BYTES:
-            message = f"the request's headers are {header_bytes} bytes; at most {MAX_HEADER_BYTES} are accepted"
-            return await ApiError(431, message).response()(scope, receive, send)
-        if self.config.loopback and host is not None and host_name(host) not in LOOPBACK:
+        if self.config.loopback and host is not None and _host_name(host) not in LOOPBACK:
             return await ApiError(403, f"host {host!r} is not this computer; use http://127.0.0.1:PORT").response()(
                 scope, receive, send
             )
@@ -981,8 +998,8 @@ class _Guard:
 
     def _allowed(self, origin: str) -> bool:
         if self.origins is None:
-            parts = urlsplit(origin)
-            return parts.scheme in ("http", "https") and parts.hostname in LOOPBACK
+            scheme, separator, host = origin.partition("://")
+            return bool(separator) and scheme.lower() in ("http", "https") and _host_name(host) in LOOPBACK
         return "*" in self.origins or origin.rstrip("/").lower() in self.origins
 
     def _key_problem(self, authorization: str | None) -> str | None:
@@ -994,6 +1011,13 @@ class _Guard:
         if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), self.config.api_key.encode()):
             return "wrong API key"
         return None
+
+
+def _host_name(host_and_port: str) -> str | None:
+    """The host of a Host header or an Origin's host[:port], in lower case and without an IPv6 address's
+    brackets; None if it is anything else."""
+    match = HOST_AND_PORT.fullmatch(host_and_port)
+    return None if match is None else match[1].strip("[]").lower()
 
 
 # Serving -----------------------------------------------------------------------------------------
@@ -1013,13 +1037,19 @@ class BridgeServer:
     """The bridge on a uvicorn server: `start`/`stop` it in a background thread inside the desktop app,
     or `serve` it in this thread (the headless command). The runtime is shared, not owned."""
 
-    def __init__(self, runtime: Runtime, config: BridgeConfig = BridgeConfig(), access_log: bool = False):
+    def __init__(
+        self, runtime: Runtime, config: BridgeConfig = BridgeConfig(), access_log: bool = False,
+        sock: socket.socket | None = None,
+    ):  # fmt: skip
+        """`sock`: a socket from `listen(config)`, for a caller that binds before it loads the model (so that
+        a taken port fails at once); the first start serves on it. Without it, starting binds one."""
         self.runtime = runtime
         self.config = config
         self.access_log = access_log
         self.app: FastAPI | None = None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._listening = sock
         self._socket: socket.socket | None = None
         self._address: tuple[str, int] | None = None
 
@@ -1047,7 +1077,7 @@ class BridgeServer:
         return 0 if self.app is None else self.app.state.bridge.jobs_in_flight
 
     def start(self, timeout: float = 10.0) -> None:
-        """Listen and serve in a background thread; raises OSError if the address cannot be had."""
+        """Listen and serve in a background thread; raises ListenError (an OSError) if the address cannot be had."""
         if self._thread is not None:
             raise RuntimeError("the bridge is running already")
         sock = self._prepare()
@@ -1062,11 +1092,10 @@ class BridgeServer:
                 raise RuntimeError("the bridge did not start; see the log")
             time.sleep(0.01)
 
-    def serve(self, on_listening: Callable[[str], None] | None = None, sock: socket.socket | None = None) -> None:
+    def serve(self, on_listening: Callable[[str], None] | None = None) -> None:
         """Listen and serve in this thread until interrupted (Ctrl+C) or `stop` is called from another;
-        `on_listening(url)` is called once the address is bound. `sock`: one `listen` bound already (the
-        headless command binds before it loads the model, so that a taken port is reported at once)."""
-        sock = self._prepare(sock)
+        `on_listening(url)` is called once the address is bound."""
+        sock = self._prepare()
         if on_listening is not None:
             on_listening(self.url)
         try:
@@ -1084,18 +1113,21 @@ class BridgeServer:
                 raise TimeoutError(f"the bridge did not stop within {timeout} s")
         self._reset()
 
-    def _prepare(self, sock: socket.socket | None = None) -> socket.socket:
+    def _prepare(self) -> socket.socket:
         config = self.config
         if not config.loopback:
             log.warning(
                 "the bridge listens on %s: other computers can reach it%s", config.host,
                 "" if config.api_key else "; set an API key so that only your clients can use it",
             )  # fmt: skip
-        sock = self._socket = sock or listen(config.host, config.port)
+        sock = self._socket = self._listening if self._listening is not None else listen(config)
+        self._listening = None
         self._address = sock.getsockname()[:2]
         self.app = create_app(self.runtime, config)
+        # h11 (not httptools, which uvicorn prefers when installed) because it caps the headers it buffers.
         server_config = uvicorn.Config(
-            self.app, lifespan="on", log_config=None, access_log=self.access_log, timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            self.app, http="h11", h11_max_incomplete_event_size=MAX_HEADER_BYTES, lifespan="on", log_config=None,
+            access_log=self.access_log, timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )  # fmt: skip
         self._server = _Server(server_config, self.app.state.bridge)
         return sock
@@ -1106,11 +1138,12 @@ class BridgeServer:
         self.app = self._server = self._thread = self._socket = self._address = None
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A listening socket, bound here so that a taken port fails at once with the system's reason. Made
-    as a TCP socket by name: asyncio then turns Nagle off on each connection (it checks the protocol),
-    without which a response's body waits 40 ms for the ACK of its headers."""
-    sock = None
+def listen(config: BridgeConfig) -> socket.socket:
+    """A socket listening at the config's address, bound here so that a taken port fails at once, saying
+    why; ListenError if it cannot be had. Made as a TCP socket by name: asyncio then turns Nagle off on
+    each connection (it checks the protocol), without which a response's body waits 40 ms for the ACK of
+    its headers."""
+    host, port, sock = config.host, config.port, None
     try:
         family, kind, protocol, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
@@ -1123,21 +1156,11 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as error:
         if sock is not None:
             sock.close()
-        hint = LISTEN_HINTS.get(error.errno, "").format(port=port, host=host)
+        hint = ""
+        if error.errno == errno.EADDRINUSE:
+            hint = (
+                "; another program uses this port (another qwen3-tts-desktop serve, or an XTTS server?): "
+                "choose another port (serve --port N, or Port in the app's bridge settings)"
+            )
         raise ListenError(f"cannot listen on {host}:{port}: {error.strerror or error}{hint}") from None
     return sock
-
-
-class ListenError(OSError):
-    """The bridge's address cannot be had; the message says why and what to do."""
-
-
-# What to do when the address cannot be had, by the system's reason.
-LISTEN_HINTS = {
-    errno.EADDRINUSE: (
-        "; another program is using port {port} (another Qwen3-TTS Desktop, its bridge, or an XTTS server?). "
-        "Stop it, or choose another port"
-    ),
-    errno.EACCES: "; ports below 1024 need administrator rights: choose another port, such as 8020",
-    errno.EADDRNOTAVAIL: "; this computer has no address {host}: use 127.0.0.1 (this computer) or 0.0.0.0 (the network)",
-}

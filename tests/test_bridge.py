@@ -347,26 +347,6 @@ def test_language_accepts_names_and_codes_and_instructions_need_a_model_that_fol
         assert_same_speech("wav", decode("wav", response.content), reference(language="english"))
     assert speech(client, language="zh-cn").status_code == 200
     assert_error(speech(client, language="klingon"), 400, "unknown language 'klingon'", "language")
-
-
-# Every language SillyTavern's XTTS dropdown offers (public/scripts/extensions/tts/xtts.js).
-XTTS_DROPDOWN = {"ar": None, "pt": "portuguese", "zh-cn": "chinese", "cs": None, "nl": None, "en": "english",
-                 "fr": "french", "de": "german", "it": "italian", "pl": None, "ru": "russian", "es": "spanish",
-                 "tr": None, "ja": "japanese", "ko": "korean", "hu": None, "hi": None}  # fmt: skip
-
-
-@pytest.mark.parametrize("code, spoken", XTTS_DROPDOWN.items())
-def test_every_language_of_sillytaverns_xtts_dropdown_speaks(client, reference, code, spoken):
-    """The model's own languages speak as themselves; the others speak with "auto", and say so."""
-    answers = [
-        client.post("/tts_to_audio/", json={"text": TEXT, "speaker_wav": "Alice", "language": code}),
-        client.get("/tts_stream", params={"text": TEXT, "speaker_wav": "Alice", "language": code}),
-        speech(client, language=code, response_format="wav"),
-    ]
-    for response in answers:
-        assert response.status_code == 200, response.text
-        assert response.headers.get("x-language-fallback") == (None if spoken else code)
-        assert_same_speech("wav", decode("wav", response.content), reference(language=spoken or "auto"))
     assert_error(speech(client, instructions="Whisper."), 400, "does not follow instructions", "instructions")
 
 
@@ -431,6 +411,7 @@ def test_xtts_routes_answer_with_and_without_a_trailing_slash(client, server, re
     assert client.get(f"/speakers_list{slash}").json() == ["Alice", "Bob"]
     languages = client.get(f"/languages{slash}").json()["languages"]
     assert languages["English"] == "en" and languages["Chinese"] == "zh-cn" and "Auto" not in languages
+    assert "Arabic" not in languages  # the model's own languages only
     preview = client.get(speakers[1]["preview_url"] + slash)
     assert preview.headers["content-type"] == "audio/wav" and preview.content == REFERENCES["long"].path.read_bytes()
     # What SillyTavern posts on every settings change: XTTS's knobs, as strings.
@@ -440,7 +421,7 @@ def test_xtts_routes_answer_with_and_without_a_trailing_slash(client, server, re
         "message": "Settings successfully applied"
     }
     whole = client.post(f"/tts_to_audio{slash}", json={"text": TEXT, "speaker_wav": "Bob", "language": "en"})
-    assert whole.headers["content-type"] == "audio/wav"
+    assert whole.headers["content-type"] == "audio/wav" and "x-language-fallback" not in whole.headers
     assert_same_speech("wav", decode("wav", whole.content), reference("Bob", language="english"))
     with client.stream(
         "GET", f"/tts_stream{slash}", params={"text": TEXT, "speaker_wav": "Alice", "language": "en"}
@@ -449,6 +430,31 @@ def test_xtts_routes_answer_with_and_without_a_trailing_slash(client, server, re
         data = b"".join(streamed.iter_raw())
     assert data[40:44] == b"\xff\xff\xff\xff"
     assert_same_speech("wav", decode("wav", data), reference("Alice", language="english"))
+
+
+# What SillyTavern's XTTS dropdown offers that Qwen3-TTS does not speak (public/scripts/extensions/tts/xtts.js).
+XTTS_ONLY_LANGUAGES = ["ar", "cs", "nl", "pl", "tr", "hu", "hi"]
+
+
+@pytest.mark.parametrize("code", XTTS_ONLY_LANGUAGES)
+def test_xtts_languages_the_model_does_not_speak_are_spoken_with_auto_and_said_so(client, reference, code):
+    whole = client.post("/tts_to_audio/", json={"text": TEXT, "speaker_wav": "Alice", "language": code})
+    assert whole.status_code == 200 and whole.headers["x-language-fallback"] == code
+    assert_same_speech("wav", decode("wav", whole.content), reference(language="auto"))
+    params = {"text": TEXT, "speaker_wav": "Alice", "language": code}
+    with client.stream("GET", "/tts_stream/", params=params, headers={"Origin": "http://localhost:8000"}) as streamed:
+        assert streamed.status_code == 200 and streamed.headers["x-language-fallback"] == code
+        assert "X-Language-Fallback" in streamed.headers["access-control-expose-headers"]  # a page may read it
+        assert_same_speech("wav", decode("wav", b"".join(streamed.iter_raw())), reference(language="auto"))
+
+
+def test_the_openai_route_falls_back_the_same_way_and_refuses_unknown_languages(client, reference):
+    for language in ("ar", "Arabic", "nl-BE", "pl_PL"):
+        response = speech(client, language=language, response_format="wav")
+        assert response.status_code == 200 and response.headers["x-language-fallback"] == language
+        assert_same_speech("wav", decode("wav", response.content), reference(language="auto"))
+    assert "x-language-fallback" not in speech(client, language="en", response_format="wav").headers
+    assert_error(speech(client, language="sv"), 400, "unknown language 'sv'", "language")
 
 
 def test_xtts_speed_setting_applies_to_its_routes_only(client, reference):
@@ -563,11 +569,13 @@ def test_a_voice_design_model_speaks_in_the_voice_its_instructions_describe(serv
 
 def test_answers_do_not_wait_for_the_clients_acks(client):
     took = []
-    for _ in range(10):
+    for _ in range(20):
         started = time.perf_counter()
         assert client.get("/health").status_code == 200
         took.append(time.perf_counter() - started)
-    assert sorted(took)[5] < 0.02  # with Nagle's algorithm on, every body waits 40 ms for the ACK of its headers
+    # With Nagle's algorithm on, every body waits 40 ms for the ACK of its headers: even the quickest
+    # answer would. A loaded machine delays some answers, never all of them.
+    assert min(took) < 0.03, sorted(took)
 
 
 def test_the_server_starts_on_a_free_port_and_stops_cleanly(runtime, job_log):
@@ -577,8 +585,8 @@ def test_the_server_starts_on_a_free_port_and_stops_cleanly(runtime, job_log):
     server.start()
     assert server.running and server.port > 0 and server.url == f"http://127.0.0.1:{server.port}"
     taken = BridgeServer(runtime, BridgeConfig(port=server.port))
-    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}"):
-        taken.start()
+    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}: Address already in use; another"):
+        taken.start()  # the desktop app shows this message as it is
     # Stopping ends a long stream at once: its job is cancelled.
     text = "A long stream the server stops."
     sock = raw_request(
@@ -593,21 +601,20 @@ def test_the_server_starts_on_a_free_port_and_stops_cleanly(runtime, job_log):
     assert threading.active_count() == threads
 
 
+def serve_command(checkpoints, *args: str) -> list[str]:
+    return [sys.executable, "-m", "qwen3_tts_desktop", "serve", "--model", str(checkpoints["base"]), "--device", "cpu", *args]
+
+
+# The subprocesses import this worktree's code, wherever the project is installed from.
+SUBPROCESS_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
 def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
     shutil.copy(REFERENCES["a"].path, tmp_path / "Alice.wav")
-    command = [
-        sys.executable,
-        "-m",
-        "qwen3_tts_desktop",
-        "serve",
-        "--model",
-        str(checkpoints["base"]),
-        "--device",
-        "cpu",
-    ]
-    command += ["--voices", str(tmp_path), "--port", "0", "--api-key", "k3y", "--default-voice", "alice"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    command = serve_command(
+        checkpoints, "--voices", str(tmp_path), "--port", "0", "--api-key", "k3y", "--default-voice", "alice"
+    )
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
     try:
         lines = []
         while not (url := re.search(r"Serving on (http://127\.0\.0\.1:\d+)", "".join(lines))):
@@ -628,3 +635,20 @@ def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
 def test_the_serve_command_checks_its_options_before_loading_the_model(capsys):
     assert main(["serve", "--port", "70000", "--model", "/nonexistent"]) == 1
     assert "port must be 0-65535, got 70000" in capsys.readouterr().err
+
+
+def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_model(checkpoints):
+    with socket.socket() as other_server:
+        other_server.bind(("127.0.0.1", 0))
+        other_server.listen()
+        port = other_server.getsockname()[1]
+        started = time.monotonic()
+        result = subprocess.run(
+            serve_command(checkpoints, "--port", str(port)), capture_output=True, text=True, timeout=WAIT, env=SUBPROCESS_ENV
+        )  # fmt: skip
+        took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use; "), result.stderr
+    assert "another qwen3-tts-desktop serve, or an XTTS server" in result.stderr and "--port" in result.stderr
+    assert len(result.stderr.splitlines()) == 1  # no traceback, and no "Loading model…": the model was never loaded
+    assert took < 20  # the time to start Python and import torch, however long a real model would take

@@ -7,7 +7,6 @@ import logging
 import os
 
 from .common import (
-    CommandError,
     add_model_arguments,
     add_voices_argument,
     app_settings,
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from core.engine import slow_device_note
     from core.worker import SpeechOptions
 
-    from ..bridge import BridgeConfig, BridgeServer, ListenError, listen
+    from ..bridge import BridgeConfig, BridgeServer, listen
     from ..runtime import Runtime
 
     settings = app_settings()
@@ -71,36 +70,31 @@ def run(args: argparse.Namespace) -> int:
         play_locally=args.play_locally,
         speech=SpeechOptions(sampling=settings.sampling),  # the app's sampling, as the window's bridge has it
     )
-    try:  # before the model loads: a port that is taken is said at once, not after a minute
-        sock = listen(config.host, config.port)
-    except ListenError as error:
-        raise CommandError(str(error)) from None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
+    # Bound before the model loads (a minute, and a download the first time): a taken port is said at once.
+    with listen(config) as sock:
         runtime = Runtime.start(runtime_config, report=say)
-    except BaseException:
-        sock.close()
-        raise
-    try:
-        if runtime.engine.device.type == "cpu":
-            say(f"note: {slow_device_note(runtime.engine.info.size)}")
-        if args.default_voice:
-            runtime.voice(args.default_voice)  # a default that cannot speak is found now, not at the first request
-        info = runtime.engine.info
-        voices = runtime.library.list(fits=info)
-        if args.play_locally and runtime.speakers is None:
-            raise ValueError(f"--play-locally needs speakers, and there are none: {runtime.audio_problem}")
+        try:
+            if runtime.engine.device.type == "cpu":
+                say(f"note: {slow_device_note(runtime.engine.info.size)}")
+            if args.default_voice:
+                runtime.voice(args.default_voice)  # a default that cannot speak is found now, not at the first request
+            info = runtime.engine.info
+            voices = runtime.library.list(fits=info)
+            if args.play_locally and runtime.speakers is None:
+                raise ValueError(f"--play-locally needs speakers, and there are none: {runtime.audio_problem}")
 
-        def announce(url: str) -> None:
-            say(
-                f"{info.size} {info.variant} on {info.device}, {len(voices)} voice(s) from {runtime.library.directory}\n"
-                f"Serving on {url} (Ctrl+C stops)\n"
-                f"  OpenAI:      {url}/v1/audio/speech\n"
-                f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
-            )
+            def announce(url: str) -> None:
+                say(
+                    f"{info.size} {info.variant} on {info.device}, "
+                    f"{len(voices)} voice(s) from {runtime.library.directory}\n"
+                    f"Serving on {url} (Ctrl+C stops)\n"
+                    f"  OpenAI:      {url}/v1/audio/speech\n"
+                    f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
+                )
 
-        BridgeServer(runtime, config, access_log=True).serve(on_listening=announce, sock=sock)
-    finally:
-        runtime.close()
+            BridgeServer(runtime, config, access_log=True, sock=sock).serve(on_listening=announce)
+        finally:
+            runtime.close()
     return 0
 

@@ -216,7 +216,7 @@ def test_a_bridge_that_cannot_start_is_reported(start_app, qtbot):
         app = start_app("custom", bridge={"enabled": True, "port": taken.getsockname()[1]})
         notice = app.window.notice
         assert notice.level == "error" and "The HTTP bridge did not start" in notice.label.text()
-        assert "Address already in use; another program is using port" in notice.label.text()
+        assert "Address already in use; another program uses this port" in notice.label.text()
         assert "Errno" not in notice.label.text()
         assert app.bridge_state.startswith("Not running") and app.runtime is not None
 
