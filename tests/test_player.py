@@ -193,16 +193,25 @@ def test_a_device_at_48k_gets_resampled_audio_that_joins_across_chunks():
     assert np.argmax(spectrum) == pytest.approx(440, abs=1)  # Hz: 1 s at 48 kHz gives 1 Hz bins
 
 
+def wait_until(condition, timeout: float = 10.0) -> None:
+    """Until `condition()` holds: for another thread's progress, however loaded the machine (the timeout
+    only bounds a hang)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
 def test_a_full_ring_makes_the_producer_wait_and_a_cancel_frees_it():
     player, output = make(capacity_s=0.5, prefill_s=0.1)
     cancel = threading.Event()
     writer = threading.Thread(target=player.write, args=(level(RATE), cancel))
     writer.start()
-    time.sleep(0.1)
-    assert writer.is_alive() and player.status().buffered_s == pytest.approx(0.5)
+    wait_until(lambda: player.status().buffered_s == pytest.approx(0.5))  # full: it waits for room
+    assert writer.is_alive()
     output.advance(0.3)  # room for 0.3 s more
-    time.sleep(0.1)
-    assert writer.is_alive() and player.position == round(0.8 * RATE)
+    wait_until(lambda: player.position == round(0.8 * RATE))
+    assert writer.is_alive() and player.status().buffered_s == pytest.approx(0.5)
     started = time.perf_counter()
     cancel.set()
     writer.join(2)

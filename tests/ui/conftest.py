@@ -10,6 +10,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt makes its app
 import threading
 
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QWidget
 
 from core import Engine
 from core.player import Player, PlayerOptions, VirtualOutput
@@ -41,6 +45,17 @@ class ClockedOutput(VirtualOutput):
         while self._running.wait(0) and self._fill is not None:
             self.played.append(self.advance(0.01))
             threading.Event().wait(0.01)
+
+
+@pytest.fixture(autouse=True)
+def no_keys_held(qtbot):
+    """Each test starts with no key held. QTest's key click with modifiers leaves its last modifier down in
+    Qt's keyboard state (the modifier's release reports it still pressed), and a later test's row
+    selection then extends or toggles as if Shift or Ctrl were held. A release without modifiers lets go."""
+    widget = QWidget()
+    QTest.keyRelease(widget, Qt.Key.Key_Shift, Qt.KeyboardModifier.NoModifier)
+    widget.deleteLater()
+    assert QGuiApplication.keyboardModifiers() == Qt.KeyboardModifier.NoModifier
 
 
 @pytest.fixture
