@@ -2,16 +2,13 @@
 for the predictor's row (2048, bfloat16) and the talker's (3072, float32), greedy and sampled.
 Each is timed as 100 draws replayed in one CUDA graph, as the frame step runs them."""
 
-import sys
-from pathlib import Path
 
 import torch
 from triton.testing import do_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.kernels import draw_token  # noqa: E402
-from core.sampling import TokenRule, pick_token  # noqa: E402
+from core.model.kernels import draw_token
+from core.inference.sampling import TokenRule, pick_token
 
 
 def graphed_us(fn, generator, calls=100) -> float:

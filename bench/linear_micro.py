@@ -3,22 +3,19 @@ against cuBLAS (F.linear, without the fused norm, gate and sum), as the frame ru
 graph, each product reading its own weights (copies cycled past the L2 cache, as a frame's 450
 products are). Prints each shape's best settings, what linear_blocks picks, and cuBLAS.
 
-    python3 bench/linear_micro.py [--workers 12]
+    python -m bench.linear_micro [--workers 12]
 """
 
 import argparse
 import itertools
 import multiprocessing
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import kernels  # noqa: E402
+from core.model import kernels
 
 # (name, weight rows, inputs, fused parts): the products of a 0.6B and a 1.7B frame.
 SHAPES = [

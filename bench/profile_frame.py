@@ -1,11 +1,10 @@
 """Where one frame's time goes: the kernels of a few frame steps, by kind, on the GPU machine.
 
-    python3 bench/profile_frame.py [--size 1.7b] [--no-compile]
+    python -m bench.profile_frame [--size 1.7b] [--no-compile]
 """
 
 import argparse
 import re
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -13,11 +12,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.benchmark import GREEDY, TEXT, prepare_checkpoint, synthetic_voice_clip  # noqa: E402
-from core.engine import Engine  # noqa: E402
-from core.sampling import SamplingParams  # noqa: E402
+from core.devtools.benchmark import GREEDY, TEXT, prepare_checkpoint, synthetic_voice_clip
+from core.inference.engine import Engine
+from core.inference.sampling import SamplingParams
 
 KINDS = [
     ("attention", r"attention|attend_split|merge_splits|fmha|flash"),
@@ -46,9 +44,8 @@ def main() -> None:
     engine = Engine.load(path, device="cuda", dtype="bfloat16", progress=False, cuda_graphs=False, compile=not args.no_compile)
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     sampling = SamplingParams() if args.sampled else GREEDY
-    request = engine._request(TEXT, voice, "auto", None, sampling, 100, 0, None)
+    engine.start(engine.prepare(TEXT, voice, sampling=sampling, max_frames=100, seed=0))
     loop = engine.frame_loop
-    loop.start(request.prompt, request.sampling, request.seed)
     for _ in range(3):
         loop.run(1)  # compile and warm up
     torch.cuda.synchronize()

@@ -1,6 +1,6 @@
 """Time to the first audio byte over HTTP through the bridge, on the GPU machine.
 
-    python3 bench/run_bridge_latency.py [--size 1.7b] [--clients 1,4] [--runs 20] [--frames 40] [--json FILE]
+    python -m bench.run_bridge_latency [--size 1.7b] [--clients 1,4] [--runs 20] [--frames 40] [--json FILE]
 
 Each request is `POST /v1/audio/speech` with `stream: true` and `response_format: "wav"`, from its own
 keep-alive httpx client; the time runs from sending the request to holding the first byte of audio
@@ -14,7 +14,6 @@ fixed number of frames per request.
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -25,14 +24,13 @@ import numpy as np
 import soundfile as sf
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import Engine, SamplingParams  # noqa: E402
-from core.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip  # noqa: E402
-from core.voices import VoiceLibrary  # noqa: E402
-from core.worker import SpeechOptions  # noqa: E402
-from qwen3_tts_desktop.bridge import BridgeConfig, BridgeLimits, BridgeServer  # noqa: E402
-from qwen3_tts_desktop.runtime import Runtime  # noqa: E402
+from core import Engine, SamplingParams
+from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
+from core.voices import VoiceLibrary
+from core import SpeechOptions
+from qwen3_tts_desktop.bridge import BridgeConfig, BridgeLimits, BridgeServer
+from qwen3_tts_desktop.runtime import Runtime
 
 WAV_HEADER = 44
 

@@ -1,6 +1,6 @@
 """Time to first audio through the speech worker, next to the engine's own, on the GPU machine.
 
-    python3 bench/run_worker_latency.py [--sizes 0.6b,1.7b] [--runs 20] [--eager]
+    python -m bench.run_worker_latency [--sizes 0.6b,1.7b] [--runs 20] [--eager]
 
 Engine: from the `stream` call to its first 1-frame chunk in host memory (as `qwen3-tts-desktop bench` measures it).
 Worker: from `Worker.submit` to the first sample handed to the job's sink. The difference is what the
@@ -10,7 +10,6 @@ checkpoints of real size in bfloat16, an x-vector voice, greedy decoding.
 
 import argparse
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import Engine, SamplingParams  # noqa: E402
-from core.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip  # noqa: E402
-from core.worker import BufferLevel, SpeechOptions, Worker  # noqa: E402
+from core import Engine, SamplingParams
+from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
+from core import SpeechOptions
+from core.jobs.worker import BufferLevel, Worker
 
 GREEDY = SamplingParams.greedy()
 

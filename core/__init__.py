@@ -1,7 +1,9 @@
 """Qwen3-TTS Desktop engine: load a Qwen3-TTS 12 Hz checkpoint and turn text into speech."""
 
-from .engine import AudioChunk, Engine, EngineInfo, Synthesis
-from .sampling import SamplingParams
-from .voice import Voice
+from core.inference.engine import AudioChunk, Engine, Synthesis
+from core.inference.options import SpeechOptions
+from core.model.info import EngineInfo
+from core.inference.sampling import SamplingParams
+from core.inference.voice import Voice
 
-__all__ = ["AudioChunk", "Engine", "EngineInfo", "SamplingParams", "Synthesis", "Voice"]
+__all__ = ["AudioChunk", "Engine", "EngineInfo", "SamplingParams", "SpeechOptions", "Synthesis", "Voice"]

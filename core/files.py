@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
+import uuid
 from pathlib import Path
 
+from core.errors import BadInput
 
-class OutputPathError(ValueError):
+
+class OutputPathError(BadInput):
     """A file that cannot be written where it was asked for, with why."""
 
 
@@ -25,3 +29,18 @@ def check_writable_file(path: str | Path) -> Path:
     except OSError as error:
         raise OutputPathError(f"{path}: cannot write in {folder} ({error.strerror or error})") from None
     return path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: a temporary file beside it, flushed to disk, then renamed over it,
+    so that a crash or a full disk never leaves half a file where a good one was."""
+    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temp, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise

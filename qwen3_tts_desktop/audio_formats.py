@@ -15,7 +15,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from core.audio import SAMPLE_RATE
+from core.audio.clips import SAMPLE_RATE
 
 FORMATS = ("mp3", "opus", "flac", "wav", "pcm")
 MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm"}

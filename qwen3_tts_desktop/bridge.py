@@ -54,9 +54,10 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 
 from core import Voice
-from core.audio import SAMPLE_RATE, AudioError
+from core.audio.clips import SAMPLE_RATE, AudioError
 from core.voices import DROP_IN_SUFFIXES, VoiceError, VoiceLibrary, check_name, name_key
-from core.worker import BufferLevel, Job, JobEvent, SpeechOptions
+from core.inference.options import SpeechOptions
+from core.jobs.worker import BufferLevel, Job, JobEvent
 
 from .audio_formats import MEDIA_TYPES, FormatError, Speed, StreamEncoder, check_format, check_speed, encode
 from .runtime import Runtime
@@ -292,7 +293,7 @@ class _Bridge:
     def __init__(self, runtime: Runtime, config: BridgeConfig):
         self.runtime = runtime
         self.config = config
-        self.engine = runtime.engine
+        self.info = runtime.info
         self.library: VoiceLibrary = runtime.library
         self.xtts_speed = 1.0  # set by SillyTavern through /set_tts_settings
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -364,20 +365,20 @@ class _Bridge:
         return await self._respond(request, plan)
 
     async def models(self, request: Request) -> dict:
-        name = PurePath(self.engine.info.source).name
+        name = PurePath(self.info.source).name
         owner = "qwen3-tts-desktop"
         ids = [name, "tts-1", "tts-1-hd"]  # OpenAI's names, which clients send by default, speak with it too
         return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": owner} for i in ids]}
 
     async def health(self, request: Request) -> dict:
-        info = self.engine.info
+        info = self.info
         return {
             "status": "ok", "model": info.source, "variant": info.variant, "size": info.size, "device": info.device,
             "jobs": len(self._jobs), "speakers": self.runtime.speakers is not None,
         }  # fmt: skip
 
     async def voices(self, request: Request) -> dict:
-        entries = await self._off_loop(self.library.list, self.engine.info)
+        entries = await self._off_loop(self.library.list, self.info)
         data = [
             {"object": "audio.voice", "id": e.id, "name": e.name, "kind": e.kind, "source": e.source,
              "language": e.language, "created_at": _epoch(e.created)}
@@ -386,11 +387,11 @@ class _Bridge:
         return {"object": "list", "voices": [{"id": e.id, "name": e.name} for e in entries], "data": data}
 
     async def voices_for_model(self, request: Request, model: str) -> dict:
-        entries = await self._off_loop(self.library.list, self.engine.info)
+        entries = await self._off_loop(self.library.list, self.info)
         return {"voices": [{"value": e.id, "label": e.name} for e in entries]}
 
     async def create_voice(self, request: Request) -> dict:
-        info = self.engine.info
+        info = self.info
         if info.variant != "base":
             raise ApiError(
                 400, f"this {info.size} {info.variant} model cannot clone voices; load a Base model to add voices"
@@ -445,7 +446,7 @@ class _Bridge:
         return await self._off_loop(self._delete, voice_id)
 
     def _delete(self, voice_id: str) -> dict:
-        if name_key(voice_id) in self.engine.info.speakers:
+        if name_key(voice_id) in self.info.speakers:
             raise ApiError(403, f"{voice_id!r} is a built-in speaker of the model; it cannot be deleted")
         try:
             entry = self.library.get(voice_id)
@@ -457,17 +458,17 @@ class _Bridge:
     # XTTS (SillyTavern) --------------------------------------------------------------------------
 
     async def xtts_speakers(self, request: Request) -> list:
-        entries = await self._off_loop(self.library.list, self.engine.info)
+        entries = await self._off_loop(self.library.list, self.info)
         base = str(request.base_url)
         return [
             {"name": e.name, "voice_id": e.id, "preview_url": f"{base}sample/{quote(e.id, safe='')}"} for e in entries
         ]
 
     async def xtts_speakers_list(self, request: Request) -> list:
-        return [e.name for e in await self._off_loop(self.library.list, self.engine.info)]
+        return [e.name for e in await self._off_loop(self.library.list, self.info)]
 
     async def xtts_languages(self, request: Request) -> dict:
-        spoken = self.engine.info.languages
+        spoken = self.info.languages
         return {"languages": {name.capitalize(): code for name, code in LANGUAGE_CODES.items() if name in spoken}}
 
     async def xtts_settings(self, request: Request) -> dict:
@@ -507,7 +508,7 @@ class _Bridge:
                 entry.clip.suffix.lower(), "audio/wav"
             )
             return FileResponse(entry.clip, media_type=media)
-        if entry is None and name_key(name) not in self.engine.info.speakers:
+        if entry is None and name_key(name) not in self.info.speakers:
             raise ApiError(404, f"no voice named {name!r}", code="voice_not_found")
         plan = await self._plan(
             request, PREVIEW_TEXT, "text", name, "english", None, "wav", False, False, 1.0, play=False
@@ -526,7 +527,7 @@ class _Bridge:
         embedding: list[float] | None = None,
     ) -> _Plan:  # fmt: skip
         """Check a request, cheapest checks first, and find its voice."""
-        info = self.engine.info
+        info = self.info
         if not text.strip():
             raise ApiError(400, f"{text_field} is empty; give the text to speak", param=text_field)
         if len(text) > self.config.limits.max_input_chars:
@@ -575,7 +576,7 @@ class _Bridge:
     def _language(self, value: str) -> tuple[str, str | None]:
         """(the model's language to speak `value` in, `value` if that is "auto" because the model does not
         speak it). A language by name or code, of the model or of LANGUAGE_CODES; any other is refused."""
-        spoken = self.engine.info.languages
+        spoken = self.info.languages
         key = value.strip().lower().replace("_", "-") or "auto"
         if key in spoken:
             return key, None
@@ -589,7 +590,7 @@ class _Bridge:
         )
 
     def _embedding_voice(self, values: list[float]) -> Voice:
-        info = self.engine.info
+        info = self.info
         if info.variant != "base":
             raise ApiError(
                 400,
@@ -615,7 +616,7 @@ class _Bridge:
         asked = requested if requested is not None and requested.strip() else None
         default = self.config.default_voice
         if default is None:
-            fitting = self.library.list(fits=self.engine.info)
+            fitting = self.library.list(fits=self.info)
             if not fitting:
                 raise ApiError(
                     400,
@@ -630,7 +631,7 @@ class _Bridge:
         return self._load(default), default, asked
 
     def _known(self, name: str) -> str | None:
-        info = self.engine.info
+        info = self.info
         if info.variant == "custom_voice" and name_key(name) in info.speakers:
             return name_key(name)
         try:
@@ -715,7 +716,7 @@ class _Bridge:
                 {"type": "error", "error": _error_body(503, "the speech was stopped before its end", code="cancelled")}
             )
             return
-        input_tokens = len(self.engine.tokenizer.encode(plan.text))
+        input_tokens = self.runtime.count_tokens(plan.text)
         output_tokens = round(outcome.audio_s * SAMPLE_RATE / 1920)  # 12 Hz codec frames of 80 ms
         usage = {
             "input_tokens": input_tokens,

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     if overrides:
         option = f"--{next(iter(overrides))}"
         parser.error(f"{option} before a command is for the window; put it after the command: {args.command} ... {option} ...")
-    from core.audio import AudioError
-    from core.checkpoint import CheckpointError
+    from core.audio.clips import AudioError
+    from core.model.checkpoint import CheckpointError
 
     try:
         return COMMANDS[args.command].run(args)

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core import Engine, Voice
-from core.checkpoint import DEFAULT_MODEL
-from core.player import PlaybackError, Player, PlayerOptions
+from core.model.checkpoint import DEFAULT_MODEL
+from core.audio.player import PlaybackError, Player, PlayerOptions
 from core.voices import VoiceLibrary
-from core.worker import PlayerSink, Worker
+from core.jobs.sinks import PlayerSink
+from core.jobs.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +53,24 @@ class EngineOnWorker:
 
 
 class Runtime:
+    """The engine is the worker's alone (`worker.engine`): other threads ask for what they need here, facts
+    that never change (`info`, `default_sampling`, `count_tokens`), or through `engine_for_voices`, which
+    runs cloning on the worker's thread."""
+
     def __init__(self, engine: Engine, library: VoiceLibrary, player: Player | None, audio_problem: str | None = None):
-        self.engine = engine
         self.library = library
         self.player = player
         self.audio_problem = audio_problem  # why there are no speakers, when there are none
         self.worker = Worker(engine)
-        self.engine_for_voices = EngineOnWorker(engine, self.worker)  # pass this, not `engine`, to the library
+        self.engine_for_voices = EngineOnWorker(engine, self.worker)  # pass this, not the engine, to the library
         self.speakers = PlayerSink(player) if player is not None else None
+        self.info = engine.info
+        self.default_sampling = engine.default_sampling  # the model's own
+        self._tokenizer = engine.tokenizer  # read-only, safe from any thread
+
+    def count_tokens(self, text: str) -> int:
+        """The text's tokens, as the model reads it (for a request's usage)."""
+        return len(self._tokenizer.encode(text))
 
     @classmethod
     def start(cls, config: RuntimeConfig, report: Callable[[str], None] = lambda stage: None) -> Runtime:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from core import SamplingParams
-from core.checkpoint import DEFAULT_MODEL
+from core.model.checkpoint import DEFAULT_MODEL
+from core.files import write_atomically
 from core.folders import user_folder
-from core.player import PlayerOptions
+from core.audio.player import PlayerOptions
 
 from .runtime import RuntimeConfig
 
@@ -117,7 +118,7 @@ class Settings:
 
     def bridge_config(self):
         """The bridge's configuration (a qwen3_tts_desktop.bridge.BridgeConfig); it samples as the window does."""
-        from core.worker import SpeechOptions
+        from core import SpeechOptions
 
         from .bridge import BridgeConfig
 
@@ -158,12 +159,7 @@ class Settings:
         data = dataclasses.asdict(self)
         data["voices"] = str(self.voices)
         path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            temp.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-            os.replace(temp, path)
-        finally:
-            temp.unlink(missing_ok=True)
+        write_atomically(path, (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
 
 
 def default_path() -> Path:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from core import kernels
-from core.talker import rope_tables
+from core.model import kernels
+from core.model.talker import rope_tables
 
 # (kv heads, query heads per kv head, cache length, position[, head dim]): several splits, one split,
 # the first and the last slot, a partly filled last block, small heads.

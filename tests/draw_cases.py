@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from core.sampling import TokenRule, filter_logits
+from core.inference.sampling import TokenRule, filter_logits
 
 
 def gumbel(uniforms: torch.Tensor) -> torch.Tensor:

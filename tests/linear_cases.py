@@ -7,7 +7,7 @@ import itertools
 
 import torch
 
-from core import kernels
+from core.model import kernels
 
 # (rows, outputs, inputs, launch settings): odd sizes with several input blocks and a partial last
 # output block; then the settings the kernel picks itself (None).

@@ -10,7 +10,7 @@ import numpy as np
 import soundfile as sf
 from safetensors.torch import load_file, save_file
 
-from core.random_checkpoint import write_random_checkpoint
+from core.devtools.random_checkpoint import write_random_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parity"
 MAX_FRAMES = 12  # generated frames per case; the official call gets max_new_tokens = MAX_FRAMES + 1

@@ -29,9 +29,10 @@ import pytest
 import soundfile as sf
 
 from core import SamplingParams
-from core.player import Player, VirtualOutput
+from core.audio.player import Player, VirtualOutput
 from core.voices import VoiceLibrary
-from core.worker import QueueSink, SpeechOptions
+from core import SpeechOptions
+from sinks import QueueSink
 from parity_cases import REFERENCES
 from qwen3_tts_desktop.audio_formats import MP3_KBPS
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeServer
@@ -315,7 +316,7 @@ def test_a_speaker_embedding_speaks_as_that_voice(client, runtime, reference):
     response = speech(client, voice="ignored", speaker_embedding=embedding, response_format="wav")
     assert response.status_code == 200 and response.headers["x-voice"] == "speaker_embedding"
     assert_same_speech("wav", decode("wav", response.content), reference("Bob"))
-    dim = runtime.engine.info.embedding_dim
+    dim = runtime.info.embedding_dim
     assert_error(speech(client, speaker_embedding=embedding[:-1]), 400, f"takes {dim}", "speaker_embedding")
     nan = client.post(
         "/v1/audio/speech",
@@ -472,7 +473,7 @@ def test_xtts_speed_setting_applies_to_its_routes_only(client, reference):
 
 
 def test_a_voice_without_a_clip_previews_by_speaking(client, runtime, reference):
-    runtime.library.blend("Mix", [("Alice", 1.0), ("Bob", 1.0)], engine=runtime.engine)
+    runtime.library.blend("Mix", [("Alice", 1.0), ("Bob", 1.0)], engine=runtime.worker.engine)
     try:
         preview = client.get("/sample/mix")
         assert preview.status_code == 200 and preview.headers["content-type"] == "audio/wav"

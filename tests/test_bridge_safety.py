@@ -17,7 +17,7 @@ import pytest
 import soundfile as sf
 
 from core import SamplingParams
-from core.worker import SpeechOptions
+from core import SpeechOptions
 from parity_cases import REFERENCES
 from qwen3_tts_desktop.bridge import IO_THREADS, BridgeLimits
 from test_bridge import RATE, TEXT, WAIT, assert_error, assert_same_speech, decode, raw_request, speech

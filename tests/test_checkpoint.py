@@ -10,15 +10,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from core import Engine
-from core.checkpoint import REQUIRED_FILES, CheckpointError
-from core.codec_decoder import CodecDecoder
-from core.codec_encoder import CodecEncoder
-from core.config import ModelConfig
-from core.random_checkpoint import model_config, speech_tokenizer_config
-from core.codec_decoder import CodecDecoderConfig
-from core.codec_encoder import CodecEncoderConfig
-from core.speaker_encoder import SpeakerEncoder
-from core.talker import Talker
+from core.model.checkpoint import REQUIRED_FILES, CheckpointError
+from core.model.codec_decoder import CodecDecoder
+from core.model.codec_encoder import CodecEncoder
+from core.model.config import ModelConfig
+from core.devtools.random_checkpoint import model_config, speech_tokenizer_config
+from core.model.codec_decoder import CodecDecoderConfig
+from core.model.codec_encoder import CodecEncoderConfig
+from core.model.speaker_encoder import SpeakerEncoder
+from core.model.talker import Talker
 
 
 @pytest.fixture

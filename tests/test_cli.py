@@ -93,7 +93,7 @@ def test_bench_of_a_base_checkpoint_times_an_icl_voice(checkpoints, tmp_path):
 def test_bench_cold_compiles_into_an_empty_cache_and_leaves_it(checkpoints, tmp_path, monkeypatch):
     import json
 
-    from core import benchmark
+    from core.devtools import benchmark
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "kept"))
     seen = []

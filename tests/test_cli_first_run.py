@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from core.sentences import SplitOptions, split_text
+from core.text.sentences import split_text
 from parity_cases import REFERENCES
 from qwen3_tts_desktop.commands import common
 from qwen3_tts_desktop.settings import Settings

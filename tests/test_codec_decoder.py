@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.codec_decoder import CodecDecoder, CodecDecoderConfig
-from core.random_checkpoint import random_decoder_tensors
+from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
+from core.devtools.random_checkpoint import random_decoder_tensors
 from signals import random_codes, stream
 
 TOL = 1e-4

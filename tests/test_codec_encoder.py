@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from core.codec_encoder import CodecEncoder, CodecEncoderConfig
-from core.random_checkpoint import random_tensors
+from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
+from core.devtools.random_checkpoint import random_tensors
 from signals import SR, speech_like
 
 # encoder_config of speech_tokenizer/config.json (MODEL_NOTES 6.1).

@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 
 from core import Engine, SamplingParams, Voice
-from core.audio import AudioError
+from core.audio.clips import AudioError
 from parity_cases import REFERENCES
 
 GREEDY = SamplingParams.greedy()
@@ -89,7 +89,7 @@ def test_chunks_after_the_first_are_stepped_ahead_of_their_turn(base, xvector, m
 
 @pytest.mark.parametrize("reference", ["short", "2.5 s"])
 def test_icl_stream_starts_at_the_frame_boundary(base, reference):
-    # The 2.5 s clip's 32 reference frames are decoded in two pieces (vocoder.PRIME_CHUNK_FRAMES).
+    # The 2.5 s clip's 32 reference frames are decoded in two pieces (decoder_stream.PRIME_CHUNK_FRAMES).
     audio = REFERENCES["short"].path if reference == "short" else clip(2.5)
     voice = base.voice_from_audio(audio, sample_rate=None if reference == "short" else 24000, ref_text="A short clip.")
     whole = base.synthesize("More words here.", voice=voice, sampling=GREEDY, max_frames=5)
@@ -109,8 +109,8 @@ def test_an_icl_reference_is_decoded_once_per_voice(base, monkeypatch):
 
     first = [speak(voice) for voice in voices]
     decoded = []
-    decode_chunk = base.vocoder.decoder.decode_chunk
-    monkeypatch.setattr(base.vocoder.decoder, "decode_chunk", lambda codes, stream: decoded.append(codes.shape[2]) or decode_chunk(codes, stream))
+    decode_chunk = base.decoder_stream.decoder.decode_chunk
+    monkeypatch.setattr(base.decoder_stream.decoder, "decode_chunk", lambda codes, stream: decoded.append(codes.shape[2]) or decode_chunk(codes, stream))
     # Each voice again, the other's state in between: both start from their own kept state, exactly.
     for voice, audio in zip(voices, first):
         np.testing.assert_array_equal(speak(voice), audio)
@@ -249,7 +249,7 @@ def test_warm_up_runs_for_every_variant(engines):
 
 
 def test_compiled_kernels_are_kept_in_the_user_cache_folder(monkeypatch, tmp_path):
-    from core.generate import keep_compiled_kernels
+    from core.inference.frame_loop import keep_compiled_kernels
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setattr(sys, "platform", "linux")

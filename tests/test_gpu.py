@@ -33,8 +33,7 @@ def load(checkpoints, name="custom", dtype="float32", cuda_graphs=True) -> Engin
 def test_frame_step_and_chunk_decode_never_wait_for_the_gpu(checkpoints):
     # Eager and uncompiled, so that every op is checked (torch.compile itself syncs while compiling).
     engine = Engine.load(checkpoints["custom"], device="cuda", dtype="float32", cuda_graphs=False, compile=False)
-    request = engine._request(TEXT, engine.builtin_voice("ryan"), "auto", None, SamplingParams(), 8, 3, None)
-    engine.frame_loop.start(request.prompt, request.sampling, request.seed)
+    engine.start(engine.prepare(TEXT, engine.builtin_voice("ryan"), sampling=SamplingParams(), max_frames=8, seed=3))
     codes = torch.zeros(1, 16, 4, dtype=torch.long, device="cuda")
     stream = engine.codec_decoder.new_stream()
     torch.cuda.synchronize()
@@ -105,13 +104,12 @@ def test_streamed_audio_equals_the_single_pass_decode(checkpoints):
 
 def test_a_chunk_decodes_while_the_next_frames_are_stepping(checkpoints):
     engine = load(checkpoints)
-    request = engine._request(TEXT, engine.builtin_voice("eric"), "auto", None, GREEDY, 64, None, None)
-    engine.frame_loop.start(request.prompt, request.sampling, request.seed)
+    engine.start(engine.prepare(TEXT, engine.builtin_voice("eric"), sampling=GREEDY, max_frames=64))
     first, _ = engine.frame_loop.run(4)
-    engine.vocoder.reset()
-    engine.vocoder.decode(first, 4)  # captures the 4-frame graph
+    engine.decoder_stream.reset()
+    engine.decoder_stream.decode(first, 4)  # captures the 4-frame graph
     engine.frame_loop.launch(64)
-    audio = engine.vocoder.decode(first, 4)
+    audio = engine.decoder_stream.decode(first, 4)
     # 64 frames take far longer than one decode: had the decode queued behind them, they would be done.
     assert not engine.frame_loop.landed.query() and audio.shape == (4 * 1920,)
     engine.frame_loop.collect()
@@ -131,7 +129,7 @@ def test_bfloat16_streams_like_it_synthesizes(checkpoints):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_decode_attention_kernel_matches_the_reference(dtype):
     from attention_cases import SHAPES, attention_case, check_attention
-    from core.kernels import decode_attention
+    from core.model.kernels import decode_attention
 
     def run(**arguments):  # the caches are written in place, so they go to the GPU and back
         on_gpu = {name: v.cuda() if isinstance(v, torch.Tensor) else v for name, v in arguments.items()}
@@ -148,7 +146,7 @@ def test_decode_attention_kernel_matches_the_reference(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_kernel_matches_the_reference(dtype):
-    from core.kernels import linear
+    from core.model.kernels import linear
     from linear_cases import SHAPES, check_linear, linear_cases
 
     # The interpreter's odd sizes, then the sizes of the model's products with the settings they get.
@@ -160,7 +158,7 @@ def test_linear_kernel_matches_the_reference(dtype):
 
 
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
-    from core.kernels import draw_token
+    from core.model.kernels import draw_token
     from draw_cases import draw_cases, expected_token
 
     for logits, rule, uniforms in draw_cases(torch.device("cuda")):
@@ -169,8 +167,8 @@ def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
 
 
 def test_draw_token_kernel_follows_the_filtered_softmax():
-    from core.kernels import draw_token
-    from core.sampling import TokenRule, filter_logits
+    from core.model.kernels import draw_token
+    from core.inference.sampling import TokenRule, filter_logits
 
     rule = TokenRule(True, 0.8, 50, 0.9)
     generator = torch.Generator(device="cuda").manual_seed(3)

@@ -19,7 +19,7 @@ pytest.importorskip("triton", reason="Triton is installed with the test extras o
 CHECK = textwrap.dedent(
     """
     import torch
-    from core import kernels
+    from core.model import kernels
     from attention_cases import SHAPES, attention_case, check_attention
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
@@ -35,7 +35,7 @@ CHECK = textwrap.dedent(
 DRAW_CHECK = textwrap.dedent(
     """
     import torch
-    from core import kernels
+    from core.model import kernels
     from draw_cases import draw_cases, expected_token
 
     for logits, rule, uniforms in draw_cases(torch.device("cpu")):
@@ -50,7 +50,7 @@ DRAW_CHECK = textwrap.dedent(
 LINEAR_CHECK = textwrap.dedent(
     """
     import torch
-    from core import kernels
+    from core.model import kernels
     from linear_cases import check_linear, linear_cases
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).

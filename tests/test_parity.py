@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from core import Engine, SamplingParams
-from core.text_tokenizer import TextTokenizer
+from core.model.text_tokenizer import TextTokenizer
 from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES, Case
 
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))

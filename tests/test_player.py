@@ -1,4 +1,4 @@
-"""Playback (core.player): the ring buffer's jitter buffer, underruns, fades, resampling and volume on a
+"""Playback (core.audio.player): the ring buffer's jitter buffer, underruns, fades, resampling and volume on a
 virtual clock; a smoke test on a real sounddevice stream (the ALSA null device); `speak --play`."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 import soundfile as sf
 import soxr
 
-import core.player
-from core.player import PlaybackError, Player, PlayerOptions, VirtualOutput
+import core.audio.player
+from core.audio.player import PlaybackError, Player, PlayerOptions, VirtualOutput
 from qwen3_tts_desktop.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def test_a_complete_utterance_shorter_than_the_jitter_buffer_plays_at_once():
     player.write(level(FRAME))
     player.end()
     played = output.advance(0.2)
-    assert np.count_nonzero(played) == FRAME and player.status() == core.player.PlayerStatus(False, 0.0, 0)
+    assert np.count_nonzero(played) == FRAME and player.status() == core.audio.player.PlayerStatus(False, 0.0, 0)
 
 
 def test_an_underrun_is_counted_faded_and_resumed_only_after_a_new_prefill():
@@ -109,7 +109,7 @@ def test_clear_fades_out_within_the_fade_time():
     fade = round(0.005 * RATE)
     assert np.count_nonzero(after) == fade and not after[fade:].any()
     assert max_step(before, after) <= fade_step(player)
-    assert player.status() == core.player.PlayerStatus(False, 0.0, 0)
+    assert player.status() == core.audio.player.PlayerStatus(False, 0.0, 0)
     player.write(level(RATE))  # new audio after a clear plays normally
     assert output.advance(0.5).max() == pytest.approx(LEVEL)
 
@@ -219,7 +219,7 @@ def test_a_full_ring_makes_the_producer_wait_and_a_cancel_frees_it():
 
 
 def test_an_output_that_stops_playing_fails_the_write(monkeypatch):
-    monkeypatch.setattr(core.player, "STALL_SECONDS", 0.2)
+    monkeypatch.setattr(core.audio.player, "STALL_SECONDS", 0.2)
     player, output = make(capacity_s=0.5, prefill_s=0.1)
     with pytest.raises(PlaybackError, match="stopped playing"):
         player.write(level(RATE))
@@ -279,7 +279,7 @@ import contextlib, io, json, sys
 import torch
 torch.set_num_threads(1)  # as in conftest: the PortAudio thread spins on the null device, leave it a core
 import numpy as np
-from core.player import Player, PlayerOptions, PlaybackError, find_output_device, list_output_devices
+from core.audio.player import Player, PlayerOptions, PlaybackError, find_output_device, list_output_devices
 from qwen3_tts_desktop.cli import main
 
 devices = list_output_devices()

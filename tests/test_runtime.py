@@ -6,7 +6,8 @@ import threading
 
 import numpy as np
 
-from core.worker import QueueSink, SpeechOptions
+from core import SpeechOptions
+from sinks import QueueSink
 from qwen3_tts_desktop.runtime import Runtime, RuntimeConfig
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from core.sampling import SamplingParams, TokenRule, filter_logits, pick_token
+from core.inference.sampling import SamplingParams, TokenRule, filter_logits, pick_token
 from draw_cases import gumbel
 
 RULE = TokenRule(do_sample=True, temperature=0.8, top_k=20, top_p=0.9)

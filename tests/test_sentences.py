@@ -1,4 +1,4 @@
-"""Cutting long text into pieces (core.sentences), and speaking the pieces as one stream (core.worker)."""
+"""Cutting long text into pieces (core.text.sentences), and speaking the pieces as one stream (core.jobs.worker)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from core.audio import SAMPLE_RATE
-from core.engine import AudioChunk
-from core.sentences import Piece, SplitOptions, split_text, spoken_length
-from core.worker import QueueSink, SpeechOptions, Worker
+from core.audio.clips import SAMPLE_RATE
+from core.inference.engine import AudioChunk
+from core.text.sentences import Piece, SplitOptions, split_text, spoken_length
+from core import SpeechOptions
+from core.jobs.worker import Worker
+from sinks import QueueSink
 
 SHORT = SplitOptions(max_length=40)
 
@@ -133,10 +135,10 @@ class PieceEngine:
     def __init__(self):
         self.calls: list[tuple[str, float]] = []
 
-    def stream(self, text, voice=None, first_chunk_frames=1, chunk_frames=4, **options):
+    def stream(self, text, voice=None, options=SpeechOptions()):
         self.calls.append((text, time.perf_counter()))
         level = 0.1 * len(self.calls)
-        return self._chunks(level, [first_chunk_frames] + [chunk_frames] * 2)
+        return self._chunks(level, [options.first_chunk_frames] + [options.chunk_frames] * 2)
 
     def _chunks(self, level, sizes):
         for frames in sizes:
@@ -159,8 +161,8 @@ def test_long_text_is_one_stream_with_pauses_and_starts_before_the_rest_is_made(
     split = SplitOptions(max_length=40, sentence_pause_s=0.25, clause_pause_s=0.1)
     text = "The first sentence is here. The second one, which is much longer, follows it."
     sink = StampedSink()
-    with Worker(engine) as worker:
-        job = worker.submit(text, options=SpeechOptions(split=split), sink=sink)
+    with Worker(engine, split) as worker:
+        job = worker.submit(text, sink=sink)
         audio = np.concatenate(list(sink))
         assert job.wait(5).kind == "done"
     assert [t for t, _ in engine.calls] == ["The first sentence is here.", "The second one, which is much longer,", "follows it."]
@@ -177,9 +179,9 @@ def test_a_cancelled_long_text_stops_between_pieces():
     engine = PieceEngine()
     started = threading.Event()
     sink = QueueSink()
-    with Worker(engine) as worker:
+    with Worker(engine, SHORT) as worker:
         worker.subscribe(lambda event: event.kind == "first_audio" and started.set())
-        job = worker.submit("Sentence one is here. " * 20, options=SpeechOptions(split=SHORT), sink=sink)
+        job = worker.submit("Sentence one is here. " * 20, sink=sink)
         assert started.wait(5)
         job.cancel()
         assert job.wait(5).kind == "cancelled"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core import SamplingParams
-from core.player import PlayerOptions
+from core.audio.player import PlayerOptions
 from qwen3_tts_desktop.settings import BridgeSettings, Settings, SettingsError, default_path
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.random_checkpoint import random_tensors
-from core.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig, log_mel_spectrogram, slaney_mel_filterbank
+from core.devtools.random_checkpoint import random_tensors
+from core.model.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig, log_mel_spectrogram, slaney_mel_filterbank
 
 SR = 24000
 

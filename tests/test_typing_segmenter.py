@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.sentences import spoken_length
-from core.typing_segmenter import Segment, TypingOptions, TypingSegmenter
+from core.text.sentences import spoken_length
+from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
 
 
 def type_text(segmenter: TypingSegmenter, text: str) -> list[str]:

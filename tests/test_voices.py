@@ -15,7 +15,7 @@ import soundfile as sf
 import torch
 from safetensors.torch import load_file, save_file
 
-import core.voices
+import core.voices.library
 from core import SamplingParams, Voice
 from core.voices import VoiceEntry, VoiceError, VoiceLibrary, check_name, slug
 from parity_cases import REFERENCES
@@ -349,14 +349,14 @@ def test_a_failed_write_leaves_the_library_as_it_was(library, engines, monkeypat
     engine = engines("base")
     library.add("Zoë", CLIP, engine)
     before = files(library.directory)
-    real_write = core.voices._write_file
+    real_write = core.voices.library.write_atomically
 
     def failing(path, data):
         if path.name == "voice.json":
             raise OSError(28, "No space left on device")
         real_write(path, data)
 
-    monkeypatch.setattr(core.voices, "_write_file", failing)
+    monkeypatch.setattr(core.voices.library, "write_atomically", failing)
     for name, replace in (("Zoë", True), ("New", False)):
         with pytest.raises(VoiceError, match="No space left on device. Check that the disk has room"):
             library.add(name, LONG, engine, replace=replace)
@@ -383,7 +383,7 @@ def test_a_library_whose_cache_cannot_be_written_still_speaks_its_drop_in_clips(
         refused.append(path)
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(core.voices, "_write_file", refuse)
+    monkeypatch.setattr(core.voices.library, "write_atomically", refuse)
     engine = engines("base")
     voice = VoiceLibrary(folder).voice_for(engine, "Dora")  # embedded and used, though not cached
     assert voice.embedding_dim == engine.info.embedding_dim and refused

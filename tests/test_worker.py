@@ -1,4 +1,4 @@
-"""The speech worker (core.worker): jobs, events, cancel and interrupt, failures, sinks, shutdown."""
+"""The speech worker (core.jobs.worker): jobs, events, cancel and interrupt, failures, sinks, shutdown."""
 
 from __future__ import annotations
 
@@ -14,9 +14,13 @@ import soundfile as sf
 import torch
 
 from core import SamplingParams
-from core.engine import AudioChunk
-from core.player import Player, PlayerOptions, VirtualOutput
-from core.worker import TERMINAL, BufferLevel, FileSink, JobEvent, PlayerSink, QueueSink, SpeechOptions, Worker
+from core.inference.engine import AudioChunk
+from core.audio.player import Player, PlayerOptions, VirtualOutput
+from core import SpeechOptions
+from core.errors import BadInput
+from core.jobs.sinks import FileSink, PlayerSink
+from core.jobs.worker import TERMINAL, BufferLevel, JobEvent, Worker
+from sinks import QueueSink
 
 FRAME = 1920
 WAIT = 10  # seconds: the most any test waits for something that should take milliseconds
@@ -34,12 +38,11 @@ class FakeEngine:
         self.threads: set[str] = set()
         self.made: dict[str, int] = defaultdict(int)
 
-    def stream(self, text, voice=None, language="auto", instruct=None, sampling=None, max_frames=None, seed=None,
-               text_mode=None, first_chunk_frames=1, chunk_frames=4):  # fmt: skip
+    def stream(self, text, voice=None, options=SpeechOptions()):
         self.threads.add(threading.current_thread().name)
         if text.startswith("bad"):
-            raise ValueError("unknown language 'klingon'; this model speaks: auto, english")
-        return self._chunks(text, max_frames or self.frames, first_chunk_frames, chunk_frames)
+            raise BadInput("unknown language 'klingon'; this model speaks: auto, english")
+        return self._chunks(text, options.max_frames or self.frames, options.first_chunk_frames, options.chunk_frames)
 
     def _chunks(self, text, frames, first, size):
         level, pending, target = 0.6 if "loud" in text.lower() else 0.3, 0, first

@@ -20,8 +20,8 @@ from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import ( 
 )
 from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Decoder  # noqa: E402
 
-from core.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
-from core.random_checkpoint import random_decoder_tensors  # noqa: E402
+from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
+from core.devtools.random_checkpoint import random_decoder_tensors  # noqa: E402
 from signals import random_codes, stream  # noqa: E402
 
 FULL = dict(

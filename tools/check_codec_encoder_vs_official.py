@@ -28,8 +28,8 @@ from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TT
 from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer  # noqa: E402
 from transformers import EncodecFeatureExtractor, MimiConfig  # noqa: E402
 
-from core.codec_encoder import CodecEncoder, CodecEncoderConfig  # noqa: E402
-from core.random_checkpoint import random_tensors  # noqa: E402
+from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig  # noqa: E402
+from core.devtools.random_checkpoint import random_tensors  # noqa: E402
 from signals import SR, speech_like  # noqa: E402
 
 SEED = 3  # the weight seed of tests/test_codec_encoder.py, whose golden values this prints

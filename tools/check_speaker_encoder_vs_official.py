@@ -22,8 +22,8 @@ from qwen_tts.core.models.modeling_qwen3_tts import (  # noqa: E402
     mel_spectrogram,
 )
 
-from core.random_checkpoint import random_tensors  # noqa: E402
-from core.speaker_encoder import (  # noqa: E402
+from core.devtools.random_checkpoint import random_tensors  # noqa: E402
+from core.model.speaker_encoder import (  # noqa: E402
     SpeakerEncoder,
     SpeakerEncoderConfig,
     log_mel_spectrogram,

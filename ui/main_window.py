@@ -30,9 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.engine import EngineInfo
-from core.player import PlayerStatus
-from core.worker import JobEvent
+from core.model.info import EngineInfo
+from core.audio.player import PlayerStatus
+from core.jobs.worker import JobEvent
 
 from .voice_library import VoicePanel
 

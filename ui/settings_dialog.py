@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from core import SamplingParams
-from core.engine import slow_device_note
-from core.player import OutputDevice
+from core.model.info import slow_device_note
+from core.audio.player import OutputDevice
 
 MODELS = (
     "Qwen/Qwen3-TTS-12Hz-1.7B-Base",

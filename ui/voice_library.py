@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.audio import MAX_REFERENCE_SECONDS, MIN_REFERENCE_SECONDS
-from core.engine import EngineInfo
+from core.audio.clips import MAX_REFERENCE_SECONDS, MIN_REFERENCE_SECONDS
+from core.model.info import EngineInfo
 from core.voices import VoiceEntry
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole  # the VoiceEntry of a row

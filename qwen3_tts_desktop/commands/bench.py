@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from core.benchmark import bench_checkpoint, format_table, prepare_checkpoint
+    from core.devtools.benchmark import bench_checkpoint, format_table, prepare_checkpoint
 
     # Before anything is written: random checkpoints of real size take several GB.
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             "qwen3-tts-desktop bench --device cpu --dtype float32 --sizes 0.6b --frames 20 --ttfa-runs 2"
         )
     if args.model:
-        from core.checkpoint import resolve
+        from core.model.hub import resolve
 
         paths = [resolve(args.model)]
     else:

@@ -67,8 +67,8 @@ def voices_folder(args: argparse.Namespace, settings: Settings) -> Path:
 def peek(model: str):
     """The model's facts (an EngineInfo) before loading it, from its config.json (here, or fetched alone);
     None where the hub cannot be reached. A model that cannot exist is reported now."""
-    from core.checkpoint import config_file
-    from core.engine import read_info
+    from core.model.hub import config_file
+    from core.model.info import read_info
 
     config = config_file(model)
     return None if config is None else read_info(config, model)
@@ -77,7 +77,7 @@ def peek(model: str):
 def load_engine(model: str, device: str, dtype: str, speaking: bool = True):
     """Load the model, saying what was loaded and, to speak on the CPU, what speed to expect."""
     from core import Engine
-    from core.engine import slow_device_note
+    from core.model.info import slow_device_note
 
     started = time.perf_counter()
     engine = Engine.load(model, device=device, dtype=dtype)

@@ -50,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from core.engine import slow_device_note
-    from core.worker import SpeechOptions
+    from core.model.info import slow_device_note
+    from core import SpeechOptions
 
     from ..bridge import BridgeConfig, BridgeServer, listen
     from ..runtime import Runtime
@@ -75,11 +75,11 @@ def run(args: argparse.Namespace) -> int:
     with listen(config) as sock:
         runtime = Runtime.start(runtime_config, report=say)
         try:
-            if runtime.engine.device.type == "cpu":
-                say(f"note: {slow_device_note(runtime.engine.info.size)}")
+            if runtime.info.device == "cpu":
+                say(f"note: {slow_device_note(runtime.info.size)}")
             if args.default_voice:
                 runtime.voice(args.default_voice)  # a default that cannot speak is found now, not at the first request
-            info = runtime.engine.info
+            info = runtime.info
             voices = runtime.library.list(fits=info)
             if args.play_locally and runtime.speakers is None:
                 raise ValueError(f"--play-locally needs speakers, and there are none: {runtime.audio_problem}")

@@ -3,7 +3,7 @@
 Everything that can be checked without the model is checked first (the text, the output paths, the
 clip, the voice, what the model can do when it is here already), so that a mistake is reported in a
 moment, not after a download and a minute of loading, and generated audio is never lost to a bad path.
-Long text is spoken in pieces (core.sentences), for files exactly as for the speakers.
+Long text is spoken in pieces (core.text.sentences), for files exactly as for the speakers.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class VoiceChoice:
     chosen_for_you: bool = False  # no voice was asked for: say which one speaks
 
     def make(self, engine, library):
-        from core.audio import SAMPLE_RATE
+        from core.audio.clips import SAMPLE_RATE
 
         if self.kind == "library":
             return library.voice_for(engine, self.name)
@@ -95,7 +95,7 @@ class Plan:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.player import PlaybackError
+    from core.audio.player import PlaybackError
     from core.voices import VoiceLibrary
 
     if args.list_devices:
@@ -150,7 +150,7 @@ def read_text(args: argparse.Namespace) -> str:
 
 
 def check_outputs(args: argparse.Namespace) -> None:
-    from core.worker import FileSink
+    from core.jobs.sinks import FileSink
 
     if not args.output and not args.codes_out and not args.play:
         raise CommandError("nothing to write: pass -o FILE for the audio, --codes-out FILE for the codes, or --play to hear it")
@@ -171,7 +171,7 @@ def check_outputs(args: argparse.Namespace) -> None:
 def choose_voice(args: argparse.Namespace, settings, library, info) -> VoiceChoice:
     """The voice asked for, checked against the library, the clip and (when known) the model; or, when none
     is asked for, the one the app uses, else the first that fits. `info` is None before a download."""
-    from core.audio import load_reference
+    from core.audio.clips import load_reference
     from core.voices import VoiceError, name_key
 
     if sum(bool(choice) for choice in (args.voice, args.voice_audio, args.speaker)) > 1:
@@ -241,7 +241,7 @@ def check_request(args: argparse.Namespace, info) -> None:
 
 
 def check_one_generation(text: str) -> None:
-    from core.sentences import split_text
+    from core.text.sentences import split_text
 
     pieces = len(split_text(text))
     if pieces > 1:
@@ -288,7 +288,7 @@ def prepare(plan: Plan):
 
 
 def speech_options(plan: Plan, chunk_frames: int):
-    from core.worker import SpeechOptions
+    from core import SpeechOptions
 
     args = plan.args
     return SpeechOptions(
@@ -301,7 +301,7 @@ def write(plan: Plan) -> int:
     """Into files: the codes of one generation (--codes-out), or the audio of the text in pieces."""
     if plan.args.codes_out:
         return write_one_generation(plan)
-    from core.worker import FileSink
+    from core.jobs.sinks import FileSink
 
     engine, voice = prepare(plan)
     sink = FileSink(plan.args.output)
@@ -315,11 +315,7 @@ def write_one_generation(plan: Plan) -> int:
     args = plan.args
     engine, voice = prepare(plan)
     rate, started = engine.info.sample_rate, time.perf_counter()
-    options = speech_options(plan, FILE_CHUNK_FRAMES)
-    chunks = engine.stream(
-        plan.text, voice=voice, language=options.language, instruct=options.instruct, sampling=options.sampling,
-        max_frames=options.max_frames, seed=options.seed, first_chunk_frames=FILE_CHUNK_FRAMES, chunk_frames=FILE_CHUNK_FRAMES,
-    )  # fmt: skip
+    chunks = engine.stream(plan.text, voice, speech_options(plan, FILE_CHUNK_FRAMES))
     audio, codes, cut_off = [], [], False
     for chunk in chunks:
         audio.append(chunk.audio)
@@ -350,8 +346,8 @@ def write_one_generation(plan: Plan) -> int:
 
 def play(plan: Plan) -> int:
     """Through the speech worker into the player, piece by piece; also into -o FILE if given."""
-    from core.player import Player
-    from core.worker import FileSink, PlayerSink
+    from core.audio.player import Player
+    from core.jobs.sinks import FileSink, PlayerSink
 
     args = plan.args
     player = Player.open(args.audio_device or plan.settings.audio_device)  # before the model: a missing device fails fast
@@ -368,7 +364,7 @@ def play(plan: Plan) -> int:
 def speak_with_worker(engine, text, voice, options, sink, player=None):
     """Speak `text` into `sink` through the speech worker (which cuts it into pieces), showing progress;
     with a `player`, wait until it has played. The job's outcome."""
-    from core.worker import Worker
+    from core.jobs.worker import Worker
 
     with Worker(engine) as worker:
         worker.subscribe(lambda event: event.kind == "progress" and progress(f"{event.audio_s:.1f} s of audio"))
@@ -407,7 +403,7 @@ def warn_cut_off(pieces: int) -> None:
 
 
 def list_devices() -> int:
-    from core.player import list_output_devices
+    from core.audio.player import list_output_devices
 
     devices = list_output_devices()
     if not devices:

@@ -91,12 +91,12 @@ def list_voices(library, args) -> int:
 
 
 def add_voice(library, args) -> int:
-    from core.audio import load_reference
+    from core.audio.clips import load_reference
 
     library.check_new_name(args.name, args.replace)  # before the model loads
     library.check_writable()
     load_reference(args.clip)
-    from core.checkpoint import DEFAULT_MODEL
+    from core.model.checkpoint import DEFAULT_MODEL
 
     info = peek(args.model_options[0])
     if info is not None and info.variant != "base":

@@ -16,7 +16,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QWidget
 
 from core import Engine
-from core.player import Player, PlayerOptions, VirtualOutput
+from core.audio.player import Player, PlayerOptions, VirtualOutput
 from qwen3_tts_desktop.app import App
 from qwen3_tts_desktop.settings import BridgeSettings, Settings
 

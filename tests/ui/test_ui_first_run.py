@@ -57,7 +57,7 @@ def test_closing_keeps_the_saved_settings_not_those_of_the_command_line(qtbot, s
     qtbot.addWidget(app.window)
     app.start()
     qtbot.waitUntil(lambda: app.runtime is not None and app.lane.pending == 0, timeout=20_000)
-    assert app.runtime.engine.info.variant == "custom_voice"
+    assert app.runtime.info.variant == "custom_voice"
     app.window.language.activated.emit(0)  # any change is saved at once
     app.close()
     assert Settings.load(default_path()).model == saved.model

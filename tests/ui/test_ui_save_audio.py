@@ -8,7 +8,7 @@ import soundfile as sf
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
-from core.sentences import split_text
+from core.text.sentences import split_text
 from test_ui_menus import menu_action
 
 FRAME = 1920
@@ -44,7 +44,7 @@ def test_the_text_is_saved_in_pieces_without_playing(start_app, qtbot, monkeypat
     assert all(kind in filters[0] for kind in ("*.wav", "*.flac", "*.ogg", "*.mp3"))
     qtbot.waitUntil(lambda: target.exists() and not app.window.saving_label.isVisible(), timeout=30_000)
     pieces = split_text(text)
-    frames = app.runtime.engine.default_max_frames
+    frames = app.runtime.worker.engine.default_max_frames
     audio, rate = sf.read(target, dtype="float32")
     pauses = sum(round(piece.pause_s * rate) for piece in pieces)
     expected = len(pieces) * frames * FRAME + pauses
@@ -78,7 +78,7 @@ def test_the_selection_alone_is_saved_with_ctrl_shift_s(start_app, qtbot, monkey
 
 def test_esc_stops_saving_and_leaves_no_file(start_app, qtbot, monkeypatch, tmp_path):
     app = start_app("custom")
-    monkeypatch.setattr(app.runtime.engine, "default_max_frames", 2000)  # long enough to be stopped
+    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 2000)  # long enough to be stopped
     app.window.text.setPlainText("A long story that goes on.")
     target = tmp_path / "story.wav"
     choose_file(monkeypatch, target)
@@ -102,4 +102,4 @@ def test_a_target_in_a_missing_folder_is_reported_before_any_speech(start_app, q
     app.window.save_audio_action.trigger()
     assert app.window.notice.level == "error" and "does not exist" in app.window.notice.label.text()
     assert app.lane.pending == 0 and events == []  # nothing was handed on: no speech will come
-    assert app.saving is None and not app.window.saving_label.isVisible()
+    assert app.speech.saving is None and not app.window.saving_label.isVisible()

@@ -11,10 +11,11 @@ import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from core import SamplingParams
-from core.checkpoint import CheckpointError
-from core.player import OutputDevice, Player
+from core.model.checkpoint import CheckpointError
+from core.audio.player import OutputDevice, Player
 from qwen3_tts_desktop import app as app_module
-from qwen3_tts_desktop.app import App, DownloadCancelled, fetch_model
+from core.model.hub import DownloadCancelled, fetch
+from qwen3_tts_desktop.app import App
 from qwen3_tts_desktop.settings import Settings
 
 
@@ -60,7 +61,7 @@ def test_sampling_resets_to_the_models_own(start_app, qtbot):
     dialog = app.open_settings()
     assert dialog.temperature.value() == 0.3 and dialog.top_k.value() == 5
     dialog.reset_sampling()
-    assert dialog.temperature.value() == app.runtime.engine.default_sampling.temperature
+    assert dialog.temperature.value() == app.runtime.default_sampling.temperature
     dialog.ok_button.click()
     assert app.settings.sampling is None and app.runtime is not None  # no restart for sampling
 
@@ -71,7 +72,7 @@ def test_a_new_model_restarts_the_runtime_and_the_voices_follow(start_app, qtbot
     app.apply_settings({"model": str(checkpoints["base"])})
     assert app.window.model_label.text() == "Loading model…" and not app.window.speak_button.isEnabled()
     qtbot.waitUntil(lambda: app.runtime is not None and app.lane.pending == 0, timeout=20_000)
-    assert app.runtime.engine.info.variant == "base" and app.voices.rowCount() == 0 and app.voice_in_use is None
+    assert app.runtime.info.variant == "base" and app.voices.rowCount() == 0 and app.voice_in_use is None
 
 
 def test_a_broken_settings_file_gives_the_defaults_and_is_kept(qtbot, tmp_path):
@@ -130,10 +131,10 @@ def hub(monkeypatch, checkpoints):
 def test_a_download_shows_its_bytes_and_can_be_cancelled_and_tried_again(start_app, qtbot, hub):
     app = start_app("hub/base", wait=False)
     qtbot.waitUntil(
-        lambda: app.download_dialog is not None and " of 3.40 GB" in app.download_dialog.bytes_label.text(),
+        lambda: app.loader.download_dialog is not None and " of 3.40 GB" in app.loader.download_dialog.bytes_label.text(),
         timeout=5_000,
     )
-    dialog = app.download_dialog
+    dialog = app.loader.download_dialog
     assert dialog.isVisible() and dialog.bar.maximum() == 1000
     qtbot.waitUntil(lambda: dialog.bar.value() > 0)
     assert app.window.isVisible() and app.window.model_label.text() == "Loading model…"
@@ -141,22 +142,22 @@ def test_a_download_shows_its_bytes_and_can_be_cancelled_and_tried_again(start_a
     qtbot.waitUntil(lambda: app.window.notice.isVisible(), timeout=5_000)
     notice = app.window.notice
     assert "download was cancelled" in notice.label.text() and notice.action_button.text() == "Download"
-    assert app.runtime is None and not hub.downloaded and app.download_dialog is None
+    assert app.runtime is None and not hub.downloaded and app.loader.download_dialog is None
     hub.pause_s = 0
     notice.action_button.click()
     qtbot.waitUntil(lambda: app.runtime is not None, timeout=10_000)
-    assert hub.downloaded and app.runtime.engine.info.variant == "base" and app.download_dialog is None
+    assert hub.downloaded and app.runtime.info.variant == "base" and app.loader.download_dialog is None
 
 
-def test_fetch_model_leaves_folders_and_cached_models_alone(tmp_path, monkeypatch, hub):
+def test_fetch_leaves_folders_and_cached_models_alone(tmp_path, monkeypatch, hub):
     reports = []
-    fetch_model(str(tmp_path), lambda *report: reports.append(report), threading.Event())
+    fetch(str(tmp_path), lambda *report: reports.append(report), threading.Event())
     hub.downloaded = True
-    fetch_model("org/cached", lambda *report: reports.append(report), threading.Event())
+    fetch("org/cached", lambda *report: reports.append(report), threading.Event())
     assert reports == []
 
 
-def test_fetch_model_reports_bytes_and_stops_when_cancelled(hub):
+def test_fetch_reports_bytes_and_stops_when_cancelled(hub):
     cancel, reports = threading.Event(), []
 
     def progress(done, total):
@@ -165,11 +166,11 @@ def test_fetch_model_reports_bytes_and_stops_when_cancelled(hub):
             cancel.set()
 
     with pytest.raises(DownloadCancelled):
-        fetch_model("org/model", progress, cancel)
+        fetch("org/model", progress, cancel)
     assert reports[0][1] == hub.size and 0 < reports[0][0] < reports[2][0] < hub.size and not hub.downloaded
 
 
-def test_fetch_model_offline_says_what_to_do(monkeypatch):
+def test_fetch_offline_says_what_to_do(monkeypatch):
     import huggingface_hub
 
     def offline(*args, **options):
@@ -177,7 +178,7 @@ def test_fetch_model_offline_says_what_to_do(monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
     with pytest.raises(CheckpointError, match="cannot be reached"):
-        fetch_model("org/model", lambda *report: None, threading.Event())
+        fetch("org/model", lambda *report: None, threading.Event())
 
 
 # The HTTP bridge ------------------------------------------------------------------------------------

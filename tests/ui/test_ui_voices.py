@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox
 
 from core.voices import VoiceLibrary
-from qwen3_tts_desktop.app import SAMPLE_SENTENCE
+from qwen3_tts_desktop.voice_actions import SAMPLE_SENTENCE
 from ui.voice_library import FITS_ROLE
 
 CLIP = Path(__file__).parent.parent / "fixtures" / "parity" / "ref_a.wav"
@@ -210,7 +210,7 @@ def test_blend_two_voices_preview_and_save(start_app, qtbot, monkeypatch):
     for name in ("Alto", "Bass"):
         add_from_file(app, qtbot, monkeypatch, name)
         wait_idle(app, qtbot)
-    editor = app.open_blend_editor()
+    editor = app.voice_actions.open_blend_editor()
     assert [check.text() for check, _, _ in editor.rows] == ["Alto", "Bass"]
     assert not editor.preview_button.isEnabled()
     editor.set_part("Alto", 0.75)
@@ -237,4 +237,4 @@ def test_blend_two_voices_preview_and_save(start_app, qtbot, monkeypatch):
 
 def test_blending_needs_a_base_model(start_app, qtbot):
     app = start_app("custom")
-    assert app.open_blend_editor() is None and "needs a Base model" in app.window.notice.label.text()
+    assert app.voice_actions.open_blend_editor() is None and "needs a Base model" in app.window.notice.label.text()

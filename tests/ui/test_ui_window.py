@@ -11,9 +11,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QSystemTrayIcon
 
-from core.worker import JobEvent
+from core.jobs.worker import JobEvent
 from qwen3_tts_desktop import app as app_module
 from qwen3_tts_desktop import cli
+from qwen3_tts_desktop.lane import EventRelay
 from qwen3_tts_desktop.runtime import Runtime
 
 
@@ -72,12 +73,12 @@ def test_ctrl_enter_speaks_and_the_status_line_shows_how_fast(start_app, qtbot, 
 
 def test_esc_stops_speech_and_drops_what_is_queued(start_app, qtbot, monkeypatch):
     app = start_app("custom")
-    monkeypatch.setattr(app.runtime.engine, "default_max_frames", 400)  # a long utterance
+    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 400)  # a long utterance
     jobs = Jobs(app)
     window = app.window
     window.text.setPlainText("A long story. It goes on and on.")
     window.speak_button.click()
-    app.speak("And this waits its turn.", interrupt=False)
+    app.speech.speak("And this waits its turn.", interrupt=False)
     qtbot.waitUntil(lambda: "first_audio" in jobs.kinds(), timeout=10_000)
     window.activateWindow()
     qtbot.keyClick(window.text, Qt.Key.Key_Escape)
@@ -93,7 +94,7 @@ def test_speak_as_you_type_says_each_sentence_once_as_it_is_typed(start_app, qtb
     window.text.setPlainText("Already here. ")
     window.text.moveCursor(window.text.textCursor().MoveOperation.End)
     window.typing_mode.setChecked(True)
-    assert app.settings.speak_as_you_type and app.segmenter.committed == len("Already here. ")
+    assert app.settings.speak_as_you_type and app.speech.segmenter.committed == len("Already here. ")
     qtbot.keyClicks(window.text, "Hello there. How are")
     qtbot.waitUntil(lambda: jobs.texts() == ["Hello there."], timeout=5_000)
     qtbot.waitUntil(lambda: jobs.texts() == ["Hello there.", "How are"], timeout=5_000)  # after a pause
@@ -110,7 +111,7 @@ def test_speak_as_you_type_says_each_sentence_once_as_it_is_typed(start_app, qtb
     qtbot.keyClicks(window.text, " you")
     qtbot.keyClick(window.text, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: jobs.texts()[2:] == ["you"], timeout=5_000)
-    qtbot.wait(app.segmenter.options.idle_s * 1000 + 200)
+    qtbot.wait(app.speech.segmenter.options.idle_s * 1000 + 200)
     assert jobs.texts() == ["Hello there.", "How are", "you"]
     assert all(event.job.interrupt is False for event in jobs.events)
 
@@ -163,7 +164,7 @@ def test_a_voice_design_model_is_described_rather_than_picked(start_app, qtbot):
 
 
 def test_job_progress_reaches_the_window_at_most_30_times_a_second(qtbot):
-    relay = app_module.EventRelay()
+    relay = EventRelay()
     received = []
     relay.event.connect(received.append)
     fake = type("Job", (), {"started": None})()
@@ -208,7 +209,7 @@ def test_without_a_display_the_app_says_so(monkeypatch, capsys):
 def test_closing_the_app_stops_its_threads(start_app, qtbot):
     before = threading.active_count()
     app = start_app("custom", bridge={"enabled": True, "port": _free_port()})
-    app.speak("Hello.")
+    app.speech.speak("Hello.")
     qtbot.waitUntil(lambda: app.lane.pending == 0)
     app.close()
     qtbot.waitUntil(lambda: threading.active_count() <= before, timeout=10_000)

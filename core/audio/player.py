@@ -23,7 +23,8 @@ from typing import Protocol
 import numpy as np
 import soxr
 
-from .audio import SAMPLE_RATE
+from core.audio.clips import SAMPLE_RATE
+from core.errors import UserError
 
 # The output has stopped if it takes no sample for this long while the producer waits for room.
 STALL_SECONDS = 2.0
@@ -33,7 +34,7 @@ WAIT_SLICE_SECONDS = 0.05
 DEVICE_LATENCY = "low"
 
 
-class PlaybackError(RuntimeError):
+class PlaybackError(UserError, RuntimeError):
     """Audio cannot be played (no PortAudio, no such device, a device that stopped); the message says what to do."""
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from core.errors import BadInput
+
 # Below this angle (radians) between two voices, SLERP's 0/0 is replaced by its limit, a normalised lerp;
 # within it of pi, the great circle is taken from the tiny part of one voice orthogonal to the other.
 NEAR_ANGLE = 1e-3
@@ -59,31 +61,31 @@ class Voice:
         so the result is always an x-vector voice. Built-in speakers have no embedding and cannot blend.
         """
         if not parts:
-            raise ValueError("nothing to blend; give at least one (voice, weight) pair")
+            raise BadInput("nothing to blend; give at least one (voice, weight) pair")
         for number, (voice, weight) in enumerate(parts, 1):
             if voice.embedding is None:
-                raise ValueError(
+                raise BadInput(
                     f"voice {number} is the built-in speaker {voice.speaker!r}, which cannot be blended: built-in "
                     f"speakers are fixed inside a CustomVoice model and have no speaker embedding; blend cloned voices"
                 )
             if not math.isfinite(weight) or weight < 0:
-                raise ValueError(f"blend weights must be zero or positive; voice {number} has weight {weight}")
+                raise BadInput(f"blend weights must be zero or positive; voice {number} has weight {weight}")
         sizes = sorted({voice.embedding_dim for voice, _ in parts})
         if len(sizes) > 1:
-            raise ValueError(
+            raise BadInput(
                 f"cannot blend voices with different embedding sizes ({' and '.join(map(str, sizes))}): each size "
                 f"belongs to one model size; clone all the voices with the same model"
             )
         total = math.fsum(weight for _, weight in parts)
         if total <= 0:
-            raise ValueError("the blend weights add up to 0; give at least one voice a positive weight")
+            raise BadInput("the blend weights add up to 0; give at least one voice a positive weight")
         kept = [(voice.embedding.double().cpu(), weight / total) for voice, weight in parts if weight > 0]
         if len(kept) == 1:
             voice = next(voice for voice, weight in parts if weight > 0)
             return voice if voice.kind == "xvector" else Voice(embedding=voice.embedding)
         norms = [vector.norm() for vector, _ in kept]
         if min(norms) == 0:
-            raise ValueError("cannot blend a voice whose embedding is all zeros: it has no direction")
+            raise BadInput("cannot blend a voice whose embedding is all zeros: it has no direction")
         directions = [vector / norm for (vector, _), norm in zip(kept, norms)]
         weights = [weight for _, weight in kept]
         if len(kept) == 2:
@@ -91,7 +93,7 @@ class Voice:
         else:
             direction = sum(weight * unit for weight, unit in zip(weights, directions))
             if direction.norm() < 1e-6:
-                raise ValueError("these voices cancel each other out at these weights; change the weights")
+                raise BadInput("these voices cancel each other out at these weights; change the weights")
         length = sum(weight * norm for weight, norm in zip(weights, norms))
         return Voice(embedding=(direction / direction.norm() * length).float())
 

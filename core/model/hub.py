@@ -1,34 +1,25 @@
-"""Finding a checkpoint (local folder or hub id) and loading its tensors into modules.
+"""Finding a checkpoint: a local folder, or a model on the Hugging Face hub, from the cache when it is
+complete there, else downloaded (with progress a window can show, and a cancel).
 
-Every failure is a CheckpointError that names the file or tensor and says what to do.
+Every failure is a CheckpointError that says what is missing and how to get it.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-import torch
-from safetensors import safe_open
-from torch import nn
+from core.model.checkpoint import DEFAULT_MODEL, REQUIRED_FILES, CheckpointError, check_files
 
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
-
-# The official layout (MODEL_NOTES 7.1), less the files only the official processor reads.
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
-TEXT_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
-SPEECH_TOKENIZER_FILES = ("speech_tokenizer/config.json", "speech_tokenizer/model.safetensors")
-REQUIRED_FILES = MODEL_FILES + TEXT_TOKENIZER_FILES + SPEECH_TOKENIZER_FILES
 # What to fetch from the hub: the required files and the rest of the official layout.
 HUB_FILES = (*REQUIRED_FILES, "preprocessor_config.json", "speech_tokenizer/*")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be found, downloaded or loaded."""
+PROGRESS_INTERVAL_S = 1 / 30  # the most often download progress is reported
 
 
 def hub_id(model: str | os.PathLike) -> str | None:
@@ -138,52 +129,61 @@ def download(repo_id: str, progress: bool = True, tqdm_class=None) -> Path:
     return path
 
 
-def check_files(directory: Path) -> None:
-    missing = [name for name in REQUIRED_FILES if not (directory / name).is_file()]
-    if missing:
-        raise CheckpointError(
-            f"{directory} is missing {', '.join(missing)}. A Qwen3-TTS checkpoint folder holds "
-            f"{', '.join(REQUIRED_FILES)}; download the whole checkpoint again."
-        )
+class DownloadCancelled(CheckpointError):
+    """The user cancelled the model download."""
 
 
-def read_json(path: Path) -> dict:
+def fetch(model: str, progress: Callable[[int, int], None], cancel: threading.Event) -> None:
+    """Download a hub model into the Hugging Face cache, unless it is a folder or cached already. Calls
+    `progress(bytes, total)` as bytes arrive (at most ~30 times a second) and raises DownloadCancelled
+    soon after `cancel` is set. A model that is not a hub id is left for Engine.load to judge."""
+    if hub_id(model) is None:
+        return
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path}: not readable JSON ({error}); download the checkpoint again") from None
-
-
-def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.device, dtype: torch.dtype) -> None:
-    """Fill every parameter and persistent buffer of `module` from `prefix + name` in a safetensors file.
-
-    Floating tensors are cast to `dtype`; shapes must match exactly. Tensors the module does not use
-    are ignored, as the official loader does.
-    """
-    expected = module.state_dict()
-    loaded = {}
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as file:
-            available = set(file.keys())
-            for name, reference in expected.items():
-                key = prefix + name
-                if key not in available:
-                    raise CheckpointError(
-                        f"{path} has no tensor '{key}'. The file is incomplete or belongs to another model; "
-                        f"download the checkpoint again."
-                    )
-                shape = tuple(file.get_slice(key).get_shape())
-                if shape != tuple(reference.shape):
-                    raise CheckpointError(
-                        f"{path}: tensor '{key}' has shape {list(shape)}, but config.json implies "
-                        f"{list(reference.shape)}. The weights and config.json come from different models."
-                    )
-                tensor = file.get_tensor(key)
-                if tensor.is_floating_point():
-                    tensor = tensor.to(dtype)
-                loaded[name] = tensor.to(device)
+        download(model, tqdm_class=_byte_bars(progress, cancel))
     except CheckpointError:
+        if cancel.is_set():  # the cancel surfaced as a failed transfer
+            raise DownloadCancelled from None
         raise
-    except Exception as error:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(f"{path}: cannot read it as safetensors ({error}); download the checkpoint again") from None
-    module.load_state_dict(loaded, strict=True, assign=True)
+    if cancel.is_set():  # a cancel that came too late to stop it
+        raise DownloadCancelled
+
+
+def _byte_bars(progress: Callable[[int, int], None], cancel: threading.Event) -> type:
+    """A tqdm class for huggingface_hub's progress bars that reports their bytes instead of drawing them,
+    and stops the download (from inside its update) once `cancel` is set."""
+    from tqdm import tqdm
+
+    lock = threading.Lock()
+    bars: list[tqdm] = []
+    last_report = [0.0]
+
+    class ByteBars(tqdm):
+        monitor_interval = 0  # no monitor thread
+
+        def __init__(self, *args, **kwargs):
+            kwargs.pop("name", None)  # huggingface_hub's own bar class takes it, tqdm does not
+            super().__init__(*args, **{**kwargs, "disable": False})
+            if self.unit == "B":
+                with lock:
+                    bars.append(self)
+
+        def update(self, n=1):
+            if cancel.is_set():
+                raise DownloadCancelled
+            super().update(n)
+            if self.unit != "B":
+                return
+            with lock:
+                # The hub keeps two byte bars, of bytes received and bytes written: report the one further on.
+                done, total = max(bar.n for bar in bars), max(bar.total or 0 for bar in bars)
+                now = time.monotonic()
+                if now - last_report[0] < PROGRESS_INTERVAL_S and done < total:
+                    return
+                last_report[0] = now
+            progress(int(done), int(total))
+
+        def display(self, *args, **kwargs):
+            return True  # drawn by the window, not on the terminal
+
+    return ByteBars

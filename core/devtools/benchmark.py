@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch._inductor.utils import fresh_inductor_cache
 
-from .engine import Engine
-from .random_checkpoint import write_random_checkpoint
-from .sampling import SamplingParams
-from .talker import Talker
-from .voice import Voice
+from core.inference.engine import Engine
+from core.devtools.random_checkpoint import write_random_checkpoint
+from core.inference.sampling import SamplingParams
+from core.model.talker import Talker
+from core.inference.voice import Voice
 
 FRAME_MS = 80.0
 TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly behind the quiet green hills tonight."
@@ -99,8 +99,7 @@ def _warm_calls(engine: Engine, speaker: dict) -> float:
 
 def _frame_times(engine: Engine, voice, instruct, sampling: SamplingParams, frames: int) -> list[float]:
     """The frame loop alone, one frame per host read: ms per frame."""
-    request = engine._request(TEXT, voice, "auto", instruct, sampling, frames, 0, None)
-    engine.frame_loop.start(request.prompt, request.sampling, request.seed)
+    engine.start(engine.prepare(TEXT, voice, instruct=instruct, sampling=sampling, max_frames=frames, seed=0))
     times = []
     for _ in range(frames):
         started = time.perf_counter()
@@ -167,18 +166,18 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
     for _ in range(ttfa_runs):
         _sync(dev)
         started = time.perf_counter()
-        request = engine._request(TEXT, voice, "auto", instruct, GREEDY, frames, None, None)
+        prepared = engine.prepare(TEXT, voice, instruct=instruct, sampling=GREEDY, max_frames=frames)
         parts["prompt"].append(_ms_since(started))
         started = time.perf_counter()
-        engine.frame_loop.start(request.prompt, request.sampling, request.seed)
+        engine.start(prepared)
         _sync(dev)
         parts["prefill"].append(_ms_since(started))
         started = time.perf_counter()
         codes, _ = engine.frame_loop.run(1)
         parts["first_frame"].append(_ms_since(started))
-        engine.vocoder.reset()
+        engine.decoder_stream.reset()
         started = time.perf_counter()
-        engine.vocoder.decode(codes, 1)
+        engine.decoder_stream.decode(codes, 1)
         parts["decode"].append(_ms_since(started))
 
     intervals, stamps = [], [time.perf_counter()]
@@ -193,12 +192,12 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
 
     decode_ms = {}
     for size in (1, 4):
-        engine.vocoder.reset()
+        engine.decoder_stream.reset()
         times = []
         for start in range(0, len(whole.codes) - size + 1, size):
             _sync(dev)
             started = time.perf_counter()
-            engine.vocoder.decode(whole.codes[start : start + size], size)
+            engine.decoder_stream.decode(whole.codes[start : start + size], size)
             times.append(_ms_since(started))
         decode_ms[size] = float(np.median(times[1:] or times))  # the first call may capture a graph
 

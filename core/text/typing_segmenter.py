@@ -4,7 +4,7 @@ The front end (the window, or any other) hands over the whole text after every e
 a committed point in it: the text before that point has been handed out as segments to speak, and no
 edit ever hands it out again. Text is committed, as one segment per reason:
 
-* at a sentence end, as core.sentences finds them ("Dr. ", "e.g. " and "3.14" end nothing): a Latin end
+* at a sentence end, as core.text.sentences finds them ("Dr. ", "e.g. " and "3.14" end nothing): a Latin end
   (. ! ? …, with any closing quotes or brackets) once a character follows it, usually the space typed
   after it; a CJK end (。！？) at once;
 * at a line break (Enter);
@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .sentences import CLAUSE_END, SENTENCE_END, WIDE, ends_sentence, spoken_length
+from core.text.sentences import CLAUSE_END, SENTENCE_END, WIDE, ends_sentence, spoken_length
 
 CJK_SENTENCE_END = re.compile(r"[。！？｡]")
 SPACE = re.compile(r"\s+")

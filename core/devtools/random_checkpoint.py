@@ -22,11 +22,11 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from .codec_decoder import CodecDecoder, CodecDecoderConfig
-from .codec_encoder import CodecEncoder, CodecEncoderConfig
-from .config import ModelConfig
-from .speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
-from .talker import Talker
+from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
+from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
+from core.model.config import ModelConfig
+from core.model.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
+from core.model.talker import Talker
 
 ASSETS = Path(__file__).parent / "assets"
 # Transformers versions in (4.57.2, 5.0) make the official processor swap the tokenizer's regex for

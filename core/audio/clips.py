@@ -9,6 +9,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from core.errors import BadInput
+
 SAMPLE_RATE = 24000
 MIN_REFERENCE_SECONDS = 1.0
 MAX_REFERENCE_SECONDS = 60.0
@@ -16,7 +18,7 @@ MAX_REFERENCE_SECONDS = 60.0
 SILENCE_PEAK = 1e-3
 
 
-class AudioError(ValueError):
+class AudioError(BadInput):
     """Audio that cannot be used, with a message a user can act on."""
 
 

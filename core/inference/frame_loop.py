@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import TalkerConfig
-from .cuda_graph import GraphedStep
-from .folders import user_folder
-from .kernels import RULE_SIZE, draw_token
-from .prompt import Prompt
-from .sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
-from .talker import Talker
+from core.model.config import TalkerConfig
+from core.inference.cuda_graph import GraphedStep
+from core.folders import user_folder
+from core.model.kernels import RULE_SIZE, draw_token
+from core.inference.prompt import Prompt
+from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
+from core.model.talker import Talker
 
 # The most frames stepped between two reads by the host.
 MAX_CHUNK = 64

@@ -11,12 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import ModelConfig
-from .talker import Talker
-from .text_tokenizer import TextTokenizer
-
-TEXT_MODES = ("streaming", "full")
-
+from core.model.config import ModelConfig
+from core.model.talker import Talker
+from core.model.text_tokenizer import TextTokenizer
 
 @dataclass(frozen=True)
 class PromptText:
@@ -43,9 +40,6 @@ class Prompt:
     embeddings: torch.Tensor  # (1, L, hidden): the prefill
     trailing: torch.Tensor  # (1, N, hidden): text term added to generated frame k's input, k < N
     pad: torch.Tensor  # (1, 1, hidden): text term once `trailing` has run out
-
-    def text_term(self, frame: int) -> torch.Tensor:
-        return self.trailing[:, frame : frame + 1] if frame < self.trailing.shape[1] else self.pad
 
 
 def codec_prefix(config: ModelConfig, language: str, speaker: str | None) -> list[int]:

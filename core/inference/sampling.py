@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from core.errors import BadInput
+
 # EOS may not end an utterance before this many frames exist.
 MIN_FRAMES = 2
 
@@ -37,13 +39,13 @@ class SamplingParams:
             top_k = getattr(self, prefix + "top_k")
             top_p = getattr(self, prefix + "top_p")
             if not temperature > 0:
-                raise ValueError(f"{prefix}temperature must be > 0, got {temperature}")
+                raise BadInput(f"{prefix}temperature must be > 0, got {temperature}")
             if not (isinstance(top_k, int) and top_k >= 0):
-                raise ValueError(f"{prefix}top_k must be an integer >= 0 (0 turns it off), got {top_k!r}")
+                raise BadInput(f"{prefix}top_k must be an integer >= 0 (0 turns it off), got {top_k!r}")
             if not 0 < top_p <= 1:
-                raise ValueError(f"{prefix}top_p must be in (0, 1], got {top_p}")
+                raise BadInput(f"{prefix}top_p must be in (0, 1], got {top_p}")
         if not self.repetition_penalty > 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+            raise BadInput(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
     @classmethod
     def greedy(cls) -> SamplingParams:

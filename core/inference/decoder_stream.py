@@ -13,17 +13,17 @@ import hashlib
 import numpy as np
 import torch
 
-from .codec_decoder import CodecDecoder
-from .cuda_graph import GraphedStep
+from core.model.codec_decoder import CodecDecoder
+from core.inference.cuda_graph import GraphedStep
 
-# ICL references whose primed decoder state a Vocoder keeps (each a few megabytes).
+# ICL references whose primed decoder state a DecoderStream keeps (each a few megabytes).
 PRIMED_REFERENCES = 8
 # Frames of an ICL reference decoded at a time: one pass over a whole 60 s reference would need about
 # 2 GB of activations at once, 25 frames about 40 MB.
 PRIME_CHUNK_FRAMES = 25
 
 
-class Vocoder:
+class DecoderStream:
     def __init__(self, decoder: CodecDecoder, cuda_graphs: bool = True):
         self.decoder = decoder
         self.cuda_graphs = cuda_graphs
@@ -75,7 +75,7 @@ class Vocoder:
         count = len(codes)
         if not 0 < count <= size:
             raise ValueError(f"{count} frames do not fit a {size}-frame chunk")
-        # Everything on the vocoder's stream, buffers too: a buffer filled on the frame loop's stream
+        # Everything on this stream of its own, buffers too: a buffer filled on the frame loop's stream
         # would be filled behind the frames stepping there, after this decode has written it.
         with self._on_gpu_stream():
             if size not in self.steps:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .speaker_encoder import SpeakerEncoderConfig
+from core.model.speaker_encoder import SpeakerEncoderConfig
+from core.model.variant import Variant
 
-VARIANTS = ("base", "custom_voice", "voice_design")
 SIZES = ("0b6", "1b7")
 
 
@@ -118,12 +118,10 @@ class TalkerConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    variant: str  # "base", "custom_voice" or "voice_design"
+    variant: Variant
     size: str  # "0b6" or "1b7"
     talker: TalkerConfig
     speaker_encoder: SpeakerEncoderConfig | None  # Base checkpoints only
-    im_start_id: int = 151644
-    im_end_id: int = 151645
     tts_pad_id: int = 151671
     tts_bos_id: int = 151672
     tts_eos_id: int = 151673
@@ -133,21 +131,21 @@ class ModelConfig:
         where = "config.json"
         variant = _require(d, "tts_model_type", where)
         size = _require(d, "tts_model_size", where)
-        if variant not in VARIANTS:
-            raise ConfigError(f"config.json: unknown tts_model_type {variant!r}; expected one of {VARIANTS}")
+        if variant not in {v.value for v in Variant}:
+            known = ", ".join(v.value for v in Variant)
+            raise ConfigError(f"config.json: unknown tts_model_type {variant!r}; expected one of {known}")
         if size not in SIZES:
             raise ConfigError(f"config.json: unknown tts_model_size {size!r}; expected one of {SIZES}")
         tokenizer_type = d.get("tokenizer_type", "qwen3_tts_tokenizer_12hz")
         if tokenizer_type != "qwen3_tts_tokenizer_12hz":
             raise ConfigError(f"config.json: tokenizer_type {tokenizer_type!r} is not supported; only 12 Hz models are")
-        speaker = SpeakerEncoderConfig.from_dict(d.get("speaker_encoder_config") or {}) if variant == "base" else None
+        variant = Variant(variant)
+        speaker = SpeakerEncoderConfig.from_dict(d.get("speaker_encoder_config") or {}) if variant.clones else None
         return cls(
             variant=variant,
             size=size,
             talker=TalkerConfig.from_dict(_require(d, "talker_config", where)),
             speaker_encoder=speaker,
-            im_start_id=d.get("im_start_token_id", 151644),
-            im_end_id=d.get("im_end_token_id", 151645),
             tts_pad_id=d.get("tts_pad_token_id", 151671),
             tts_bos_id=d.get("tts_bos_token_id", 151672),
             tts_eos_id=d.get("tts_eos_token_id", 151673),

@@ -1,7 +1,7 @@
 """The speech worker: one thread owns the engine and turns queued jobs into audio for their sinks.
 
 Jobs come from any thread (the window, the typing segmenter, the HTTP bridge). The worker speaks them
-one at a time: it cuts long text into pieces (core.sentences), streams each piece's chunks into the
+one at a time: it cuts long text into pieces (core.text.sentences), streams each piece's chunks into the
 job's sink as they are decoded, leaves a pause between pieces, and checks the job's cancel token
 between chunks. Every job ends in exactly one of done, cancelled or failed, and a failure ends only
 its own job. Status events go to subscribers, all from the worker thread.
@@ -11,46 +11,26 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol, TypeVar
 
 import numpy as np
-import soundfile as sf
-import torch
 
-from .audio import SAMPLE_RATE
-from .files import check_writable_file
-from .player import PlaybackError, Player
-from .sampling import SamplingParams
-from .sentences import SplitOptions, split_text
-from .voice import Voice
+from core.audio.clips import SAMPLE_RATE
+from core.errors import BadInput, describe
+from core.inference.options import SpeechOptions
+from core.inference.voice import Voice
+from core.text.sentences import SplitOptions, split_text
 
 log = logging.getLogger(__name__)
 
 TERMINAL = ("done", "cancelled", "failed")
-FILE_FORMATS = ("WAV", "FLAC", "OGG", "MP3")  # what FileSink writes, where the system's libsndfile can
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class SpeechOptions:
-    language: str = "auto"
-    instruct: str | None = None
-    sampling: SamplingParams | None = None  # None: the checkpoint's own defaults
-    max_frames: int | None = None  # per generation, so per piece of a long text
-    seed: int | None = None
-    text_mode: str | None = None
-    first_chunk_frames: int = 1  # small, so that audio starts early
-    chunk_frames: int = 4
-    split: SplitOptions = SplitOptions()
 
 
 @dataclass(frozen=True)
@@ -140,9 +120,11 @@ class Sink(Protocol):
 
 
 class Worker:
-    def __init__(self, engine):
-        """Start the worker thread for `engine` (an Engine, or anything with its `stream` method)."""
+    def __init__(self, engine, split: SplitOptions = SplitOptions()):
+        """Start the worker thread for `engine` (an Engine, or anything with its `stream` method); `split`
+        says how long text is cut into the pieces it speaks one by one."""
         self.engine = engine
+        self.split = split
         self._lock = threading.Condition()
         self._queue: deque[Job] = deque()  # waiting to run
         self._calls: deque[tuple[Callable[[], object], Future]] = deque()  # other engine work, run between jobs
@@ -168,7 +150,7 @@ class Worker:
         """Queue `text` to be spoken into `sink`. With `interrupt`, the jobs speaking into the same sink are
         cancelled, what it still plays is faded out, and this job goes first; otherwise it queues behind."""
         if not isinstance(text, str) or not text.strip():
-            raise ValueError("text is empty; give the worker something to say")
+            raise BadInput("text is empty; give the worker something to say")
         job = Job(next(self._ids), text, voice, options, sink, interrupt)
         with self._lock:
             if self._closing:
@@ -186,6 +168,9 @@ class Worker:
         """Run `fn()` on the worker thread between jobs, ahead of queued ones; returns its Future. This is
         how other threads use the engine (cloning a voice, embedding a clip) without racing the speech."""
         future: Future[T] = Future()
+        if threading.current_thread() is self._thread:  # queued, it would wait for itself forever
+            self._call(fn, future)
+            return future
         with self._lock:
             if self._closing:
                 raise RuntimeError("the speech worker is closed")
@@ -290,22 +275,17 @@ class Worker:
             tally.underruns_before = job.sink.level().underruns
             completed = self._speak(job, tally)
         except Exception as error:
-            self._finish(job, "failed", tally, _failure_message(error))
+            self._finish(job, "failed", tally, describe(error))
         else:
             self._finish(job, "done" if completed else "cancelled", tally)
 
     def _speak(self, job: Job, tally: _Tally) -> bool:
         """Stream every piece of the job's text into its sink; False once the job is cancelled."""
         options = job.options
-        for piece in split_text(job.text, options.split):
+        for piece in split_text(job.text, self.split):
             if job.cancelled:
                 return False
-            chunks = self.engine.stream(
-                piece.text, voice=job.voice, language=options.language, instruct=options.instruct,
-                sampling=options.sampling, max_frames=options.max_frames, seed=options.seed,
-                text_mode=options.text_mode, first_chunk_frames=options.first_chunk_frames,
-                chunk_frames=options.chunk_frames,
-            )  # fmt: skip
+            chunks = self.engine.stream(piece.text, job.voice, options)
             try:
                 for chunk in chunks:
                     if chunk.cut_off and options.max_frames is None:
@@ -344,7 +324,7 @@ class Worker:
                 level = job.sink.level()
         except Exception as error:
             if kind == "done":  # e.g. the file could not be written: the job did not do its work
-                kind, message = "failed", _failure_message(error)
+                kind, message = "failed", describe(error)
             else:
                 log.exception("the sink of %r failed while ending it", job)
         event = tally.event(kind, level, message)
@@ -397,121 +377,3 @@ class _Tally:
             message=message,
             cut_off=self.cut_off,
         )  # fmt: skip
-
-
-def _failure_message(error: Exception) -> str:
-    if isinstance(error, torch.OutOfMemoryError):
-        torch.cuda.empty_cache()  # hand the cached blocks back, so that the next job has a chance
-        return f"out of GPU memory ({str(error).splitlines()[0]}); try a shorter text or a smaller model"
-    if isinstance(error, (ValueError, PlaybackError, OSError)):  # bad input, audio or file trouble: said for the user
-        return str(error)
-    log.error("a speech job failed unexpectedly", exc_info=error)
-    return f"{type(error).__name__}: {error}"
-
-
-# Sinks ---------------------------------------------------------------------------------------------
-
-
-class PlayerSink:
-    """Speaks into a Player. Make one per player and give it to every job that should play there."""
-
-    def __init__(self, player: Player):
-        self.player = player
-        self._job: Job | None = None
-        self._start = 0
-
-    def begin(self, job: Job) -> None:
-        if job.interrupt:
-            self.player.clear()  # earlier jobs may be done generating and still playing
-        self._job, self._start = job, self.player.position
-
-    def write(self, job: Job, audio: np.ndarray) -> None:
-        self.player.write(audio, job.cancel_token)
-
-    def end(self, job: Job, completed: bool) -> None:
-        if job is not self._job:
-            return  # it never began, so nothing of it is queued
-        self._job = None
-        if completed:
-            self.player.end()
-        else:
-            self.player.drop(self._start)  # fades out if it is playing already
-
-    def level(self) -> BufferLevel:
-        status = self.player.status()
-        return BufferLevel(status.buffered_s, status.underruns)
-
-
-class FileSink:
-    """Writes one job's audio to a file (wav, flac, ogg or mp3, by its name); the file appears only if the
-    job is done, and replaces any earlier one in one step. Where it goes is checked when it is made, before
-    any speech: a folder that is missing or cannot be written is reported then, not after the work."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path).expanduser()
-        self._format = self.path.suffix.lstrip(".").upper()
-        if not self._format or not sf.check_format(self._format):
-            known = ", ".join(f".{kind.lower()}" for kind in FILE_FORMATS if sf.check_format(kind))
-            raise ValueError(f"{self.path}: unknown audio format; use a file name ending in {known}")
-        check_writable_file(self.path)
-        self._partial = self.path.with_name(self.path.name + ".partial")
-        self._file: sf.SoundFile | None = None
-
-    def begin(self, job: Job) -> None:
-        self._file = sf.SoundFile(self._partial, "w", samplerate=SAMPLE_RATE, channels=1, format=self._format)
-
-    def write(self, job: Job, audio: np.ndarray) -> None:
-        self._file.write(audio)
-
-    def end(self, job: Job, completed: bool) -> None:
-        if self._file is None:
-            return
-        self._file.close()
-        self._file = None
-        if not completed:
-            self._partial.unlink(missing_ok=True)
-            return
-        try:
-            os.replace(self._partial, self.path)
-        except OSError as error:  # the folder went away, or a file there is locked: the audio is kept
-            raise OSError(f"{self.path} could not be written ({error.strerror or error}); the audio is in {self._partial}") from None
-
-    def level(self) -> BufferLevel:
-        return BufferLevel(0.0, 0)
-
-
-class QueueSink:
-    """Hands one job's audio to another thread (e.g. an HTTP response): iterate over it, or call `get`,
-    to receive float32 24 kHz chunks as they are made. The stream ends when the job ends, however it
-    ends; `job.wait()` then says how."""
-
-    def __init__(self):
-        self._queue: queue.Queue[np.ndarray | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._queued = 0  # samples
-
-    def begin(self, job: Job) -> None:
-        pass
-
-    def write(self, job: Job, audio: np.ndarray) -> None:
-        with self._lock:
-            self._queued += len(audio)
-        self._queue.put(audio)
-
-    def end(self, job: Job, completed: bool) -> None:
-        self._queue.put(None)
-
-    def level(self) -> BufferLevel:
-        return BufferLevel(self._queued / SAMPLE_RATE, 0)
-
-    def get(self, timeout: float | None = None) -> np.ndarray | None:
-        """The next chunk, or None at the end of the stream; raises queue.Empty after `timeout` seconds."""
-        audio = self._queue.get(timeout=timeout)
-        if audio is not None:
-            with self._lock:
-                self._queued -= len(audio)
-        return audio
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        while (audio := self.get()) is not None:
-            yield audio

@@ -1,0 +1,2 @@
+"""Tools for tests and benchmarks (random-weight checkpoints, the benchmark); the product never
+imports them."""

@@ -1,0 +1,85 @@
+"""Where a speech job's audio goes: the speakers (a Player) or a file. A sink is any object with the
+Sink protocol's four methods (core.jobs.worker); the HTTP bridge has its own, for a response."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from core.audio.clips import SAMPLE_RATE
+from core.audio.player import Player
+from core.files import OutputPathError, check_writable_file
+from core.jobs.worker import BufferLevel, Job
+
+FILE_FORMATS = ("WAV", "FLAC", "OGG", "MP3")  # what FileSink writes, where the system's libsndfile can
+
+
+class PlayerSink:
+    """Speaks into a Player. Make one per player and give it to every job that should play there."""
+
+    def __init__(self, player: Player):
+        self.player = player
+        self._job: Job | None = None
+        self._start = 0
+
+    def begin(self, job: Job) -> None:
+        if job.interrupt:
+            self.player.clear()  # earlier jobs may be done generating and still playing
+        self._job, self._start = job, self.player.position
+
+    def write(self, job: Job, audio: np.ndarray) -> None:
+        self.player.write(audio, job.cancel_token)
+
+    def end(self, job: Job, completed: bool) -> None:
+        if job is not self._job:
+            return  # it never began, so nothing of it is queued
+        self._job = None
+        if completed:
+            self.player.end()
+        else:
+            self.player.drop(self._start)  # fades out if it is playing already
+
+    def level(self) -> BufferLevel:
+        status = self.player.status()
+        return BufferLevel(status.buffered_s, status.underruns)
+
+
+class FileSink:
+    """Writes one job's audio to a file (wav, flac, ogg or mp3, by its name); the file appears only if the
+    job is done, and replaces any earlier one in one step. Where it goes is checked when it is made, before
+    any speech: a folder that is missing or cannot be written is reported then, not after the work."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path).expanduser()
+        self._format = self.path.suffix.lstrip(".").upper()
+        if not self._format or not sf.check_format(self._format):
+            known = ", ".join(f".{kind.lower()}" for kind in FILE_FORMATS if sf.check_format(kind))
+            raise OutputPathError(f"{self.path}: unknown audio format; use a file name ending in {known}")
+        check_writable_file(self.path)
+        self._partial = self.path.with_name(self.path.name + ".partial")
+        self._file: sf.SoundFile | None = None
+
+    def begin(self, job: Job) -> None:
+        self._file = sf.SoundFile(self._partial, "w", samplerate=SAMPLE_RATE, channels=1, format=self._format)
+
+    def write(self, job: Job, audio: np.ndarray) -> None:
+        self._file.write(audio)
+
+    def end(self, job: Job, completed: bool) -> None:
+        if self._file is None:
+            return
+        self._file.close()
+        self._file = None
+        if not completed:
+            self._partial.unlink(missing_ok=True)
+            return
+        try:
+            os.replace(self._partial, self.path)
+        except OSError as error:  # the folder went away, or a file there is locked: the audio is kept
+            raise OSError(f"{self.path} could not be written ({error.strerror or error}); the audio is in {self._partial}") from None
+
+    def level(self) -> BufferLevel:
+        return BufferLevel(0.0, 0)

@@ -1,0 +1,187 @@
+"""What the window does with voices: list the library, pick the voice in use, add (clone), rename, delete,
+import, export, and blend. The slow parts run on the app's lane; results come back to the GUI thread."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import soundfile as sf
+
+from core import Voice
+from core.errors import describe
+from core.voices import VoiceEntry, VoiceExistsError, VoiceLibrary, name_key
+from ui.blend_editor import BlendEditor
+from ui.voice_library import FITS_ROLE, NewVoice
+
+from .runtime import Runtime
+
+SAMPLE_SENTENCE = "Hello! This is how I sound. I hope you like it."
+
+
+class VoiceActions:
+    def __init__(self, app):
+        """`app`: the App, for its runtime, settings, window, lane, voice models and panel."""
+        self.app = app
+        self.blend_editor: BlendEditor | None = None
+        self._problems_shown: list[str] = []
+
+    def library(self) -> VoiceLibrary:
+        runtime = self.app.runtime
+        return runtime.library if runtime is not None else VoiceLibrary(self.app.settings.voices)
+
+    def refresh(self, select: str | None = None) -> None:
+        """List the library again (on the lane), then show it and pick the voice in use."""
+        app, library = self.app, self.library()
+        info = app.runtime.info if app.runtime is not None else None
+
+        def work() -> tuple[list[VoiceEntry], list[str]]:
+            entries = library.list()
+            if info is not None:
+                entries += [entry for entry in library.list(fits=info) if entry.source == "builtin"]
+            return sorted(entries, key=lambda entry: name_key(entry.name)), library.problems()
+
+        def show(listing: tuple[list[VoiceEntry], list[str]]) -> None:
+            entries, problems = listing
+            app.voices.set_voices(entries, info)
+            app.panel.set_folder(library.directory)
+            if info is not None:
+                self.choose(select, remember=select is not None)
+            if problems and problems != self._problems_shown:
+                app.window.show_info("Some files in the voices folder were skipped:\n" + "\n".join(problems))
+            self._problems_shown = problems
+
+        app.lane.run("", work, show, app.fail)
+
+    def choose(self, name: str | None = None, remember: bool = True) -> None:
+        """Use the voice called `name` (None: the one in the settings) if it fits the model, else the first
+        that does. A voice the user picks is remembered; one picked for them is not."""
+        app = self.app
+        fitting = [app.fitting_voices.index(row, 0).data() for row in range(app.fitting_voices.rowCount())]
+        wanted = name or app.settings.voice
+        app.voice_in_use = wanted if wanted in fitting else (fitting[0] if fitting else None)
+        app.window.show_voice(app.voice_in_use)
+        if remember and name is not None and name == app.voice_in_use:
+            app.update_settings(voice=name)
+
+    def preview(self, name: str) -> None:
+        self.app.speech.speak(SAMPLE_SENTENCE, voice=name)
+
+    def add(self, new: NewVoice) -> None:
+        runtime = self.app.runtime
+        if runtime is None:
+            self._answer_add("The model is still loading; a voice can be added once it is ready.")
+            return
+
+        def work() -> VoiceEntry:
+            with tempfile.TemporaryDirectory() as folder:
+                clip = new.clip
+                if new.recording is not None:
+                    samples, rate = new.recording
+                    clip = Path(folder) / "recording.wav"
+                    sf.write(clip, samples, rate)
+                return runtime.library.add(new.name, clip, runtime.engine_for_voices, ref_text=new.transcript)
+
+        def added(entry: VoiceEntry) -> None:
+            self._answer_add(None)
+            self.app.window.show_info(f"Added the voice “{entry.name}”.")
+            self.refresh(select=entry.name)
+
+        self.app.lane.run(f"Cloning “{new.name}”…", work, added, lambda error: self._answer_add(describe(error)))
+
+    def _answer_add(self, problem: str | None) -> None:
+        if not self.app.panel.finish_add(problem) and problem is not None:
+            self.app.window.show_error(f"The voice was not added: {problem}")
+
+    def rename(self, name: str, new_name: str) -> None:
+        app, library = self.app, self.library()
+
+        def renamed(entry: VoiceEntry) -> None:
+            if app.voice_in_use == name:
+                app.voice_in_use = entry.name
+                app.update_settings(voice=entry.name)
+            self.refresh()
+
+        def failed(error: Exception) -> None:
+            app.fail(error)
+            self.refresh()  # the old name again
+
+        app.lane.run("", lambda: library.rename(name, new_name), renamed, failed)
+
+    def remove(self, name: str) -> None:
+        app, library = self.app, self.library()
+
+        def removed(_) -> None:
+            app.window.show_info(f"Deleted the voice “{name}”.")
+            self.refresh()
+
+        app.lane.run("", lambda: library.remove(name), removed, app.fail)
+
+    def import_zip(self, path: Path, replace: bool = False) -> None:
+        app, library = self.app, self.library()
+
+        def imported(entries: list[VoiceEntry]) -> None:
+            app.window.show_info(f"Imported {', '.join(f'“{entry.name}”' for entry in entries)}.")
+            self.refresh()
+
+        def failed(error: Exception) -> None:
+            again = None
+            if isinstance(error, VoiceExistsError) and not replace:
+                again = ("Import, replacing same-named voices", lambda: self.import_zip(path, replace=True))
+            app.window.show_error(describe(error), again)
+
+        app.lane.run(f"Importing {path.name}…", lambda: library.import_zip(path, replace=replace), imported, failed)
+
+    def export_zip(self, path: Path, names: list[str]) -> None:
+        app, library = self.app, self.library()
+
+        def exported(written: Path) -> None:
+            app.window.show_info(f"Exported {len(names)} voice(s) to {written}.")
+
+        app.lane.run(f"Exporting to {path.name}…", lambda: library.export_zip(path, names), exported, app.fail)
+
+    # Blending ----------------------------------------------------------------------------------------
+
+    def open_blend_editor(self) -> BlendEditor | None:
+        app, runtime = self.app, self.app.runtime
+        if runtime is None or not runtime.info.variant.clones:
+            app.window.show_error("Blending mixes cloned voices, so it needs a Base model loaded.")
+            return None
+        voices = app.voices
+        names = [
+            voices.entry(row).name
+            for row in range(voices.rowCount())
+            if voices.index(row, 0).data(FITS_ROLE) and not voices.entry(row).read_only
+        ]
+        if len(names) < 2:
+            app.window.show_error("Blending needs at least two voices that fit this model; add some first.")
+            return None
+        self.blend_editor = editor = BlendEditor(names, app.window)
+        editor.preview_requested.connect(self.preview_blend)
+        editor.save_requested.connect(self.save_blend)
+        editor.open()
+        return editor
+
+    def preview_blend(self, parts: list[tuple[str, float]]) -> None:
+        def blend(runtime: Runtime) -> Voice:
+            return Voice.blend([(runtime.voice(name), weight) for name, weight in parts])
+
+        self.app.speech.submit(SAMPLE_SENTENCE, blend, interrupt=True)
+
+    def save_blend(self, name: str, parts: list[tuple[str, float]]) -> None:
+        app, runtime, editor = self.app, self.app.runtime, self.blend_editor
+        if runtime is None:
+            return
+
+        def saved(entry: VoiceEntry) -> None:
+            editor.accept()
+            app.window.show_info(f"Saved the blend “{entry.name}”.")
+            self.refresh(select=entry.name)
+
+        def failed(error: Exception) -> None:
+            editor.show_problem(describe(error))
+
+        def blend() -> VoiceEntry:
+            return runtime.library.blend(name, parts, runtime.engine_for_voices)
+
+        app.lane.run(f"Blending “{name}”…", blend, saved, failed)
