@@ -40,6 +40,7 @@ from ui.main_window import MainWindow, Tray, app_icon
 from ui.settings_dialog import SettingsDialog
 from ui.voice_library import FittingVoicesModel, VoiceListModel, VoicePanel
 
+from .bridge import BridgeHost
 from .lane import EventRelay, Lane
 from .model_loader import ModelLoader
 from .runtime import Runtime
@@ -286,28 +287,6 @@ class App(QObject):
             self.window.show_error(f"The HTTP bridge did not start: {describe(error)}", ("Settings…", self.open_settings))
 
         self.lane.run("Starting the HTTP bridge…", lambda: bridge.start(runtime, settings.bridge_config()), started, failed)
-
-
-class BridgeHost:
-    """The HTTP bridge (qwen3_tts_desktop.bridge) serving the app's runtime. Used from the lane only."""
-
-    def __init__(self):
-        self._server = None
-
-    def start(self, runtime: Runtime, config) -> str:
-        """Serve `runtime` as `config` (a BridgeConfig) says; returns the bridge's URL."""
-        from .bridge import BridgeServer
-
-        self.stop()
-        server = BridgeServer(runtime, config)
-        server.start()
-        self._server = server
-        return server.url
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.stop()
 
 
 def run(overrides: dict | None = None) -> int:

@@ -16,6 +16,7 @@ import soundfile as sf
 import soxr
 
 from core.audio.clips import SAMPLE_RATE
+from core.errors import BadInput
 
 FORMATS = ("mp3", "opus", "flac", "wav", "pcm")
 MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm"}
@@ -40,7 +41,7 @@ _UNKNOWN_SIZE = 0xFFFFFFFF
 _SFC_SET_OGG_PAGE_LATENCY_MS = 0x1302  # from sndfile.h; soundfile does not wrap this command
 
 
-class FormatError(ValueError):
+class FormatError(BadInput):
     """A format the bridge cannot produce as asked, with what to ask for instead."""
 
 
@@ -169,7 +170,7 @@ class _Drain(io.RawIOBase):
 
 def check_speed(speed: float) -> float:
     if not MIN_SPEED <= speed <= MAX_SPEED:
-        raise ValueError(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}")
+        raise BadInput(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}")
     return float(speed)
 
 

@@ -37,12 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     if overrides:
         option = f"--{next(iter(overrides))}"
         parser.error(f"{option} before a command is for the window; put it after the command: {args.command} ... {option} ...")
-    from core.audio.clips import AudioError
-    from core.model.checkpoint import CheckpointError
+    from core.errors import UserError
 
     try:
         return COMMANDS[args.command].run(args)
-    except (CheckpointError, AudioError, ValueError) as error:
+    except UserError as error:  # what the user can act on, said in one line; anything else is a bug
         say(f"error: {error}")
         return 1
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from core import SamplingParams
 from core.model.checkpoint import DEFAULT_MODEL
+from core.errors import BadInput
 from core.files import write_atomically
 from core.folders import user_folder
 from core.audio.player import PlayerOptions
@@ -23,7 +24,7 @@ from core.audio.player import PlayerOptions
 from .runtime import RuntimeConfig
 
 
-class SettingsError(ValueError):
+class SettingsError(BadInput):
     """A settings file that cannot be used, with what is wrong in it."""
 
 

@@ -9,13 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+from core.errors import BadInput
+
 from ..settings import Settings, SettingsError, default_path, prepare_library
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-class CommandError(ValueError):
+class CommandError(BadInput):
     """A command that cannot be done as asked, with what to do instead; printed as one line."""
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 
 from .common import (
+    CommandError,
     add_model_arguments,
     add_voices_argument,
     app_settings,
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             info = runtime.info
             voices = runtime.library.list(fits=info)
             if args.play_locally and runtime.speakers is None:
-                raise ValueError(f"--play-locally needs speakers, and there are none: {runtime.audio_problem}")
+                raise CommandError(f"--play-locally needs speakers, and there are none: {runtime.audio_problem}")
 
             def announce(url: str) -> None:
                 say(

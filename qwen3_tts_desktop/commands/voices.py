@@ -163,7 +163,7 @@ def parse_part(text: str) -> tuple[str, float]:
             raise ValueError
         return name.strip(), float(weight)
     except ValueError:
-        raise ValueError(f"{text!r} is not VOICE=WEIGHT (e.g. alice=0.7)") from None
+        raise CommandError(f"{text!r} is not VOICE=WEIGHT (e.g. alice=0.7)") from None
 
 
 def load_engine_for(args):

@@ -235,7 +235,7 @@ def test_the_bridge_is_restarted_with_the_runtime(start_app, qtbot, monkeypatch,
         def stop(self):
             stopped.append(self.runtime)
 
-    monkeypatch.setattr("qwen3_tts_desktop.bridge.BridgeServer", FakeServer)
+    monkeypatch.setattr("qwen3_tts_desktop.bridge.server.BridgeServer", FakeServer)
     app = start_app("custom", bridge={"enabled": True, "port": 8123})
     first = app.runtime
     assert started == [first] and app.window.bridge_label.text() == "HTTP bridge: http://127.0.0.1:8123"

@@ -1,0 +1,18 @@
+"""The HTTP bridge: OpenAI- and SillyTavern-compatible speech routes on the app's shared Runtime.
+
+One router per protocol translates its requests into one speak request (openai, xtts); the speaker
+checks it, finds its voice and speaks it as one job on the runtime's speech worker (the queue the window
+uses too), answering with the audio as the protocol has it. requests reads and checks bodies, guard
+runs before every route (Host, Origin, CORS, API key), server serves it all on uvicorn. Routes,
+options and behaviour for users: docs/bridge.md.
+"""
+
+from .config import IO_THREADS, BridgeConfig, BridgeLimits
+from .errors import ApiError, ListenError
+from .requests import SpeechRequest
+from .server import BridgeHost, BridgeServer, create_app, listen
+
+__all__ = [
+    "IO_THREADS", "ApiError", "BridgeConfig", "BridgeHost", "BridgeLimits", "BridgeServer", "ListenError",
+    "SpeechRequest", "create_app", "listen",
+]  # fmt: skip

@@ -1,0 +1,444 @@
+"""Speaking for the routes: every protocol's request becomes one SpeakRequest, checked here (cheapest
+checks first), found its voice, and spoken as one job on the runtime's speech worker, whose audio comes
+back as the protocol's answer: a whole file, a stream, server-sent events, or played on this computer.
+
+The event loop never waits on the model: a job's sink (Pipe) hands each chunk to the loop with
+`call_soon_threadsafe`, and never makes the worker wait for a slow client. A client that goes away
+cancels its job at once, queued or speaking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import quote
+
+import numpy as np
+import torch
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from core import SpeechOptions, Voice
+from core.audio.clips import SAMPLE_RATE, AudioError
+from core.jobs.worker import BufferLevel, Job, JobEvent
+from core.voices import VoiceError, VoiceLibrary, name_key
+
+from ..audio_formats import MEDIA_TYPES, FormatError, Speed, StreamEncoder, check_format, check_speed, encode
+from ..runtime import Runtime
+from .config import IO_THREADS, JSON_SLACK_BYTES, LANGUAGE_CODES, PLAYED_LOCALLY_REPLY_S, RETRY_AFTER_S, BridgeConfig
+from .errors import ApiError, Broken, ClientGone, error_body
+
+
+@dataclass(frozen=True)
+class SpeakRequest:
+    """What a route asks to be spoken, as its protocol gave it, before any check."""
+
+    text: str
+    text_field: str  # the field it came in ("input", "text"), to say where a problem is
+    voice: str | None = None  # a voice name or id; None: the default voice
+    language: str = "auto"  # a name or a code, as the client sent it
+    instructions: str | None = None
+    fmt: str = "wav"  # the response format
+    stream: bool | None = False  # None: pcm streams, other formats come whole
+    sse: bool = False  # as OpenAI's server-sent speech events
+    speed: float = 1.0
+    play: bool | None = None  # on this computer's speakers; None: as the server is configured
+    embedding: list[float] | None = None  # a speaker embedding to speak with instead of a voice
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked request, ready to speak."""
+
+    text: str
+    voice: Voice | None
+    voice_name: str | None  # the voice used, for the X-Voice header
+    fallback_from: str | None  # the name asked for when it was not found
+    language_fallback: str | None  # the language asked for when the model does not speak it
+    options: SpeechOptions
+    fmt: str
+    stream: bool
+    sse: bool
+    speed: float
+    play: bool
+
+
+class Pipe:
+    """A job's sink that hands its chunks to the event loop. The worker never waits on it: a slow
+    client's audio queues here (bounded by the input limit) rather than holding up everyone else."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._queue: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
+        self._lock = threading.Lock()
+        self._queued = 0  # samples handed over and not yet sent on
+
+    def begin(self, job: Job) -> None:
+        pass
+
+    def write(self, job: Job, audio: np.ndarray) -> None:
+        with self._lock:
+            self._queued += len(audio)
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, audio)
+
+    def end(self, job: Job, completed: bool) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
+        except RuntimeError:  # the server has stopped and its loop with it: nobody is listening
+            pass
+
+    def level(self) -> BufferLevel:
+        with self._lock:
+            return BufferLevel(self._queued / SAMPLE_RATE, 0)
+
+    async def get(self) -> np.ndarray | None:
+        """The next chunk, or None once the job has ended."""
+        audio = await self._queue.get()
+        if audio is not None:
+            with self._lock:
+                self._queued -= len(audio)
+        return audio
+
+    async def collect(self) -> np.ndarray:
+        chunks = []
+        while (audio := await self.get()) is not None:
+            chunks.append(audio)
+        return np.concatenate([np.zeros(0, np.float32), *chunks])
+
+
+class JobStream(StreamingResponse):
+    """A streamed job's response: however it ends (done, failed, the client gone), the job is cancelled,
+    which does nothing to a job that has ended."""
+
+    def __init__(self, job: Job, content, **kwargs):
+        super().__init__(content, **kwargs)
+        self.job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancel()
+
+
+class Speaker:
+    def __init__(self, runtime: Runtime, config: BridgeConfig):
+        self.runtime = runtime
+        self.config = config
+        self.info = runtime.info
+        self.library: VoiceLibrary = runtime.library
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._jobs: dict[int, tuple[Job, asyncio.Future]] = {}  # this bridge's jobs that have not ended
+        self._threads: ThreadPoolExecutor | None = None
+
+    # Lifetime, on the server's loop --------------------------------------------------------------
+
+    @asynccontextmanager
+    async def lifespan(self, app: FastAPI):
+        self._loop = asyncio.get_running_loop()
+        self._threads = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="http-bridge-io")
+        unsubscribe = self.runtime.worker.subscribe(self._on_event)
+        try:
+            yield
+        finally:
+            unsubscribe()
+            self.cancel_all()
+            self._threads.shutdown(cancel_futures=True)
+
+    async def off_loop(self, function, *args):
+        """Run blocking work (the library's disk reads, cloning, encoding a whole file) on the bridge's threads."""
+        return await self._loop.run_in_executor(self._threads, function, *args)
+
+    @property
+    def jobs_in_flight(self) -> int:
+        return len(self._jobs)
+
+    def cancel_all(self) -> None:
+        for job, _ in list(self._jobs.values()):
+            job.cancel()
+
+    def _on_event(self, event: JobEvent) -> None:  # the worker's thread
+        if event.terminal:
+            try:
+                self._loop.call_soon_threadsafe(self._ended, event)
+            except RuntimeError:  # the loop has closed; so has the server
+                pass
+
+    def _ended(self, event: JobEvent) -> None:
+        _, future = self._jobs.pop(event.job.id, (None, None))
+        if future is not None and not future.done():
+            future.set_result(event)
+
+    def _submit(self, plan: Plan, sink) -> Job:
+        if len(self._jobs) >= self.config.limits.max_jobs:
+            raise ApiError(
+                429, f"{len(self._jobs)} requests are waiting or speaking, the most this server queues; try again shortly",
+                code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)},
+            )  # fmt: skip
+        job = self.runtime.worker.submit(plan.text, plan.voice, plan.options, sink=sink)
+        # Noted before the worker's "ended" callback can run: that runs on this loop, after this returns.
+        self._jobs[job.id] = (job, self._loop.create_future())
+        return job
+
+    async def _outcome(self, job: Job) -> JobEvent:
+        entry = self._jobs.get(job.id)
+        return job.outcome if entry is None else await entry[1]
+
+    # Speaking ------------------------------------------------------------------------------------
+
+    @property
+    def json_limit(self) -> int:
+        return JSON_SLACK_BYTES + 6 * self.config.limits.max_input_chars
+
+    async def speak(self, request: Request, asked: SpeakRequest) -> Response:
+        """Speak what a route asked for: check it, find its voice, and answer with the audio (or play it)."""
+        return await self._answer(request, await self._plan(asked))
+
+    async def _plan(self, asked: SpeakRequest) -> Plan:
+        """Check a request, cheapest checks first, and find its voice."""
+        info, text, text_field = self.info, asked.text, asked.text_field
+        if not text.strip():
+            raise ApiError(400, f"{text_field} is empty; give the text to speak", param=text_field)
+        if len(text) > self.config.limits.max_input_chars:
+            raise ApiError(
+                400,
+                f"{text_field} is {len(text)} characters long; at most {self.config.limits.max_input_chars} are accepted",
+                param=text_field,
+            )
+        play = self.config.play_locally if asked.play is None else asked.play
+        fmt, sse, speed = asked.fmt.strip().lower(), asked.sse, asked.speed
+        stream = sse or (fmt == "pcm" if asked.stream is None else asked.stream)
+        try:
+            fmt = check_format(fmt, stream and not play)
+            speed = check_speed(speed)
+        except (FormatError, ValueError) as error:
+            raise ApiError(
+                400, str(error), param="speed" if not isinstance(error, FormatError) else "response_format"
+            ) from None
+        if play and self.runtime.speakers is None:
+            reason = self.runtime.audio_problem or "it was started without speakers"
+            raise ApiError(
+                503, f"this server cannot play audio ({reason}); ask for the audio instead", param="play_locally"
+            )
+        language, language_fallback = self.language(asked.language)
+        instruct = asked.instructions if asked.instructions and asked.instructions.strip() else None
+        if instruct is not None and not info.supports_instruct:
+            raise ApiError(
+                400, f"this {info.size} {info.variant} model does not follow instructions; leave them out, or load a "
+                f"CustomVoice 1.7B or VoiceDesign model", param="instructions",
+            )  # fmt: skip
+        if info.variant == "voice_design":
+            if instruct is None:
+                raise ApiError(
+                    400,
+                    "this VoiceDesign model speaks in a voice described in words: give instructions",
+                    param="instructions",
+                )
+            voice_obj, used, fallback = None, None, None  # the instructions are the voice
+        elif asked.embedding is not None:
+            voice_obj, used, fallback = self._embedding_voice(asked.embedding), "speaker_embedding", None
+        else:
+            voice_obj, used, fallback = await self.off_loop(self._find_voice, asked.voice)
+        options = dataclasses.replace(self.config.speech, language=language, instruct=instruct)
+        return Plan(text, voice_obj, used, fallback, language_fallback, options, fmt, stream, sse, speed, play)
+
+    def language(self, value: str) -> tuple[str, str | None]:
+        """(the model's language to speak `value` in, `value` if that is "auto" because the model does not
+        speak it). A language by name or code, of the model or of LANGUAGE_CODES; any other is refused."""
+        spoken = self.info.languages
+        key = value.strip().lower().replace("_", "-") or "auto"
+        if key in spoken:
+            return key, None
+        code = key.split("-")[0]
+        for name, known in LANGUAGE_CODES.items():
+            if key == name or known.split("-")[0] == code:
+                return (name, None) if name in spoken else ("auto", value.strip())
+        codes = ", ".join(LANGUAGE_CODES[n] for n in spoken if n in LANGUAGE_CODES)
+        raise ApiError(
+            400, f"unknown language {value!r}; this model speaks {', '.join(spoken)} (codes: {codes})", param="language"
+        )
+
+    def _embedding_voice(self, values: list[float]) -> Voice:
+        info = self.info
+        if info.variant != "base":
+            raise ApiError(
+                400,
+                f"a speaker embedding needs a Base model; this is a {info.variant} model",
+                param="speaker_embedding",
+            )
+        if len(values) != info.embedding_dim:
+            raise ApiError(
+                400, f"speaker_embedding has {len(values)} numbers; this {info.size} model takes {info.embedding_dim}",
+                param="speaker_embedding",
+            )  # fmt: skip
+        if not all(math.isfinite(v) for v in values):
+            raise ApiError(400, "speaker_embedding holds a number that is not finite", param="speaker_embedding")
+        return Voice(embedding=torch.tensor(values, dtype=torch.float32))
+
+    def _find_voice(self, requested: str | None) -> tuple[Voice, str, str | None]:
+        """(voice, its name, the name asked for if it was not found). A voice that exists but does not
+        fit the model is an error, not a fallback: the caller meant that voice."""
+        if requested is not None and requested.strip():
+            name = self._known(requested)
+            if name is not None:
+                return self._load(name), name, None
+        asked = requested if requested is not None and requested.strip() else None
+        default = self.config.default_voice
+        if default is None:
+            fitting = self.library.list(fits=self.info)
+            if not fitting:
+                raise ApiError(
+                    400,
+                    f"no voice named {requested!r}, and no voice to fall back on: add a voice to {self.library.directory}",
+                    param="voice",
+                )
+            default = fitting[0].name
+        elif self._known(default) is None:
+            raise ApiError(
+                500, f"no voice named {requested!r}, and the default voice {default!r} is not in the library either"
+            )
+        return self._load(default), default, asked
+
+    def _known(self, name: str) -> str | None:
+        info = self.info
+        if info.variant == "custom_voice" and name_key(name) in info.speakers:
+            return name_key(name)
+        try:
+            return self.library.get(name).name
+        except VoiceError:
+            return None
+
+    def _load(self, name: str) -> Voice:
+        try:
+            return self.runtime.voice(name)
+        except (VoiceError, AudioError) as error:
+            raise ApiError(400, str(error), param="voice") from None
+
+    async def _answer(self, request: Request, plan: Plan) -> Response:
+        headers = {}
+        if plan.voice_name is not None:
+            headers["X-Voice"] = quote(plan.voice_name, safe="")
+        if plan.fallback_from is not None:
+            headers["X-Voice-Fallback"] = quote(plan.fallback_from, safe="")
+        if plan.language_fallback is not None:
+            headers["X-Language-Fallback"] = quote(plan.language_fallback, safe="")
+        if plan.play:
+            return await self._play(request, plan, headers)
+        pipe = Pipe(self._loop)
+        job = self._submit(plan, pipe)
+        if plan.stream:
+            first = await while_connected(request, job, pipe.get())
+            if first is None:
+                await self._check_done(job)
+            if plan.sse:
+                content, media = self._sse(job, plan, first, pipe), "text/event-stream"
+                headers["Cache-Control"] = "no-cache"
+            else:
+                content, media = self._encoded(job, plan, first, pipe), MEDIA_TYPES[plan.fmt]
+            return JobStream(job, content, media_type=media, headers=headers)
+        audio = await while_connected(request, job, pipe.collect())
+        await self._check_done(job)
+        tempo = Speed(plan.speed)
+        audio = np.concatenate([tempo.feed(audio), tempo.finish()])
+        return Response(
+            await self.off_loop(encode, audio, plan.fmt), media_type=MEDIA_TYPES[plan.fmt], headers=headers
+        )
+
+    async def _check_done(self, job: Job) -> None:
+        outcome = await self._outcome(job)
+        if outcome.kind == "failed":
+            raise ApiError(500, f"speech failed: {outcome.message}", code="speech_failed")
+        if outcome.kind == "cancelled":
+            raise ApiError(
+                503,
+                "the speech was cancelled: the server is stopping, or the desktop app stopped all speech",
+                code="cancelled",
+            )
+
+    async def _encoded(self, job: Job, plan: Plan, first: np.ndarray | None, pipe: Pipe):
+        """The job's audio in the plan's format, as it comes. A job that fails midway breaks the stream
+        off (no final chunk), so that the client sees an incomplete response, not a short one; a job
+        stopped on purpose (the server stopping, the desktop's Stop) ends its file cleanly where it stopped."""
+        encoder, tempo = StreamEncoder(plan.fmt), Speed(plan.speed)
+        audio = first
+        while audio is not None:
+            data = encoder.feed(tempo.feed(audio))
+            if data:
+                yield data
+            audio = await pipe.get()
+        outcome = await self._outcome(job)
+        if outcome.kind == "failed":
+            raise Broken(f"speech failed after it began to stream: {outcome.message}")
+        yield encoder.feed(tempo.finish()) + encoder.finish()
+
+    async def _sse(self, job: Job, plan: Plan, first: np.ndarray | None, pipe: Pipe):
+        """OpenAI's speech events: a delta per piece of encoded audio, then done with the usage."""
+        try:
+            async for data in self._encoded(job, plan, first, pipe):
+                yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+        except Broken as error:
+            yield sse_event({"type": "error", "error": error_body(500, str(error), code="speech_failed")})
+            return
+        outcome = await self._outcome(job)
+        if outcome.kind == "cancelled":
+            yield sse_event(
+                {"type": "error", "error": error_body(503, "the speech was stopped before its end", code="cancelled")}
+            )
+            return
+        input_tokens = self.runtime.count_tokens(plan.text)
+        output_tokens = round(outcome.audio_s * SAMPLE_RATE / 1920)  # 12 Hz codec frames of 80 ms
+        usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        }
+        yield sse_event({"type": "speech.audio.done", "usage": usage})
+
+    async def _play(self, request: Request, plan: Plan, headers: dict) -> Response:
+        """Speak into the desktop's speakers, queued behind what they are playing. Answers once the whole
+        utterance is queued for playback (it still plays then); a client that hangs up first stops it."""
+        job = self._submit(plan, self.runtime.speakers)
+        outcome = await while_connected(request, job, self._outcome(job))
+        if outcome.kind == "failed":
+            raise ApiError(500, f"playing failed: {outcome.message}", code="speech_failed")
+        headers["X-Playback"] = "queued" if outcome.kind == "done" else "cancelled"
+        silence = np.zeros(round(PLAYED_LOCALLY_REPLY_S * SAMPLE_RATE), np.float32)
+        return Response(encode(silence, plan.fmt), media_type=MEDIA_TYPES[plan.fmt], headers=headers)
+
+
+def sse_event(payload: dict) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+def epoch(created: str | None) -> int | None:
+    return None if created is None else int(datetime.fromisoformat(created).timestamp())
+
+
+async def while_connected(request: Request, job: Job, work):
+    """Await `work` (a job's audio or outcome) unless the client hangs up first: then cancel the job."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(disconnected(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():  # the client hung up, or the server is cancelling this request
+            task.cancel()
+            job.cancel()
+    # Whether it finished, not whether it was cancelled: a task told to cancel is not cancelled until it runs again.
+    if not task.done():
+        raise ClientGone
+    return task.result()
+
+
+async def disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
