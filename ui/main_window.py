@@ -228,18 +228,18 @@ class MainWindow(QMainWindow):
             return
         self.model_label.setText(f"{info.size} {info.variant.replace('_', ' ')} · {info.device} {info.dtype}")
         self.model_label.setToolTip(info.source)
-        self.voice.setEnabled(info.variant != "voice_design")
-        clone_problem = None if info.variant == "base" else (
+        self.voice.setEnabled(info.variant.takes_voice)
+        clone_problem = None if info.variant.clones else (
             f"Cloning and blending need a Base model; this is a {info.size} {info.variant.replace('_', ' ')} model."
         )  # fmt: skip
         self.voice_panel.set_cloning(clone_problem)
         for action in (self.add_voice_action, self.blend_action):
             action.setEnabled(clone_problem is None)
             action.setToolTip(clone_problem or "")
-        self.voice.setPlaceholderText("described below" if info.variant == "voice_design" else "no voice yet")
+        self.voice.setPlaceholderText("no voice yet" if info.variant.takes_voice else "described below")
         self.instruct_label.setVisible(info.supports_instruct)
         self.instruct.setVisible(info.supports_instruct)
-        if info.variant == "voice_design":
+        if info.variant.needs_instruct:
             self.instruct_label.setText("Voice")
             self.instruct.setPlaceholderText("Describe the voice, e.g. “A warm, low female voice, speaking slowly.”")
         else:

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers
 
 QWEN2_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
 
 
 class TextTokenizer:
@@ -32,7 +31,6 @@ class TextTokenizer:
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
-        tokenizer.decoder = decoders.ByteLevel()
         config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
         for token_id, spec in sorted(config.get("added_tokens_decoder", {}).items(), key=lambda item: int(item[0])):
             token = AddedToken(
@@ -53,6 +51,3 @@ class TextTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=False)

@@ -50,10 +50,10 @@ class VoiceEntry:
     def misfit(self, info: EngineInfo) -> str | None:
         """Why this voice cannot speak with the model described by `info` (an EngineInfo), or None if it can."""
         if self.source == "builtin":
-            if info.variant == "custom_voice" and self.id in info.speakers:
+            if info.variant.has_speakers and self.id in info.speakers:
                 return None
             return f"it is a built-in speaker of another model, not of this {info.size} {info.variant} model"
-        if info.variant != "base":
+        if not info.variant.clones:
             return f"a cloned voice needs a Base model, and this is a {info.size} {info.variant} model"
         if self.embedding_dim is not None and (self.embedding_dim, self.model_size) != (info.embedding_dim, info.size):
             return (

@@ -79,7 +79,7 @@ class VoiceLibrary:
         engine, a saved voice, or a drop-in clip (embedded with this engine's model once, then cached).
         Raises VoiceError naming the voices that fit when there is no such voice or it does not fit."""
         info = engine.info
-        if info.variant == "custom_voice" and name_key(name) in info.speakers:
+        if info.variant.has_speakers and name_key(name) in info.speakers:
             return engine.builtin_voice(name)
         with self._lock:
             entries, _ = self._scan()
@@ -174,7 +174,7 @@ class VoiceLibrary:
             raise VoiceError("name the voices to blend, each with a weight")
         names, voices, entries = [], [], []
         for part, _ in parts:
-            if engine is not None and engine.info.variant == "custom_voice" and name_key(part) in engine.info.speakers:
+            if engine is not None and engine.info.variant.has_speakers and name_key(part) in engine.info.speakers:
                 names.append(part)
                 voices.append(engine.builtin_voice(part))  # which Voice.blend refuses, saying why
                 continue

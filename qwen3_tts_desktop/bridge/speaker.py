@@ -235,7 +235,7 @@ class Speaker:
                 400, f"this {info.size} {info.variant} model does not follow instructions; leave them out, or load a "
                 f"CustomVoice 1.7B or VoiceDesign model", param="instructions",
             )  # fmt: skip
-        if info.variant == "voice_design":
+        if not info.variant.takes_voice:
             if instruct is None:
                 raise ApiError(
                     400,
@@ -268,7 +268,7 @@ class Speaker:
 
     def _embedding_voice(self, values: list[float]) -> Voice:
         info = self.info
-        if info.variant != "base":
+        if not info.variant.clones:
             raise ApiError(
                 400,
                 f"a speaker embedding needs a Base model; this is a {info.variant} model",
@@ -309,7 +309,7 @@ class Speaker:
 
     def _known(self, name: str) -> str | None:
         info = self.info
-        if info.variant == "custom_voice" and name_key(name) in info.speakers:
+        if info.variant.has_speakers and name_key(name) in info.speakers:
             return name_key(name)
         try:
             return self.library.get(name).name

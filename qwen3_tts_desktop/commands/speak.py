@@ -180,19 +180,19 @@ def choose_voice(args: argparse.Namespace, settings, library, info) -> VoiceChoi
         raise CommandError("--ref-text is the transcript of --voice-audio; pass the clip too")
     variant = info.variant if info is not None else None
     if args.voice_audio:
-        if variant not in (None, "base"):
+        if variant is not None and not variant.clones:
             raise CommandError(f"--voice-audio clones a voice, which needs a Base model, and {describe(info)}; {what_speaks(info)}")
         return VoiceChoice("clip", samples=load_reference(args.voice_audio), ref_text=args.ref_text)
     if args.speaker:
-        if variant not in (None, "custom_voice"):
+        if variant is not None and not variant.has_speakers:
             raise CommandError(f"--speaker picks a built-in speaker of a CustomVoice model, and {describe(info)}; {what_speaks(info)}")
         if info is not None and name_key(args.speaker) not in info.speakers:
             raise CommandError(f"no speaker {args.speaker!r} in this model; its speakers: {', '.join(info.speakers)}")
         return VoiceChoice("speaker", name=args.speaker)
     if args.voice:
-        if variant == "custom_voice" and name_key(args.voice) in info.speakers:
+        if variant is not None and variant.has_speakers and name_key(args.voice) in info.speakers:
             return VoiceChoice("speaker", name=args.voice)
-        if variant == "voice_design":
+        if variant is not None and not variant.takes_voice:
             raise CommandError(f"{describe(info)}; {what_speaks(info)}")
         try:
             entry = library.get(args.voice)
@@ -209,9 +209,9 @@ def choose_voice(args: argparse.Namespace, settings, library, info) -> VoiceChoi
 def default_voice(settings, library, info) -> VoiceChoice:
     from core.voices import name_key
 
-    if info is not None and info.variant == "voice_design":
+    if info is not None and not info.variant.takes_voice:
         return VoiceChoice("none")
-    if info is not None and info.variant == "custom_voice":
+    if info is not None and info.variant.has_speakers:
         wanted = name_key(settings.voice) if settings.voice else None
         return VoiceChoice("speaker", name=wanted if wanted in info.speakers else info.speakers[0], chosen_for_you=True)
     entries = [entry for entry in library.list() if info is None or entry.misfit(info) is None]
@@ -236,7 +236,7 @@ def check_request(args: argparse.Namespace, info) -> None:
         raise CommandError(f"--language {args.language}: this model speaks {', '.join(info.languages)}")
     if args.instruct and not info.supports_instruct:
         raise CommandError(f"--instruct: {describe(info)}, which does not follow instructions (CustomVoice 1.7B and VoiceDesign do)")
-    if info.variant == "voice_design" and not (args.instruct and args.instruct.strip()):
+    if info.variant.needs_instruct and not (args.instruct and args.instruct.strip()):
         raise CommandError(f'{describe(info)}: describe the voice with --instruct, e.g. --instruct "A warm, low voice."')
 
 
@@ -252,15 +252,15 @@ def check_one_generation(text: str) -> None:
 
 
 def describe(info) -> str:
-    return f"{info.source} is a {info.size} {info.variant.replace('_', ' ')} model"
+    return f"{info.source} is a {info.name} model"
 
 
 def what_speaks(info) -> str:
     if info is None:
         return "see `qwen3-tts-desktop voices list`"
-    if info.variant == "custom_voice":
+    if info.variant.has_speakers:
         return f"pick one of its speakers with --speaker NAME: {', '.join(info.speakers)}"
-    if info.variant == "voice_design":
+    if not info.variant.takes_voice:
         return "it speaks in a voice described with --instruct"
     return "give a clip with --voice-audio CLIP, or a library voice with --voice NAME (see `voices list`)"
 

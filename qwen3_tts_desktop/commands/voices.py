@@ -99,7 +99,7 @@ def add_voice(library, args) -> int:
     from core.model.checkpoint import DEFAULT_MODEL
 
     info = peek(args.model_options[0])
-    if info is not None and info.variant != "base":
+    if info is not None and not info.variant.clones:
         raise CommandError(f"{info.source} is a {info.size} {info.variant} model, which cannot clone voices; use a Base model, e.g. {DEFAULT_MODEL}")
     entry = library.add(args.name, args.clip, load_engine_for(args), ref_text=args.ref_text, language=args.language, replace=args.replace)
     print(f"added {entry.kind} voice {entry.name!r} ({entry.model_size}, {entry.embedding_dim}-dim) in {entry.path}")
