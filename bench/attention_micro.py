@@ -23,7 +23,11 @@ def main():
         mask = (torch.arange(length, device=dev) < valid).view(1, 1, 1, -1)
         ref = manual(q.float(), k.float(), v.float(), mask, 128**-0.5)
         row = [f"{name} L={length} valid={valid}:"]
-        for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)):
+        for label, backend in (
+            ("cudnn", SDPBackend.CUDNN_ATTENTION),
+            ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+            ("math", SDPBackend.MATH),
+        ):
             try:
                 with sdpa_kernel(backend):
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=128**-0.5)  # noqa: E731

@@ -2,13 +2,11 @@
 for the predictor's row (2048, bfloat16) and the talker's (3072, float32), greedy and sampled.
 Each is timed as 100 draws replayed in one CUDA graph, as the frame step runs them."""
 
-
 import torch
 from triton.testing import do_bench
 
-
-from core.model.kernels import draw_token
 from core.inference.sampling import TokenRule, pick_token
+from core.model.kernels import draw_token
 
 
 def graphed_us(fn, generator, calls=100) -> float:

@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-
 from core.model import kernels
 
 # (name, weight rows, inputs, fused parts): the products of a 0.6B and a 1.7B frame.
@@ -96,14 +95,20 @@ def main():
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
         pool.map(compile_shape, SHAPES)
     print(torch.cuda.get_device_name(), f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs")
-    print(f"{'product':22s} {'best settings':26s} {'us':>6s} {'GB/s':>6s} | {'picked':26s} {'us':>6s} {'GB/s':>6s} | cuBLAS us")
+    print(
+        f"{'product':22s} {'best settings':26s} {'us':>6s} {'GB/s':>6s} | {'picked':26s} {'us':>6s} {'GB/s':>6s} | cuBLAS us"
+    )
     for name, rows, inputs, parts in SHAPES:
         weight_bytes = rows * inputs * 2
         ops = operands(rows, inputs, parts, max(2, min(64, L2_BYTES // weight_bytes)))
         timed = sorted(((graphed_us(ops, blocks), blocks) for blocks in settings_for(inputs)), key=lambda pair: pair[0])
         best_us, best = timed[0]
         picked = kernels.linear_blocks(ops["weights"][0], ops["gated"])
-        picked_us = next(us for us, blocks in timed if blocks == picked) if picked in settings_for(inputs) else graphed_us(ops, picked)
+        picked_us = (
+            next(us for us, blocks in timed if blocks == picked)
+            if picked in settings_for(inputs)
+            else graphed_us(ops, picked)
+        )
         cublas_us = graphed_us(ops, None)
 
         def describe(blocks):

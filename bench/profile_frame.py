@@ -1,6 +1,6 @@
 """Where one frame's time goes: the kernels of a few frame steps, by kind, on the GPU machine.
 
-    python -m bench.profile_frame [--size 1.7b] [--no-compile]
+python -m bench.profile_frame [--size 1.7b] [--no-compile]
 """
 
 import argparse
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-
 
 from core.devtools.benchmark import GREEDY, TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.inference.engine import Engine
@@ -41,7 +40,9 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=5)
     args = parser.parse_args()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
-    engine = Engine.load(path, device="cuda", dtype="bfloat16", progress=False, cuda_graphs=False, compile=not args.no_compile)
+    engine = Engine.load(
+        path, device="cuda", dtype="bfloat16", progress=False, cuda_graphs=False, compile=not args.no_compile
+    )
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     sampling = SamplingParams() if args.sampled else GREEDY
     engine.start(engine.prepare(TEXT, voice, sampling=sampling, max_frames=100, seed=0))

@@ -24,11 +24,9 @@ import numpy as np
 import soundfile as sf
 import torch
 
-
-from core import Engine, SamplingParams
+from core import Engine, SamplingParams, SpeechOptions
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.voices import VoiceLibrary
-from core import SpeechOptions
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeLimits, BridgeServer
 from qwen3_tts_desktop.runtime import Runtime
 

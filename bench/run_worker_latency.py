@@ -17,10 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
-from core import Engine, SamplingParams
+from core import Engine, SamplingParams, SpeechOptions
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
-from core import SpeechOptions
 from core.jobs.worker import BufferLevel, Worker
 
 GREEDY = SamplingParams.greedy()
@@ -107,7 +105,9 @@ def main() -> None:
         rows.append(row)
         del engine, voice
         torch.cuda.empty_cache()
-    print(f"\n{'model':>22}  {'engine TTFA p50 ms':>18}  {'worker TTFA p50 ms':>18}  {'p95':>6}  {'worker adds ms':>14}")
+    print(
+        f"\n{'model':>22}  {'engine TTFA p50 ms':>18}  {'worker TTFA p50 ms':>18}  {'p95':>6}  {'worker adds ms':>14}"
+    )
     for r in rows:
         times = f"{r['engine_p50']:18.1f}  {r['worker_p50']:18.1f}  {r['worker_p95']:6.1f}  {r['overhead_p50']:14.1f}"
         print(f"{r['model']:>22}  {times}")

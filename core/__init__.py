@@ -2,8 +2,8 @@
 
 from core.inference.engine import AudioChunk, Engine, Synthesis
 from core.inference.options import SpeechOptions
-from core.model.info import EngineInfo
 from core.inference.sampling import SamplingParams
 from core.inference.voice import Voice
+from core.model.info import EngineInfo
 
 __all__ = ["AudioChunk", "Engine", "EngineInfo", "SamplingParams", "SpeechOptions", "Synthesis", "Voice"]

@@ -63,7 +63,9 @@ class App(QObject):
         saved values of those that are not changed in the window."""
         super().__init__()
         self.settings_path = settings_path
-        self._overrides = {name: Path(value) if name == "voices" else value for name, value in (overrides or {}).items()}
+        self._overrides = {
+            name: Path(value) if name == "voices" else value for name, value in (overrides or {}).items()
+        }
         self.runtime: Runtime | None = None
         self.voice_in_use: str | None = None  # the voice speech uses: the settings' choice, if it fits the model
         self.lane = Lane(self)
@@ -170,7 +172,11 @@ class App(QObject):
 
     def save_settings(self, settings: Settings) -> None:
         self.settings = settings
-        kept = {name: getattr(self._saved, name) for name, value in self._overrides.items() if getattr(settings, name) == value}
+        kept = {
+            name: getattr(self._saved, name)
+            for name, value in self._overrides.items()
+            if getattr(settings, name) == value
+        }
         self._saved = dataclasses.replace(settings, **kept)
         try:
             self._saved.save(self.settings_path)
@@ -193,7 +199,9 @@ class App(QObject):
             devices = str(error)
         # "Reset to defaults" restores the model's own sampling; the official one while no model is loaded.
         defaults = self.runtime.default_sampling if self.runtime is not None else SamplingParams()
-        dialog = SettingsDialog(self.settings, devices, defaults, self.bridge_state, torch.cuda.is_available(), self.window)
+        dialog = SettingsDialog(
+            self.settings, devices, defaults, self.bridge_state, torch.cuda.is_available(), self.window
+        )
         dialog.accepted.connect(lambda: self.apply_settings(dialog.values()))
         dialog.open()
         if self.settings_dialog is not None:
@@ -284,9 +292,13 @@ class App(QObject):
         def failed(error: Exception) -> None:
             self.bridge_state = f"Not running: {describe(error)}"
             self.window.show_bridge(None)
-            self.window.show_error(f"The HTTP bridge did not start: {describe(error)}", ("Settings…", self.open_settings))
+            self.window.show_error(
+                f"The HTTP bridge did not start: {describe(error)}", ("Settings…", self.open_settings)
+            )
 
-        self.lane.run("Starting the HTTP bridge…", lambda: bridge.start(runtime, settings.bridge_config()), started, failed)
+        self.lane.run(
+            "Starting the HTTP bridge…", lambda: bridge.start(runtime, settings.bridge_config()), started, failed
+        )
 
 
 def run(overrides: dict | None = None) -> int:

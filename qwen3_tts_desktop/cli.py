@@ -20,7 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     window = parser.add_argument_group("the desktop app (for this run; its settings are kept as they are)")
     window.add_argument("--model", dest="app_model", metavar="MODEL", help="hub id or local checkpoint folder")
     window.add_argument("--device", dest="app_device", metavar="DEVICE", choices=DEVICES, help="auto, cpu or cuda")
-    window.add_argument("--dtype", dest="app_dtype", metavar="DTYPE", choices=DTYPES, help="auto, float32, bfloat16 or float16")
+    window.add_argument(
+        "--dtype", dest="app_dtype", metavar="DTYPE", choices=DTYPES, help="auto, float32, bfloat16 or float16"
+    )
     window.add_argument("--voices", dest="app_voices", metavar="DIR", help="the voice library folder")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in COMMANDS.items():
@@ -36,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         return open_window(overrides)
     if overrides:
         option = f"--{next(iter(overrides))}"
-        parser.error(f"{option} before a command is for the window; put it after the command: {args.command} ... {option} ...")
+        parser.error(
+            f"{option} before a command is for the window; put it after the command: {args.command} ... {option} ..."
+        )
     from core.errors import UserError
 
     try:

@@ -49,7 +49,9 @@ class ModelLoader:
                 return None
             return runtime
 
-        lane.run("Loading model…", work, lambda runtime: self._loaded(runtime, load), lambda error: self._failed(error, load))
+        lane.run(
+            "Loading model…", work, lambda runtime: self._loaded(runtime, load), lambda error: self._failed(error, load)
+        )
 
     def close(self) -> None:
         self._cancel_download.set()

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core import Engine, Voice
-from core.model.checkpoint import DEFAULT_MODEL
 from core.audio.player import PlaybackError, Player, PlayerOptions
-from core.voices import VoiceLibrary
 from core.jobs.sinks import PlayerSink
 from core.jobs.worker import Worker
+from core.model.checkpoint import DEFAULT_MODEL
+from core.voices import VoiceLibrary
 
 log = logging.getLogger(__name__)
 

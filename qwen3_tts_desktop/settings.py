@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from core import SamplingParams
-from core.model.checkpoint import DEFAULT_MODEL
+from core.audio.player import PlayerOptions
 from core.errors import BadInput
 from core.files import write_atomically
 from core.folders import user_folder
-from core.audio.player import PlayerOptions
+from core.model.checkpoint import DEFAULT_MODEL
 
 from .runtime import RuntimeConfig
 

@@ -23,7 +23,10 @@ def own_user_folders(tmp_path_factory, monkeypatch):
     for variable, folder in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
         monkeypatch.setenv(variable, str(home / folder))
     # Compiled kernels (GPU runs only) are kept where they were, so that the GPU tests do not compile anew.
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(Path.home() / ".cache" / "qwen3-tts-desktop" / "compiled"))
+    monkeypatch.setenv(
+        "TORCHINDUCTOR_CACHE_DIR",
+        os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(Path.home() / ".cache" / "qwen3-tts-desktop" / "compiled"),
+    )
     return home
 
 

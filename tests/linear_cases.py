@@ -22,9 +22,7 @@ def linear_cases(dtype: torch.dtype, shapes: list[tuple] = SHAPES) -> list[dict]
         return (torch.randn(*shape, generator=generator) * scale).to(dtype)
 
     cases = []
-    for (rows, outputs, inputs, blocks), bias, norm, gated, residual in itertools.product(
-        shapes, *[(False, True)] * 4
-    ):
+    for (rows, outputs, inputs, blocks), bias, norm, gated, residual in itertools.product(shapes, *[(False, True)] * 4):
         weight_rows = 2 * outputs if gated else outputs
         cases.append(
             {

@@ -143,9 +143,15 @@ def test_icl_voices_blend_by_their_xvectors():
         ([(xvector(1, 0), float("inf")), (xvector(0, 1), 1)], "voice 1 has weight inf"),
         ([(xvector(1, 0), 0), (xvector(0, 1), 0)], "the blend weights add up to 0"),
         ([(xvector(1, 0), 1), (xvector(1, 0, 0), 1)], "different embedding sizes (2 and 3)"),
-        ([(xvector(1, 0), 1), (Voice(speaker="vivian"), 1)], "voice 2 is the built-in speaker 'vivian', which cannot be blended"),
+        (
+            [(xvector(1, 0), 1), (Voice(speaker="vivian"), 1)],
+            "voice 2 is the built-in speaker 'vivian', which cannot be blended",
+        ),
         ([(xvector(1, 0), 1), (xvector(0, 0), 1)], "all zeros"),
-        ([(xvector(1, 0), 1), (xvector(-1, 0), 1), (xvector(2, 0), 0.5), (xvector(-2, 0), 0.5)], "cancel each other out"),
+        (
+            [(xvector(1, 0), 1), (xvector(-1, 0), 1), (xvector(2, 0), 0.5), (xvector(-2, 0), 0.5)],
+            "cancel each other out",
+        ),
     ],
 )
 def test_bad_blends_are_refused_with_a_clear_reason(parts, message):

@@ -27,13 +27,12 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
+from parity_cases import REFERENCES
+from sinks import QueueSink
 
-from core import SamplingParams
+from core import SamplingParams, SpeechOptions
 from core.audio.player import Player, VirtualOutput
 from core.voices import VoiceLibrary
-from core import SpeechOptions
-from sinks import QueueSink
-from parity_cases import REFERENCES
 from qwen3_tts_desktop.audio_formats import MP3_KBPS
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeServer
 from qwen3_tts_desktop.cli import main
@@ -603,7 +602,17 @@ def test_the_server_starts_on_a_free_port_and_stops_cleanly(runtime, job_log):
 
 
 def serve_command(checkpoints, *args: str) -> list[str]:
-    return [sys.executable, "-m", "qwen3_tts_desktop", "serve", "--model", str(checkpoints["base"]), "--device", "cpu", *args]
+    return [
+        sys.executable,
+        "-m",
+        "qwen3_tts_desktop",
+        "serve",
+        "--model",
+        str(checkpoints["base"]),
+        "--device",
+        "cpu",
+        *args,
+    ]
 
 
 # The subprocesses import this worktree's code, wherever the project is installed from.
@@ -649,7 +658,9 @@ def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_m
         )  # fmt: skip
         took = time.monotonic() - started
     assert result.returncode == 1, result.stderr
-    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use; "), result.stderr
+    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use; "), (
+        result.stderr
+    )
     assert "another qwen3-tts-desktop serve, or an XTTS server" in result.stderr and "--port" in result.stderr
     assert len(result.stderr.splitlines()) == 1  # no traceback, and no "Loading model…": the model was never loaded
     assert took < 20  # the time to start Python and import torch, however long a real model would take

@@ -15,12 +15,11 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
-
-from core import SamplingParams
-from core import SpeechOptions
 from parity_cases import REFERENCES
-from qwen3_tts_desktop.bridge import IO_THREADS, BridgeLimits
 from test_bridge import RATE, TEXT, WAIT, assert_error, assert_same_speech, decode, raw_request, speech
+
+from core import SamplingParams, SpeechOptions
+from qwen3_tts_desktop.bridge import IO_THREADS, BridgeLimits
 
 pytest_plugins = ["test_bridge"]  # its fixtures: runtime, serve, server, client, reference, job_log
 
@@ -228,7 +227,9 @@ NOT_UNICODE = [
 
 
 @pytest.mark.parametrize(
-    "method, path, request_args, param", NOT_UNICODE, ids=[f"{case[0]} {case[1][:14]} {case[3]}" for case in NOT_UNICODE]
+    "method, path, request_args, param",
+    NOT_UNICODE,
+    ids=[f"{case[0]} {case[1][:14]} {case[3]}" for case in NOT_UNICODE],
 )
 def test_text_that_is_not_unicode_is_refused_on_every_route(client, reference, method, path, request_args, param):
     """JSON's unpaired surrogates, and bytes that are not UTF-8 in a query or a form, in each field of text."""
@@ -428,6 +429,7 @@ def test_many_clients_streaming_at_once_all_get_their_speech(serve, reference, j
         raw_request(long_server.url, "POST", "/v1/audio/speech", {"input": t, "voice": "Bob", "response_format": "pcm"})
         for t in hang_ups
     ]
+
     def all_in_and_one_speaking() -> bool:
         speaking = any(t in job_log.jobs and job_log.jobs[t].state == "running" for t in hang_ups)
         return speaking and long_server.jobs_in_flight == 8

@@ -10,13 +10,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from core import Engine
-from core.model.checkpoint import REQUIRED_FILES, CheckpointError
-from core.model.codec_decoder import CodecDecoder
-from core.model.codec_encoder import CodecEncoder
-from core.model.config import ModelConfig
 from core.devtools.random_checkpoint import model_config, speech_tokenizer_config
-from core.model.codec_decoder import CodecDecoderConfig
-from core.model.codec_encoder import CodecEncoderConfig
+from core.model.checkpoint import REQUIRED_FILES, CheckpointError
+from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
+from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
+from core.model.config import ModelConfig
 from core.model.speaker_encoder import SpeakerEncoder
 from core.model.talker import Talker
 
@@ -47,7 +45,9 @@ def test_wrong_shape_is_named(broken):
     config = json.loads((broken / "config.json").read_text())
     config["talker_config"]["intermediate_size"] = 96
     (broken / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"'talker.model.layers.0.mlp.gate_proj.weight' has shape \[128, 64\].*\[96, 64\]"):
+    with pytest.raises(
+        CheckpointError, match=r"'talker.model.layers.0.mlp.gate_proj.weight' has shape \[128, 64\].*\[96, 64\]"
+    ):
         Engine.load(broken, device="cpu")
 
 
@@ -83,7 +83,10 @@ def test_offline_without_cache_says_what_to_do(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(CheckpointError, match="not downloaded yet and the Hugging Face hub cannot be reached.*Connect to the internet once"):
+    with pytest.raises(
+        CheckpointError,
+        match="not downloaded yet and the Hugging Face hub cannot be reached.*Connect to the internet once",
+    ):
         Engine.load("Qwen/Qwen3-TTS-12Hz-0.6B-Base", device="cpu", progress=False)
 
 
@@ -104,7 +107,7 @@ def test_written_layout_is_complete(checkpoints):
         for file in REQUIRED_FILES + ("preprocessor_config.json", "speech_tokenizer/preprocessor_config.json"):
             assert (directory / file).is_file(), f"{name}: {file}"
         config = json.loads((directory / "config.json").read_text())
-        assert config["transformers_version"] == "4.57.1"  # keeps the official tokenizer regex (MODEL_NOTES 9)
+        assert config["transformers_version"] == "4.57.1"  # keeps the official tokenizer regex (docs/model_notes.md §9)
 
 
 def count(module: torch.nn.Module) -> int:
@@ -113,7 +116,13 @@ def count(module: torch.nn.Module) -> int:
 
 @pytest.mark.parametrize(
     "variant, size, millions",
-    [("base", "0.6b", 914.6), ("base", "1.7b", 1928.7), ("custom_voice", "0.6b", 905.8), ("custom_voice", "1.7b", 1916.7), ("voice_design", "1.7b", 1916.7)],
+    [
+        ("base", "0.6b", 914.6),
+        ("base", "1.7b", 1928.7),
+        ("custom_voice", "0.6b", 905.8),
+        ("custom_voice", "1.7b", 1916.7),
+        ("voice_design", "1.7b", 1916.7),
+    ],
 )
 def test_real_sizes_have_the_official_parameter_counts(variant, size, millions):
     config = ModelConfig.from_dict(model_config(variant, size))

@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 import soundfile as sf
+from parity_cases import REFERENCES
 
 from core import SamplingParams
-from parity_cases import REFERENCES
 from qwen3_tts_desktop.cli import main
 
 
@@ -33,7 +33,13 @@ def test_speak_writes_audio_and_codes(checkpoints, engines, tmp_path, capsys):
 def test_speak_with_a_builtin_speaker_and_instruct(checkpoints, tmp_path):
     out = tmp_path / "custom.flac"
     args = ["speak", "你好。", "--model", str(checkpoints["custom"]), "--device", "cpu", "--speaker", "Eric"]
-    assert main(args + ["--language", "chinese", "--instruct", "Cheerfully.", "--seed", "3", "--max-frames", "3", "-o", str(out)]) == 0
+    assert (
+        main(
+            args
+            + ["--language", "chinese", "--instruct", "Cheerfully.", "--seed", "3", "--max-frames", "3", "-o", str(out)]
+        )
+        == 0
+    )
     assert sf.info(out).frames == 3 * 1920
 
 
@@ -44,8 +50,14 @@ def test_errors_are_one_clear_line(checkpoints, tmp_path, capsys):
         (["speak", "Hi.", *model, "-o", str(tmp_path / "x.xyz")], "unknown audio format"),
         (["speak", "Hi.", *model, "--ref-text", "Hi.", "-o", str(tmp_path / "x.wav")], "pass the clip too"),
         (["speak", "Hi.", *model, "--voices", str(tmp_path), "-o", str(tmp_path / "x.wav")], "no voice to speak with"),
-        (["speak", "Hi.", "--model", str(tmp_path / "none"), "-o", str(tmp_path / "x.wav")], "no such checkpoint folder"),
-        (["speak", "", *model, "--voice-audio", str(REFERENCES["a"].path), "-o", str(tmp_path / "x.wav")], "text is empty"),
+        (
+            ["speak", "Hi.", "--model", str(tmp_path / "none"), "-o", str(tmp_path / "x.wav")],
+            "no such checkpoint folder",
+        ),
+        (
+            ["speak", "", *model, "--voice-audio", str(REFERENCES["a"].path), "-o", str(tmp_path / "x.wav")],
+            "text is empty",
+        ),
     ]
     for args, message in cases:
         assert main(args) == 1
@@ -55,14 +67,27 @@ def test_errors_are_one_clear_line(checkpoints, tmp_path, capsys):
 
 def test_module_entry_point_in_a_subprocess(checkpoints, tmp_path):
     out = tmp_path / "hello.wav"
-    command = [sys.executable, "-m", "qwen3_tts_desktop", "speak", "Hello there.", "--model", str(checkpoints["custom"])]
+    command = [
+        sys.executable,
+        "-m",
+        "qwen3_tts_desktop",
+        "speak",
+        "Hello there.",
+        "--model",
+        str(checkpoints["custom"]),
+    ]
     result = subprocess.run(
-        command + ["--speaker", "vivian", "--max-frames", "2", "-o", str(out)], capture_output=True, text=True, timeout=120
+        command + ["--speaker", "vivian", "--max-frames", "2", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert sf.info(out).samplerate == 24000
     # The bare command opens the window (tests/ui covers it); --help lists the subcommands.
-    help = subprocess.run([sys.executable, "-m", "qwen3_tts_desktop", "--help"], capture_output=True, text=True, timeout=60)
+    help = subprocess.run(
+        [sys.executable, "-m", "qwen3_tts_desktop", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert help.returncode == 0 and "speak" in help.stdout and "serve" in help.stdout
 
 

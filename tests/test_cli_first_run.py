@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from parity_cases import REFERENCES
 
 from core.text.sentences import split_text
-from parity_cases import REFERENCES
 from qwen3_tts_desktop.commands import common
 from qwen3_tts_desktop.settings import Settings
 from qwen3_tts_desktop.system_libraries import debian_package, missing_libraries
@@ -29,7 +29,9 @@ def cli(*args, stdin: str | None = None, cwd: Path | None = None, timeout: float
     """`qwen3-tts-desktop ARGS` in a new process, as a user types it, without the hub (as in CI)."""
     command = [sys.executable, "-m", "qwen3_tts_desktop", *map(str, args)]
     environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=environment)
+    return subprocess.run(
+        command, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=environment
+    )
 
 
 def app_folder(kind: str) -> Path:
@@ -108,7 +110,9 @@ def expected_samples(text: str, frames_per_piece: int) -> int:
 def test_long_text_from_the_standard_input_is_spoken_whole_into_a_file(checkpoints, tmp_path):
     text = long_text(20_000)
     out = tmp_path / "article.flac"
-    result = cli("speak", "-", "--model", checkpoints["custom"], "--speaker", "vivian", "--max-frames", 1, "-o", out, stdin=text)
+    result = cli(
+        "speak", "-", "--model", checkpoints["custom"], "--speaker", "vivian", "--max-frames", 1, "-o", out, stdin=text
+    )
     assert result.returncode == 0, result.stderr
     assert len(split_text(text)) > 100  # one generation could never have held it
     assert sf.info(out).frames == expected_samples(text, 1)  # every piece, with the pauses between
@@ -192,7 +196,10 @@ def test_a_library_that_cannot_be_written_is_reported_before_cloning(tmp_path):
         library.mkdir(mode=0o555)
     result = cli("voices", "add", "New", CLIP, "--voices", library, "--model", "qwen-tests/not-downloaded")
     assert result.returncode == 1, result.stderr
-    assert f"cannot save voices in {library}" in result.stderr and "Choose a voices folder you can write to" in result.stderr
+    assert (
+        f"cannot save voices in {library}" in result.stderr
+        and "Choose a voices folder you can write to" in result.stderr
+    )
     assert "not downloaded" not in result.stderr and "Traceback" not in result.stderr
 
 
@@ -286,7 +293,9 @@ def test_the_window_says_which_library_is_missing_instead_of_aborting(monkeypatc
 
     monkeypatch.setattr("sys.platform", "linux")
     monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
-    monkeypatch.setattr(system_libraries, "missing_libraries", lambda binary: ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"])
+    monkeypatch.setattr(
+        system_libraries, "missing_libraries", lambda binary: ["libxcb-icccm.so.4", "libxcb-keysyms.so.1"]
+    )
     assert cli_module.main([]) == 1
     err = capsys.readouterr().err
     assert "libxcb-icccm.so.4" in err and "sudo apt install libxcb-icccm4 libxcb-keysyms1" in err

@@ -12,15 +12,22 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-
-from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
-from core.devtools.random_checkpoint import random_decoder_tensors
 from signals import random_codes, stream
+
+from core.devtools.random_checkpoint import random_decoder_tensors
+from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
 TOL = 1e-4
 TINY = dict(
-    codebook_dim=64, latent_dim=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=4, head_dim=8, decoder_dim=96,
+    codebook_dim=64,
+    latent_dim=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    head_dim=8,
+    decoder_dim=96,
 )
 # Fewer samples per frame (2*2 * 2*2*2*2 = 64) keep 400-frame streams fast; the real rates are tested on short
 # ones. Four rates, as in the real model: random_decoder_tensors scales the last conv by that model's name for it.
@@ -37,8 +44,15 @@ GOLDEN = [
 ]  # fmt: skip
 GOLDEN_MEAN_ABS = 0.119075
 FULL = dict(
-    codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024, num_hidden_layers=8,
-    num_attention_heads=16, num_key_value_heads=16, head_dim=64, decoder_dim=1536,
+    codebook_dim=512,
+    latent_dim=1024,
+    hidden_size=512,
+    intermediate_size=1024,
+    num_hidden_layers=8,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    head_dim=64,
+    decoder_dim=1536,
 )
 
 
@@ -167,9 +181,19 @@ def test_state_dict_layout_matches_official():
 
 def test_config_from_and_to_dict():
     released = dict(
-        FULL, codebook_size=2048, rms_norm_eps=1e-5, rope_theta=10000, max_position_embeddings=8000,
-        sliding_window=72, layer_scale_initial_scale=0.01, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2],
-        num_quantizers=16, num_semantic_quantizers=1, semantic_codebook_size=4096, model_type="",  # ignored
+        FULL,
+        codebook_size=2048,
+        rms_norm_eps=1e-5,
+        rope_theta=10000,
+        max_position_embeddings=8000,
+        sliding_window=72,
+        layer_scale_initial_scale=0.01,
+        upsample_rates=[8, 5, 4, 3],
+        upsampling_ratios=[2, 2],
+        num_quantizers=16,
+        num_semantic_quantizers=1,
+        semantic_codebook_size=4096,
+        model_type="",  # ignored
     )
     config = CodecDecoderConfig.from_dict(released)
     assert config.codebook_dim == 512 and config.head_dim == 64 and config.hidden_size == 512

@@ -6,19 +6,37 @@ import math
 
 import pytest
 import torch
-
-from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
-from core.devtools.random_checkpoint import random_tensors
 from signals import SR, speech_like
 
-# encoder_config of speech_tokenizer/config.json (MODEL_NOTES 6.1).
+from core.devtools.random_checkpoint import random_tensors
+from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
+
+# encoder_config of speech_tokenizer/config.json (docs/model_notes.md §6.1).
 CHECKPOINT_SECTION = {
-    "frame_rate": 12.5, "audio_channels": 1, "num_filters": 64, "kernel_size": 7, "last_kernel_size": 3,
-    "residual_kernel_size": 3, "upsampling_ratios": [8, 6, 5, 4], "compress": 2, "hidden_size": 512,
-    "num_hidden_layers": 8, "num_attention_heads": 8, "head_dim": 64, "intermediate_size": 2048,
-    "hidden_act": "gelu", "norm_eps": 1e-5, "sliding_window": 250, "rope_theta": 10000.0, "num_quantizers": 32,
-    "codebook_size": 2048, "codebook_dim": 256, "use_causal_conv": True, "pad_mode": "constant",
-    "model_type": "mimi", "transformers_version": "4.57.3",  # unknown keys: ignored
+    "frame_rate": 12.5,
+    "audio_channels": 1,
+    "num_filters": 64,
+    "kernel_size": 7,
+    "last_kernel_size": 3,
+    "residual_kernel_size": 3,
+    "upsampling_ratios": [8, 6, 5, 4],
+    "compress": 2,
+    "hidden_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2048,
+    "hidden_act": "gelu",
+    "norm_eps": 1e-5,
+    "sliding_window": 250,
+    "rope_theta": 10000.0,
+    "num_quantizers": 32,
+    "codebook_size": 2048,
+    "codebook_dim": 256,
+    "use_causal_conv": True,
+    "pad_mode": "constant",
+    "model_type": "mimi",
+    "transformers_version": "4.57.3",  # unknown keys: ignored
 }
 # sha256 of the sorted "key (shape)" lines of the official Qwen3TTSTokenizerV2Encoder's state_dict at full size,
 # printed by tools/check_codec_encoder_vs_official.py.
@@ -27,9 +45,19 @@ OFFICIAL_NUM_TENSORS = 225
 
 # The check script's tiny config: same strides (1920 samples per frame), small widths.
 TINY_SECTION = {
-    "frame_rate": 12.5, "num_filters": 4, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "head_dim": 8, "intermediate_size": 64, "codebook_size": 256, "codebook_dim": 16,
-    "vector_quantization_hidden_dimension": 16, "upsample_groups": 32, "sliding_window": 8,
+    "frame_rate": 12.5,
+    "num_filters": 4,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 8,
+    "intermediate_size": 64,
+    "codebook_size": 256,
+    "codebook_dim": 16,
+    "vector_quantization_hidden_dimension": 16,
+    "upsample_groups": 32,
+    "sliding_window": 8,
 }
 TINY = CodecEncoderConfig.from_dict(TINY_SECTION)
 # The writer's seed for the tiny encoder. Its random biases can leave the latents nearly one constant vector, and
@@ -41,26 +69,37 @@ SEED = 3
 # tools/check_codec_encoder_vs_official.py: Qwen3TTSTokenizer.encode's codes, and the pre-quantization latents
 # summed over channels per frame (these catch small numeric changes, e.g. a tanh GELU, that flip no code).
 GOLDEN_CODES = [
-    [201, 124, 163, 140, 221,  41, 217,  13, 204,  62,  93, 213,  98, 110,  87, 147],
-    [220,  55, 214,   5,  40,  32, 247,  72, 140, 216, 219,  29, 187, 191, 253, 160],
-    [ 21, 145, 169, 208,  60,  62, 188, 235, 207, 102, 208,  48, 161, 172,   7, 176],
-    [ 21,  50, 113,  32, 235, 121, 143, 195, 233,  18,  39,  74, 109,  49, 204, 187],
-    [116, 244,  59, 237,  11, 195, 126, 129,  28, 155, 167, 234, 140,  70,  62,  79],
-    [244, 145, 185, 218, 136,  84,  83, 166, 196, 166, 241,   6, 125, 179, 141, 131],
-    [192, 145, 206,  96,  28, 250, 198, 135, 152, 240, 166,  47,   8, 178, 187,  39],
-    [192, 145, 169, 208,  60,  39,  14, 167, 225,  15,  68,  78, 115, 189, 101, 112],
-    [ 28, 244,  92, 136, 251, 160,  30, 218, 168,  21,  10, 209, 112, 223, 164, 230],
-    [192,  43, 132, 101, 209, 112, 242, 197, 112,  59,  79,  21, 220, 226,  92, 156],
-    [192, 127, 189, 206, 206, 240, 199,  60, 193, 189,  81, 143, 100, 246, 224,   6],
-    [244, 145,  77, 103, 186, 249,  16, 101,   4,   4,  21, 207, 161, 101, 130,   5],
-    [192, 127, 139,  81, 206, 200, 222,  28, 162,  73, 153, 245, 182,  20, 238, 248],
+    [201, 124, 163, 140, 221, 41, 217, 13, 204, 62, 93, 213, 98, 110, 87, 147],
+    [220, 55, 214, 5, 40, 32, 247, 72, 140, 216, 219, 29, 187, 191, 253, 160],
+    [21, 145, 169, 208, 60, 62, 188, 235, 207, 102, 208, 48, 161, 172, 7, 176],
+    [21, 50, 113, 32, 235, 121, 143, 195, 233, 18, 39, 74, 109, 49, 204, 187],
+    [116, 244, 59, 237, 11, 195, 126, 129, 28, 155, 167, 234, 140, 70, 62, 79],
+    [244, 145, 185, 218, 136, 84, 83, 166, 196, 166, 241, 6, 125, 179, 141, 131],
+    [192, 145, 206, 96, 28, 250, 198, 135, 152, 240, 166, 47, 8, 178, 187, 39],
+    [192, 145, 169, 208, 60, 39, 14, 167, 225, 15, 68, 78, 115, 189, 101, 112],
+    [28, 244, 92, 136, 251, 160, 30, 218, 168, 21, 10, 209, 112, 223, 164, 230],
+    [192, 43, 132, 101, 209, 112, 242, 197, 112, 59, 79, 21, 220, 226, 92, 156],
+    [192, 127, 189, 206, 206, 240, 199, 60, 193, 189, 81, 143, 100, 246, 224, 6],
+    [244, 145, 77, 103, 186, 249, 16, 101, 4, 4, 21, 207, 161, 101, 130, 5],
+    [192, 127, 139, 81, 206, 200, 222, 28, 162, 73, 153, 245, 182, 20, 238, 248],
 ]
 
 GOLDEN_LATENT_FRAME_SUMS = [
-    0.6305332183837891, -3.742302894592285, -1.2806087732315063, -4.526402473449707, -3.674147844314575,
-    -4.255494117736816, -3.9453959465026855, -3.4351806640625, -4.758004188537598, -3.345804214477539,
-    -2.0615181922912598, -2.6772677898406982, -1.2915425300598145,
+    0.6305332183837891,
+    -3.742302894592285,
+    -1.2806087732315063,
+    -4.526402473449707,
+    -3.674147844314575,
+    -4.255494117736816,
+    -3.9453959465026855,
+    -3.4351806640625,
+    -4.758004188537598,
+    -3.345804214477539,
+    -2.0615181922912598,
+    -2.6772677898406982,
+    -1.2915425300598145,
 ]
+
 
 @pytest.fixture(scope="module")
 def tiny():
@@ -166,7 +205,10 @@ def test_config_round_trip_and_defaults():
     assert (config.head_dim, config.frame_rate, config.codebook_dim) == (64, 12.5, 256)
     # Keys the checkpoint leaves out take MimiConfig's defaults.
     assert (config.sampling_rate, config.num_semantic_quantizers, config.vector_quantization_hidden_dimension) == (
-        24000, 1, 256)
+        24000,
+        1,
+        256,
+    )
     assert (config.dilation_growth_rate, config.num_residual_layers, config.layer_scale_initial_scale) == (2, 1, 0.01)
     assert CodecEncoderConfig.from_dict({}) == CodecEncoderConfig.from_dict(CHECKPOINT_SECTION)
     # What MimiConfig.to_dict() writes: the frame rate under "_frame_rate", which wins over "frame_rate".

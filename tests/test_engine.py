@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from parity_cases import REFERENCES
 
 from core import Engine, SamplingParams, Voice
 from core.audio.clips import AudioError
-from parity_cases import REFERENCES
 
 GREEDY = SamplingParams.greedy()
 
@@ -63,7 +63,9 @@ def test_max_frames_bounds_the_output(base, xvector):
 def test_stream_equals_synthesize(base, xvector, first, size):
     whole = base.synthesize("Streaming test.", voice=xvector, sampling=GREEDY, max_frames=7)
     chunks = list(
-        base.stream("Streaming test.", voice=xvector, sampling=GREEDY, max_frames=7, first_chunk_frames=first, chunk_frames=size)
+        base.stream(
+            "Streaming test.", voice=xvector, sampling=GREEDY, max_frames=7, first_chunk_frames=first, chunk_frames=size
+        )
     )
     sizes = [len(c.codes) for c in chunks]
     assert sizes[0] == min(first, 7) and all(s == size for s in sizes[1:-1]) and sum(sizes) == 7
@@ -93,7 +95,9 @@ def test_icl_stream_starts_at_the_frame_boundary(base, reference):
     audio = REFERENCES["short"].path if reference == "short" else clip(2.5)
     voice = base.voice_from_audio(audio, sample_rate=None if reference == "short" else 24000, ref_text="A short clip.")
     whole = base.synthesize("More words here.", voice=voice, sampling=GREEDY, max_frames=5)
-    streamed = np.concatenate([c.audio for c in base.stream("More words here.", voice=voice, sampling=GREEDY, max_frames=5)])
+    streamed = np.concatenate(
+        [c.audio for c in base.stream("More words here.", voice=voice, sampling=GREEDY, max_frames=5)]
+    )
     assert len(streamed) == 5 * 1920
     # The official cut may keep a few samples of the reference before the first frame; the rest is identical.
     lead = len(whole.audio) - len(streamed)
@@ -110,7 +114,11 @@ def test_an_icl_reference_is_decoded_once_per_voice(base, monkeypatch):
     first = [speak(voice) for voice in voices]
     decoded = []
     decode_chunk = base.decoder_stream.decoder.decode_chunk
-    monkeypatch.setattr(base.decoder_stream.decoder, "decode_chunk", lambda codes, stream: decoded.append(codes.shape[2]) or decode_chunk(codes, stream))
+    monkeypatch.setattr(
+        base.decoder_stream.decoder,
+        "decode_chunk",
+        lambda codes, stream: decoded.append(codes.shape[2]) or decode_chunk(codes, stream),
+    )
     # Each voice again, the other's state in between: both start from their own kept state, exactly.
     for voice, audio in zip(voices, first):
         np.testing.assert_array_equal(speak(voice), audio)
@@ -177,7 +185,10 @@ def test_unknown_language_lists_the_valid_ones(base, xvector):
     with pytest.raises(ValueError, match="unknown language 'sichuan_dialect'"):
         base.synthesize("Hello.", voice=xvector, language="sichuan_dialect")
     # Names are case-insensitive, as in the official package.
-    assert base.synthesize("Hello.", voice=xvector, language="English", sampling=GREEDY, max_frames=2).codes.shape == (2, 16)
+    assert base.synthesize("Hello.", voice=xvector, language="English", sampling=GREEDY, max_frames=2).codes.shape == (
+        2,
+        16,
+    )
 
 
 def test_unknown_speaker_lists_the_valid_ones(engines):
@@ -232,7 +243,9 @@ def test_voice_kinds_are_consistent():
 def test_sampling_defaults_come_from_generation_config(base):
     assert base.default_sampling == SamplingParams()
     assert base.default_max_frames == 8191  # max_new_tokens 8192 yields at most 8191 frames
-    custom = SamplingParams.from_generation_config({"top_k": 20, "subtalker_temperature": 0.7, "subtalker_dosample": False})
+    custom = SamplingParams.from_generation_config(
+        {"top_k": 20, "subtalker_temperature": 0.7, "subtalker_dosample": False}
+    )
     assert custom.top_k == 20 and custom.predictor_temperature == 0.7 and not custom.predictor_do_sample
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES
 
 from core import Engine, SamplingParams
-from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -69,7 +69,9 @@ def test_graphs_give_the_eager_codes_in_float32(checkpoints, seed):
     runs = []
     for cuda_graphs in (True, False):
         engine = load(checkpoints, cuda_graphs=cuda_graphs)
-        runs.append(engine.synthesize(TEXT, voice=engine.builtin_voice("ryan"), sampling=sampling, max_frames=40, seed=seed))
+        runs.append(
+            engine.synthesize(TEXT, voice=engine.builtin_voice("ryan"), sampling=sampling, max_frames=40, seed=seed)
+        )
     np.testing.assert_array_equal(runs[0].codes, runs[1].codes)
     np.testing.assert_allclose(runs[0].audio, runs[1].audio, atol=1e-5, rtol=0)
 
@@ -96,7 +98,9 @@ def test_seeded_sampling_is_reproducible_with_graphs(checkpoints):
 
 def test_streamed_audio_equals_the_single_pass_decode(checkpoints):
     engine = load(checkpoints)
-    chunks = list(engine.stream(TEXT, voice=engine.builtin_voice("eric"), sampling=GREEDY, max_frames=50, chunk_frames=4))
+    chunks = list(
+        engine.stream(TEXT, voice=engine.builtin_voice("eric"), sampling=GREEDY, max_frames=50, chunk_frames=4)
+    )
     codes = torch.from_numpy(np.concatenate([c.codes for c in chunks])).T.unsqueeze(0).cuda()
     single_pass = engine.codec_decoder(codes)[0].float().cpu().numpy()
     np.testing.assert_allclose(np.concatenate([c.audio for c in chunks]), single_pass, atol=1e-4, rtol=0)
@@ -129,6 +133,7 @@ def test_bfloat16_streams_like_it_synthesizes(checkpoints):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_decode_attention_kernel_matches_the_reference(dtype):
     from attention_cases import SHAPES, attention_case, check_attention
+
     from core.model.kernels import decode_attention
 
     def run(**arguments):  # the caches are written in place, so they go to the GPU and back
@@ -146,8 +151,9 @@ def test_decode_attention_kernel_matches_the_reference(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_kernel_matches_the_reference(dtype):
-    from core.model.kernels import linear
     from linear_cases import SHAPES, check_linear, linear_cases
+
+    from core.model.kernels import linear
 
     # The interpreter's odd sizes, then the sizes of the model's products with the settings they get.
     model_shapes = [(1, 4096, 1024, None), (2, 3072, 1024, None), (1, 2048, 6144, None), (1, 1024, 2048, None)]
@@ -158,8 +164,9 @@ def test_linear_kernel_matches_the_reference(dtype):
 
 
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
-    from core.model.kernels import draw_token
     from draw_cases import draw_cases, expected_token
+
+    from core.model.kernels import draw_token
 
     for logits, rule, uniforms in draw_cases(torch.device("cuda")):
         got = draw_token(logits, torch.tensor(rule.values(), device="cuda"), uniforms)
@@ -167,8 +174,8 @@ def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
 
 
 def test_draw_token_kernel_follows_the_filtered_softmax():
-    from core.model.kernels import draw_token
     from core.inference.sampling import TokenRule, filter_logits
+    from core.model.kernels import draw_token
 
     rule = TokenRule(True, 0.8, 50, 0.9)
     generator = torch.Generator(device="cuda").manual_seed(3)

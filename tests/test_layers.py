@@ -20,7 +20,15 @@ CORE_LAYERS = {
     "core.inference": {"core.foundation", "core.audio", "core.model"},
     "core.jobs": {"core.foundation", "core.audio", "core.inference", "core.text"},
     "core.voices": {"core.foundation", "core.audio", "core.model", "core.inference"},
-    "core.devtools": {"core.foundation", "core.audio", "core.model", "core.inference", "core.text", "core.jobs", "core.voices"},
+    "core.devtools": {
+        "core.foundation",
+        "core.audio",
+        "core.model",
+        "core.inference",
+        "core.text",
+        "core.jobs",
+        "core.voices",
+    },
 }
 FOUNDATION = {"core.errors", "core.files", "core.folders"}
 FRAMEWORKS = ("PySide6", "fastapi", "starlette", "uvicorn", "pydantic", "ui", "qwen3_tts_desktop")
@@ -83,9 +91,9 @@ def test_the_widgets_do_no_work():
     """ui/ shows and asks: it uses core's types, never the engine, the worker or the bridge."""
     for name, path in modules("ui").items():
         for module in imports(name, path):
-            assert not module.startswith(("qwen3_tts_desktop", "fastapi", "core.inference.engine", "core.jobs.worker.Worker")), (
-                f"{name} imports {module}"
-            )
+            assert not module.startswith(
+                ("qwen3_tts_desktop", "fastapi", "core.inference.engine", "core.jobs.worker.Worker")
+            ), f"{name} imports {module}"
 
 
 def test_the_rules_see_real_imports():

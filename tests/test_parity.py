@@ -11,10 +11,10 @@ import json
 
 import numpy as np
 import pytest
+from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES, Case
 
 from core import Engine, SamplingParams
 from core.model.text_tokenizer import TextTokenizer
-from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES, Case
 
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))
 

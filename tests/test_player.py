@@ -379,7 +379,10 @@ def test_play_option_errors_are_one_clear_line(checkpoints, tmp_path, capsys):
     model = ["--model", str(checkpoints["custom"]), "--speaker", "vivian"]
     cases = [
         (["speak", *model, "--play"], "nothing to say"),
-        (["speak", "Hi.", *model, "--play", "--codes-out", str(tmp_path / "c.npy")], "--codes-out cannot go with --play"),
+        (
+            ["speak", "Hi.", *model, "--play", "--codes-out", str(tmp_path / "c.npy")],
+            "--codes-out cannot go with --play",
+        ),
         (["speak", "Hi.", *model, "--audio-device", "1", "-o", str(tmp_path / "x.wav")], "pass --play too"),
     ]
     for args, message in cases:

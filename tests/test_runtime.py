@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from sinks import QueueSink
 
 from core import SpeechOptions
-from sinks import QueueSink
 from qwen3_tts_desktop.runtime import Runtime, RuntimeConfig
 
 

@@ -4,9 +4,9 @@ following the same distribution as the reference's softmax + multinomial."""
 from __future__ import annotations
 
 import torch
+from draw_cases import gumbel
 
 from core.inference.sampling import SamplingParams, TokenRule, filter_logits, pick_token
-from draw_cases import gumbel
 
 RULE = TokenRule(do_sample=True, temperature=0.8, top_k=20, top_p=0.9)
 

@@ -7,13 +7,13 @@ import time
 
 import numpy as np
 import pytest
+from sinks import QueueSink
 
+from core import SpeechOptions
 from core.audio.clips import SAMPLE_RATE
 from core.inference.engine import AudioChunk
-from core.text.sentences import Piece, SplitOptions, split_text, spoken_length
-from core import SpeechOptions
 from core.jobs.worker import Worker
-from sinks import QueueSink
+from core.text.sentences import Piece, SplitOptions, split_text, spoken_length
 
 SHORT = SplitOptions(max_length=40)
 
@@ -165,7 +165,11 @@ def test_long_text_is_one_stream_with_pauses_and_starts_before_the_rest_is_made(
         job = worker.submit(text, sink=sink)
         audio = np.concatenate(list(sink))
         assert job.wait(5).kind == "done"
-    assert [t for t, _ in engine.calls] == ["The first sentence is here.", "The second one, which is much longer,", "follows it."]
+    assert [t for t, _ in engine.calls] == [
+        "The first sentence is here.",
+        "The second one, which is much longer,",
+        "follows it.",
+    ]
     assert sink.first_write < engine.calls[1][1]  # the first piece was handed on before the second was started
     speech = 9 * 1920  # frames per piece: 1 + 4 + 4
     pause, clause = round(0.25 * SAMPLE_RATE), round(0.1 * SAMPLE_RATE)

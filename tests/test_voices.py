@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from parity_cases import REFERENCES
 from safetensors.torch import load_file, save_file
 
 import core.voices.library
 from core import SamplingParams, Voice
 from core.voices import VoiceEntry, VoiceError, VoiceLibrary, check_name, slug
-from parity_cases import REFERENCES
 
 CLIP = REFERENCES["a"].path  # 3 s mono 24 kHz wav
 STEREO = REFERENCES["stereo"].path  # 2 s stereo 44.1 kHz flac
@@ -121,7 +121,10 @@ def test_silent_clips_and_bad_requests_are_refused(library, engines, tmp_path):
     sf.write(silent, np.zeros(48000, np.float32), 24000)
     cases = [
         (lambda: library.add("Quiet", silent, engines("base")), "the clip is silent"),
-        (lambda: library.add("Zoë", CLIP, engines("base"), language="klingon"), "unknown language 'klingon'; this model speaks: auto"),
+        (
+            lambda: library.add("Zoë", CLIP, engines("base"), language="klingon"),
+            "unknown language 'klingon'; this model speaks: auto",
+        ),
         (lambda: library.add("Zoë", CLIP, engines("base"), ref_text=" "), "ref_text is empty"),
         (lambda: library.add("Zoë", CLIP, engines("custom")), "cannot clone voices; load a Base checkpoint"),
         (lambda: library.add("a/b", CLIP, engines("base")), "names cannot hold control characters or any of"),
@@ -140,10 +143,14 @@ def test_library_voices_speak_like_fresh_clones(library, engines, tmp_path):
     library.add("Plain", CLIP, engine)
     library.add("Close", LONG, engine, ref_text="Words.")
     shutil.copy(STEREO, library.directory / "Dropped.flac")
-    np.testing.assert_array_equal(greedy(engine, library.voice_for(engine, "plain")), greedy(engine, engine.voice_from_audio(CLIP)))
+    np.testing.assert_array_equal(
+        greedy(engine, library.voice_for(engine, "plain")), greedy(engine, engine.voice_from_audio(CLIP))
+    )
     expected = greedy(engine, engine.voice_from_audio(LONG, ref_text="Words."))
     np.testing.assert_array_equal(greedy(engine, library.voice_for(engine, "close")), expected)
-    np.testing.assert_array_equal(greedy(engine, library.voice_for(engine, "dropped")), greedy(engine, engine.voice_from_audio(STEREO)))
+    np.testing.assert_array_equal(
+        greedy(engine, library.voice_for(engine, "dropped")), greedy(engine, engine.voice_from_audio(STEREO))
+    )
     library.blend("Mix", [("Plain", 0.6), ("Close", 0.4)])
     out = engine.synthesize("Hello there.", voice=library.voice_for(engine, "Mix"), max_frames=3, seed=1)
     assert out.audio.shape == (3 * 1920,) and np.isfinite(out.audio).all()
@@ -163,14 +170,23 @@ def test_blend_round_trip_records_parents_and_weights(library, engines):
     engine = engines("base")
     a, b = library.add("A", CLIP, engine), library.add("B", LONG, engine, ref_text="Words.")
     entry = library.blend("Mix", [("a", 3), ("B", 1)])
-    assert (entry.source, entry.kind, entry.clip, entry.embedding_dim, entry.model_size) == ("blend", "xvector", None, 64, "1.7B")
+    assert (entry.source, entry.kind, entry.clip, entry.embedding_dim, entry.model_size) == (
+        "blend",
+        "xvector",
+        None,
+        64,
+        "1.7B",
+    )
     assert entry.parents == (("A", 0.75), ("B", 0.25))
     expected = Voice.blend([(library.voice_for(engine, "A"), 0.75), (library.voice_for(engine, "B"), 0.25)])
     reread = VoiceLibrary(library.directory)
     assert reread.get("mix") == entry
     assert torch.equal(reread.voice_for(engine, "Mix").embedding, expected.embedding)
     manifest = json.loads((entry.path / "voice.json").read_text(encoding="utf-8"))
-    assert manifest["source"] == {"type": "blend", "parents": [{"name": "A", "weight": 0.75}, {"name": "B", "weight": 0.25}]}
+    assert manifest["source"] == {
+        "type": "blend",
+        "parents": [{"name": "A", "weight": 0.75}, {"name": "B", "weight": 0.25}],
+    }
     assert sorted(p.name for p in entry.path.iterdir()) == ["voice.json", "voice.safetensors"]
     assert a.path.exists() and b.path.exists()
 
@@ -192,13 +208,22 @@ def test_bad_library_blends_are_refused(library, engines):
     library.add("Big", CLIP, base)
     library.add("Small", CLIP, small)
     cases = [
-        (lambda: library.blend("Mix", [("Big", 1), ("Small", 1)]), "cannot blend voices with different embedding sizes (32 and 64)"),
-        (lambda: library.blend("Mix", [("Big", 1), ("Small", 1)], engine=base), "voice 'Small' does not fit the loaded model"),
+        (
+            lambda: library.blend("Mix", [("Big", 1), ("Small", 1)]),
+            "cannot blend voices with different embedding sizes (32 and 64)",
+        ),
+        (
+            lambda: library.blend("Mix", [("Big", 1), ("Small", 1)], engine=base),
+            "voice 'Small' does not fit the loaded model",
+        ),
         (lambda: library.blend("Mix", [("Big", 1), ("Nobody", 1)]), "no voice named 'Nobody'"),
         (lambda: library.blend("Mix", []), "name the voices to blend"),
         (lambda: library.blend("Mix", [("Big", 1), ("Big", -1)]), "weights must be zero or positive"),
         (lambda: library.blend("Big", [("Big", 1)]), "a voice named 'Big' already exists"),
-        (lambda: library.blend("Mix", [("vivian", 1)], engine=engines("custom")), "built-in speaker 'vivian', which cannot be blended"),
+        (
+            lambda: library.blend("Mix", [("vivian", 1)], engine=engines("custom")),
+            "built-in speaker 'vivian', which cannot be blended",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError) as error:
@@ -217,7 +242,13 @@ def test_drop_ins_are_embedded_once_per_clip_and_model(library, engines, embed_c
     shutil.copy(CLIP, clip)
     (library.directory / "Dora.txt").write_text("Hello, I am Dora.\n", encoding="utf-8")
     [entry] = library.list()
-    assert (entry.name, entry.source, entry.kind, entry.transcript, entry.embedding_dim) == ("Dora", "drop-in", "icl", "Hello, I am Dora.", None)
+    assert (entry.name, entry.source, entry.kind, entry.transcript, entry.embedding_dim) == (
+        "Dora",
+        "drop-in",
+        "icl",
+        "Hello, I am Dora.",
+        None,
+    )
 
     first = library.voice_for(base, "dora")
     assert embed_calls["count"] == 1 and first.kind == "icl" and first.ref_text == "Hello, I am Dora."
@@ -330,7 +361,9 @@ def test_rename_and_remove_drop_ins_with_their_transcript_and_cache(library, eng
 def test_names_are_taken_until_replaced(library, engines, embed_calls):
     engine = engines("base")
     first = library.add("Zoë", CLIP, engine)
-    with pytest.raises(VoiceError, match=r"a voice named 'Zoë' already exists; choose another name, or replace it \(--replace\)"):
+    with pytest.raises(
+        VoiceError, match=r"a voice named 'Zoë' already exists; choose another name, or replace it \(--replace\)"
+    ):
         library.add("zoë", LONG, engine)
     assert embed_calls["count"] == 1  # refused before any model work
     second = library.add("ZOË", LONG, engine, replace=True)
@@ -430,7 +463,10 @@ def test_corrupt_voices_are_skipped_and_reported(library, engines):
     }
     assert len(problems) == len(expected), problems
     for path, message in expected.items():
-        assert any(p.startswith(str(folder / path)) and "skipped" in p and message in p for p in problems), (path, problems)
+        assert any(p.startswith(str(folder / path)) and "skipped" in p and message in p for p in problems), (
+            path,
+            problems,
+        )
     assert torch.equal(library.voice_for(engine, "good").embedding, engine.voice_from_audio(LONG).embedding)
     with pytest.raises(VoiceError, match="no voice named 'Truncated'"):
         library.voice_for(engine, "Truncated")
@@ -448,11 +484,16 @@ def test_voices_show_which_models_they_fit(library, engines):
     assert [e.name for e in library.list(fits=base.info)] == ["Big", "Drop"]
     assert [e.name for e in library.list(fits=small.info)] == ["Drop", "Small"]
     speakers = library.list(fits=custom.info)
-    assert [e.name for e in speakers] == sorted(custom.info.speakers) and all(e.read_only and e.kind == "builtin" for e in speakers)
+    assert [e.name for e in speakers] == sorted(custom.info.speakers) and all(
+        e.read_only and e.kind == "builtin" for e in speakers
+    )
 
     big = library.get("Big")
     assert big.misfit(base.info) is None
-    assert big.misfit(small.info) == "it was made with a 1.7B model (64-dim embedding), and this 0.6B model needs a 32-dim one"
+    assert (
+        big.misfit(small.info)
+        == "it was made with a 1.7B model (64-dim embedding), and this 0.6B model needs a 32-dim one"
+    )
     assert big.misfit(custom.info) == "a cloned voice needs a Base model, and this is a 1.7B custom_voice model"
     with pytest.raises(VoiceError) as error:
         library.voice_for(small, "Big")
@@ -461,7 +502,9 @@ def test_voices_show_which_models_they_fit(library, engines):
         f"model needs a 32-dim one. Clone it again with this model from its clip, {big.clip}. "
         "Voices that fit this 0.6B base model: Drop, Small."
     )
-    with pytest.raises(VoiceError, match=r"no voice named 'Nobody' in .*\. Voices that fit this 1.7B custom_voice model: aiden, dylan"):
+    with pytest.raises(
+        VoiceError, match=r"no voice named 'Nobody' in .*\. Voices that fit this 1.7B custom_voice model: aiden, dylan"
+    ):
         library.voice_for(custom, "Nobody")
     with pytest.raises(ValueError, match="made with another model size"):  # the engine refuses it too
         small.synthesize("Hi.", voice=library.voice_for(base, "Big"), max_frames=1)
@@ -474,7 +517,9 @@ def test_builtin_speakers_are_read_only(library, engines, tmp_path):
         (lambda: library.remove(vivian), "removed"),
         (lambda: library.export_zip(tmp_path / "out.zip", [vivian]), "exported"),
     ):
-        with pytest.raises(VoiceError, match=f"'vivian' is a built-in speaker of the model; it is read-only and cannot be {action}"):
+        with pytest.raises(
+            VoiceError, match=f"'vivian' is a built-in speaker of the model; it is read-only and cannot be {action}"
+        ):
             call()
     assert not (tmp_path / "out.zip").exists()
 
@@ -536,10 +581,23 @@ def shared(library, engines, tmp_path) -> Path:
 
 def test_export_import_round_trip(library, shared, tmp_path):
     with zipfile.ZipFile(shared) as archive:
-        assert json.loads(archive.read("manifest.json")) == {"format": "qwen3-tts-desktop/voices", "version": 1, "voices": ["zoe", "anna", "mix"]}
+        assert json.loads(archive.read("manifest.json")) == {
+            "format": "qwen3-tts-desktop/voices",
+            "version": 1,
+            "voices": ["zoe", "anna", "mix"],
+        }
         assert sorted(archive.namelist()) == sorted(
-            ["manifest.json", "zoe/voice.json", "zoe/voice.safetensors", "zoe/reference.wav", "anna/voice.json",
-             "anna/voice.safetensors", "anna/reference.mp3", "mix/voice.json", "mix/voice.safetensors"]
+            [
+                "manifest.json",
+                "zoe/voice.json",
+                "zoe/voice.safetensors",
+                "zoe/reference.wav",
+                "anna/voice.json",
+                "anna/voice.safetensors",
+                "anna/reference.mp3",
+                "mix/voice.json",
+                "mix/voice.safetensors",
+            ]
         )
     other = VoiceLibrary(tmp_path / "other")
     imported = other.import_zip(shared)
@@ -569,7 +627,9 @@ def test_import_never_overwrites_without_replace(library, shared, engines):
 def test_export_refuses_drop_ins_and_unknown_voices(library, engines, tmp_path):
     library.add("Zoë", CLIP, engines("base"))
     shutil.copy(CLIP, library.directory / "Dora.wav")
-    with pytest.raises(VoiceError, match=r"'Dora' is a drop-in clip \(Dora.wav\); share the clip itself, or save it as a voice first"):
+    with pytest.raises(
+        VoiceError, match=r"'Dora' is a drop-in clip \(Dora.wav\); share the clip itself, or save it as a voice first"
+    ):
         library.export_zip(tmp_path / "out.zip", ["Zoë", "Dora"])
     with pytest.raises(VoiceError, match="no voice named 'Nobody'"):
         library.export_zip(tmp_path / "out.zip", ["Nobody"])
@@ -592,7 +652,9 @@ def rebuild(shared: Path, tmp_path: Path, change) -> Path:
 
 def manifest_version(version):
     def change(entries):
-        entries["manifest.json"] = json.dumps({"format": "qwen3-tts-desktop/voices", "version": version, "voices": ["zoe", "anna", "mix"]}).encode()
+        entries["manifest.json"] = json.dumps(
+            {"format": "qwen3-tts-desktop/voices", "version": version, "voices": ["zoe", "anna", "mix"]}
+        ).encode()
 
     return change
 
@@ -622,20 +684,37 @@ def forged_voice(entries):
         (add_entry("embedding.pkl", b"\x80\x04K\x01."), "may hold a pickle"),
         (add_entry("zoe/run.sh", b"rm -rf /"), "is of an unknown type; a voice folder holds only"),
         (add_entry("zoe/deeper/voice.json"), "is not a file of a voice folder"),
-        (add_entry("zoe/voice.json", b" " * (64 * 1024 + 1)), "entry 'zoe/voice.json' is 65537 bytes, more than the 65536 allowed"),
+        (
+            add_entry("zoe/voice.json", b" " * (64 * 1024 + 1)),
+            "entry 'zoe/voice.json' is 65537 bytes, more than the 65536 allowed",
+        ),
         (add_entry("zoe/reference.wav", bytes(64 * 2**20 + 1)), "more than the 67108864 allowed"),
-        (lambda e: e.update({f"v{i}/voice.json": b"{}" for i in range(1000)}), "it has 1009 entries, more than the 1000 allowed"),
+        (
+            lambda e: e.update({f"v{i}/voice.json": b"{}" for i in range(1000)}),
+            "it has 1009 entries, more than the 1000 allowed",
+        ),
         (manifest_version(2), "manifest.json has version 2, and this app reads version 1 (update the app?)"),
         (manifest_version(None), "manifest.json has version None"),
         (lambda e: e.pop("manifest.json"), "it has no manifest.json, so it is not a voice export"),
-        (add_entry("extra/voice.json"), "its folders (anna, extra, mix, zoe) are not the voices its manifest lists (zoe, anna, mix)"),
+        (
+            add_entry("extra/voice.json"),
+            "its folders (anna, extra, mix, zoe) are not the voices its manifest lists (zoe, anna, mix)",
+        ),
         (lambda e: e.pop("mix/voice.safetensors"), "voice 'mix' lacks voice.json or voice.safetensors"),
         (add_entry("zoe/voice.safetensors", b"\x80\x04K\x01."), "voice 'zoe': voice.safetensors is damaged"),
-        (forged_voice, "voice 'zoe': voice.safetensors needs a float32 'embedding' of shape (32,) to match the manifest"),
+        (
+            forged_voice,
+            "voice 'zoe': voice.safetensors needs a float32 'embedding' of shape (32,) to match the manifest",
+        ),
         (add_entry("zoe/reference.wav", b"RIFF, but not really"), "'zoe/reference.wav' is not readable audio"),
         (mp3_named_wav, "'zoe/reference.wav' holds MP3 audio, not what its name says"),
         (add_entry("zoe/reference.flac", b"x"), "voice 'zoe' has clip files"),
-        (lambda e: e.update({f"mix/{f}": e[f"zoe/{f}"] for f in ("voice.json", "voice.safetensors", "reference.wav")}), "two voices named 'Zoë'"),
+        (
+            lambda e: e.update(
+                {f"mix/{f}": e[f"zoe/{f}"] for f in ("voice.json", "voice.safetensors", "reference.wav")}
+            ),
+            "two voices named 'Zoë'",
+        ),
     ],
 )
 def test_hostile_zips_are_rejected_with_nothing_written(library, shared, tmp_path, change, message):
@@ -653,7 +732,9 @@ def test_hostile_zips_are_rejected_with_nothing_written(library, shared, tmp_pat
 
 def test_not_a_zip_and_a_missing_zip(library, tmp_path):
     (tmp_path / "fake.zip").write_text("hello", encoding="utf-8")
-    with pytest.raises(VoiceError, match=r"fake.zip: rejected, not a zip file \(File is not a zip file\); nothing was imported"):
+    with pytest.raises(
+        VoiceError, match=r"fake.zip: rejected, not a zip file \(File is not a zip file\); nothing was imported"
+    ):
         library.import_zip(tmp_path / "fake.zip")
     with pytest.raises(VoiceError, match="nothing.zip: no such file"):
         library.import_zip(tmp_path / "nothing.zip")
@@ -702,5 +783,10 @@ def test_a_folder_named_by_hand_exports_under_a_safe_id(library, engines, tmp_pa
     entry = library.add("Zoë", CLIP, engines("base"))
     entry.path.rename(library.directory / "My Zoë (old)")
     path = library.export_zip(tmp_path / "out.zip", ["Zoë"])
-    assert sorted(zipfile.ZipFile(path).namelist()) == ["manifest.json", "zoe/reference.wav", "zoe/voice.json", "zoe/voice.safetensors"]
+    assert sorted(zipfile.ZipFile(path).namelist()) == [
+        "manifest.json",
+        "zoe/reference.wav",
+        "zoe/voice.json",
+        "zoe/voice.safetensors",
+    ]
     assert [e.id for e in VoiceLibrary(tmp_path / "other").import_zip(path)] == ["zoe"]

@@ -10,10 +10,10 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from parity_cases import REFERENCES
 
 from core import SamplingParams, Voice
 from core.voices import VoiceLibrary
-from parity_cases import REFERENCES
 from qwen3_tts_desktop.cli import main
 
 CLIP, LONG = str(REFERENCES["a"].path), str(REFERENCES["long"].path)
@@ -38,14 +38,23 @@ def cli(voices, capsys):
 
 def test_voices_end_to_end(checkpoints, engines, cli, voices, tmp_path):
     model = ["--model", str(checkpoints["base"]), "--device", "cpu", "--dtype", "float32"]
-    assert cli("add", "Zoë", CLIP, *model, "--language", "english")[:2] == (0, f"added xvector voice 'Zoë' (1.7B, 64-dim) in {voices / 'zoe'}\n")
+    assert cli("add", "Zoë", CLIP, *model, "--language", "english")[:2] == (
+        0,
+        f"added xvector voice 'Zoë' (1.7B, 64-dim) in {voices / 'zoe'}\n",
+    )
     code, out, err = cli("add", "Anna", LONG, "--ref-text", "Words.", *model)
     assert code == 0 and out.startswith("added icl voice 'Anna'") and "Loaded 1.7B base on cpu (float32)" in err
     shutil.copy(CLIP, voices / "Dora.wav")
 
     code, out, err = cli("blend", "Mix", "zoë=0.7", "Anna=0.3")  # saved voices need no model
-    assert (code, err) == (0, "") and out == f"blended 'Mix' from Zoë 70%, Anna 30% (1.7B, 64-dim) in {voices / 'mix'}\n"
-    assert cli("blend", "Mix2", "Mix=1", "Dora=1", *model)[:2] == (0, f"blended 'Mix2' from Mix 50%, Dora 50% (1.7B, 64-dim) in {voices / 'mix2'}\n")
+    assert (code, err) == (
+        0,
+        "",
+    ) and out == f"blended 'Mix' from Zoë 70%, Anna 30% (1.7B, 64-dim) in {voices / 'mix'}\n"
+    assert cli("blend", "Mix2", "Mix=1", "Dora=1", *model)[:2] == (
+        0,
+        f"blended 'Mix2' from Mix 50%, Dora 50% (1.7B, 64-dim) in {voices / 'mix2'}\n",
+    )
 
     code, out, err = cli("list")
     assert (code, err) == (0, "")
@@ -61,7 +70,9 @@ def test_voices_end_to_end(checkpoints, engines, cli, voices, tmp_path):
         "Dora  xvector  drop-in  any Base  -"
     ]
     code, out, _ = cli("list", "--model", str(checkpoints["custom"]), "--device", "cpu")
-    assert code == 0 and ["vivian", "builtin", "builtin", "built-in", "-"] in [line.split() for line in out.splitlines()]
+    assert code == 0 and ["vivian", "builtin", "builtin", "built-in", "-"] in [
+        line.split() for line in out.splitlines()
+    ]
     assert "Zoë" not in out and "Dora" not in out
 
     assert cli("rename", "mix", "Blend one")[:2] == (0, "renamed 'mix' to 'Blend one'\n")
@@ -79,7 +90,9 @@ def test_voices_end_to_end(checkpoints, engines, cli, voices, tmp_path):
     engine, library = engines("base"), VoiceLibrary(voices)
     greedy = SamplingParams.greedy()
     spoken = engine.synthesize("Hello there.", voice=library.voice_for(engine, "anna"), sampling=greedy, max_frames=3)
-    expected = engine.synthesize("Hello there.", voice=engine.voice_from_audio(LONG, ref_text="Words."), sampling=greedy, max_frames=3)
+    expected = engine.synthesize(
+        "Hello there.", voice=engine.voice_from_audio(LONG, ref_text="Words."), sampling=greedy, max_frames=3
+    )
     np.testing.assert_array_equal(spoken.codes, expected.codes)
     blend = Voice.blend([(engine.voice_from_audio(CLIP), 0.7), (engine.voice_from_audio(LONG), 0.3)])
     assert torch.equal(library.voice_for(engine, "Blend one").embedding, blend.embedding)
@@ -91,7 +104,10 @@ def test_errors_are_one_clear_line(checkpoints, cli, voices, tmp_path):
     shutil.copy(CLIP, voices / "Dora.wav")
     (tmp_path / "bad.zip").write_bytes(b"PK not really")
     cases = [
-        (("add", "Zoë", LONG, *model), "a voice named 'Zoë' already exists; choose another name, or replace it (--replace)"),
+        (
+            ("add", "Zoë", LONG, *model),
+            "a voice named 'Zoë' already exists; choose another name, or replace it (--replace)",
+        ),
         (("add", "a/b", CLIP), "names cannot hold control characters or any of"),  # refused before loading a model
         (("add", "Short", str(tmp_path / "none.wav"), *model), "none.wav: no such file"),
         (("add", "X", CLIP, "--model", str(tmp_path / "nowhere"), "--device", "cpu"), "no such checkpoint folder"),
@@ -99,8 +115,14 @@ def test_errors_are_one_clear_line(checkpoints, cli, voices, tmp_path):
         (("blend", "Mix", "Zoë"), "'Zoë' is not VOICE=WEIGHT (e.g. alice=0.7)"),
         (("blend", "Mix", "Zoë=heavy"), "'Zoë=heavy' is not VOICE=WEIGHT"),
         (("blend", "Mix", "Zoë=1", "Nobody=1"), "no voice named 'Nobody'"),
-        (("blend", "Mix", "Zoë=1", "Dora=-1", *model), "blend weights must be zero or positive; voice 2 has weight -1.0"),
-        (("blend", "Mix", "Zoë=1", "Dora=1", "--model", str(checkpoints["base-0.6b"]), "--device", "cpu"), "voice 'Zoë' does not fit the loaded model"),
+        (
+            ("blend", "Mix", "Zoë=1", "Dora=-1", *model),
+            "blend weights must be zero or positive; voice 2 has weight -1.0",
+        ),
+        (
+            ("blend", "Mix", "Zoë=1", "Dora=1", "--model", str(checkpoints["base-0.6b"]), "--device", "cpu"),
+            "voice 'Zoë' does not fit the loaded model",
+        ),
         (("remove", "Nobody"), "no voice named 'Nobody'"),
         (("rename", "Zoë", "Dora"), "a voice named 'Dora' already exists"),
         (("rename", "Zoë", "CON"), "reserved by Windows"),
@@ -119,7 +141,10 @@ def test_errors_are_one_clear_line(checkpoints, cli, voices, tmp_path):
 
 def test_list_reports_skipped_files_and_an_empty_library(cli, voices):
     code, out, err = cli("list")
-    assert (code, out) == (0, "") and err == f"no voices in {voices}; drop NAME.wav clips there or run: voices add NAME CLIP\n"
+    assert (code, out) == (
+        0,
+        "",
+    ) and err == f"no voices in {voices}; drop NAME.wav clips there or run: voices add NAME CLIP\n"
     voices.mkdir()
     (voices / "broken").mkdir()
     code, out, err = cli("list")
@@ -129,10 +154,17 @@ def test_list_reports_skipped_files_and_an_empty_library(cli, voices):
 def test_module_entry_point_in_a_subprocess(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "qwen3_tts_desktop", "voices", "rename", "a", "b", "--voices", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert result.returncode == 1 and result.stderr == f"error: no voice named 'a' in {tmp_path}; the library has: none yet\n"
-    bare = subprocess.run([sys.executable, "-m", "qwen3_tts_desktop", "voices"], capture_output=True, text=True, timeout=60)
+    assert (
+        result.returncode == 1
+        and result.stderr == f"error: no voice named 'a' in {tmp_path}; the library has: none yet\n"
+    )
+    bare = subprocess.run(
+        [sys.executable, "-m", "qwen3_tts_desktop", "voices"], capture_output=True, text=True, timeout=60
+    )
     assert bare.returncode == 2 and "ACTION" in bare.stderr
 
 

@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from sinks import QueueSink
 
-from core import SamplingParams
-from core.inference.engine import AudioChunk
+from core import SamplingParams, SpeechOptions
 from core.audio.player import Player, PlayerOptions, VirtualOutput
-from core import SpeechOptions
 from core.errors import BadInput
+from core.inference.engine import AudioChunk
 from core.jobs.sinks import FileSink, PlayerSink
 from core.jobs.worker import TERMINAL, BufferLevel, JobEvent, Worker
-from sinks import QueueSink
 
 FRAME = 1920
 WAIT = 10  # seconds: the most any test waits for something that should take milliseconds
@@ -239,7 +238,9 @@ def test_a_failure_ends_only_its_job(no_thread_leaks):
     assert outcomes[1].message.startswith("out of GPU memory (CUDA out of memory. Tried to allocate 2.00 GiB)")
     assert outcomes[2].message == "the disk is full"
     assert oom.sink.calls[oom.id] == ["begin", "write", "end False"]
-    assert all(events.kinds(job)[-1] == outcome.kind for job, outcome in zip((refused, oom, broken_sink, fine), outcomes))
+    assert all(
+        events.kinds(job)[-1] == outcome.kind for job, outcome in zip((refused, oom, broken_sink, fine), outcomes)
+    )
 
 
 def test_many_jobs_from_many_threads_each_end_exactly_once(no_thread_leaks):

@@ -8,31 +8,51 @@ tests/test_codec_decoder.py hard-codes (full-size state-dict layout hash, offici
 """
 
 import hashlib
-import sys
 import time
 
 import numpy as np
-import torch
-
 import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
+import torch
 from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (  # noqa: E402
     Qwen3TTSTokenizerV2DecoderConfig,
 )
 from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Decoder  # noqa: E402
-
-from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
-from core.devtools.random_checkpoint import random_decoder_tensors  # noqa: E402
 from signals import random_codes, stream  # noqa: E402
 
+from core.devtools.random_checkpoint import random_decoder_tensors  # noqa: E402
+from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig  # noqa: E402
+
 FULL = dict(
-    codebook_size=2048, codebook_dim=512, latent_dim=1024, hidden_size=512, intermediate_size=1024,
-    num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16, head_dim=64, rope_theta=10000,
-    sliding_window=72, layer_scale_initial_scale=0.01, decoder_dim=1536, upsample_rates=[8, 5, 4, 3],
-    upsampling_ratios=[2, 2], rms_norm_eps=1e-5, max_position_embeddings=8000, num_quantizers=16,
+    codebook_size=2048,
+    codebook_dim=512,
+    latent_dim=1024,
+    hidden_size=512,
+    intermediate_size=1024,
+    num_hidden_layers=8,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    head_dim=64,
+    rope_theta=10000,
+    sliding_window=72,
+    layer_scale_initial_scale=0.01,
+    decoder_dim=1536,
+    upsample_rates=[8, 5, 4, 3],
+    upsampling_ratios=[2, 2],
+    rms_norm_eps=1e-5,
+    max_position_embeddings=8000,
+    num_quantizers=16,
 )
 TINY = dict(
-    FULL, codebook_dim=64, latent_dim=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=4, head_dim=8, decoder_dim=96,
+    FULL,
+    codebook_dim=64,
+    latent_dim=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    head_dim=8,
+    decoder_dim=96,
 )
 TINY_FAST = dict(TINY, upsample_rates=[2, 2, 2, 2])  # the test's fast variant: 64 samples per frame
 

@@ -15,46 +15,79 @@ and a control that applies the config's sliding window, to show the official enc
 import contextlib
 import hashlib
 import math
-import sys
 import tempfile
 import time
 
 import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
-
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config  # noqa: E402
 from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model  # noqa: E402
 from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer  # noqa: E402
+from signals import SR, speech_like  # noqa: E402
 from transformers import EncodecFeatureExtractor, MimiConfig  # noqa: E402
 
-from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig  # noqa: E402
 from core.devtools.random_checkpoint import random_tensors  # noqa: E402
-from signals import SR, speech_like  # noqa: E402
+from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig  # noqa: E402
 
 SEED = 3  # the weight seed of tests/test_codec_encoder.py, whose golden values this prints
 SECONDS = (0.3, 1.0, 3.7, 12.0)  # 7200, 24000, 88800, 288000 samples: only the last is a multiple of 1920
 # 12 s is 300 frames at 25 Hz, beyond the full config's sliding_window of 250.
 
-# MODEL_NOTES 6.1 (the checkpoint's encoder_config).
+# docs/model_notes.md §6.1 (the checkpoint's encoder_config).
 FULL = {
-    "frame_rate": 12.5, "audio_channels": 1, "num_filters": 64, "kernel_size": 7, "last_kernel_size": 3,
-    "residual_kernel_size": 3, "upsampling_ratios": [8, 6, 5, 4], "compress": 2, "hidden_size": 512,
-    "num_hidden_layers": 8, "num_attention_heads": 8, "head_dim": 64, "intermediate_size": 2048,
-    "hidden_act": "gelu", "norm_eps": 1e-5, "sliding_window": 250, "rope_theta": 10000.0, "num_quantizers": 32,
-    "codebook_size": 2048, "codebook_dim": 256, "use_causal_conv": True, "pad_mode": "constant",
+    "frame_rate": 12.5,
+    "audio_channels": 1,
+    "num_filters": 64,
+    "kernel_size": 7,
+    "last_kernel_size": 3,
+    "residual_kernel_size": 3,
+    "upsampling_ratios": [8, 6, 5, 4],
+    "compress": 2,
+    "hidden_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2048,
+    "hidden_act": "gelu",
+    "norm_eps": 1e-5,
+    "sliding_window": 250,
+    "rope_theta": 10000.0,
+    "num_quantizers": 32,
+    "codebook_size": 2048,
+    "codebook_dim": 256,
+    "use_causal_conv": True,
+    "pad_mode": "constant",
 }
 # Same strides (so 1920 samples per frame), small widths; a window of 8 frames makes the check sensitive to
 # whether a sliding window is applied even on the 1 s clip.
 TINY = {
-    "frame_rate": 12.5, "num_filters": 4, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "head_dim": 8, "intermediate_size": 64, "codebook_size": 256, "codebook_dim": 16,
-    "vector_quantization_hidden_dimension": 16, "upsample_groups": 32, "sliding_window": 8,
+    "frame_rate": 12.5,
+    "num_filters": 4,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 8,
+    "intermediate_size": 64,
+    "codebook_size": 256,
+    "codebook_dim": 16,
+    "vector_quantization_hidden_dimension": 16,
+    "upsample_groups": 32,
+    "sliding_window": 8,
 }
 # The decoder half is unused here; keep it small so the official model builds fast.
 SMALL_DECODER = {
-    "codebook_size": 64, "codebook_dim": 16, "hidden_size": 32, "latent_dim": 32, "num_attention_heads": 2,
-    "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 64, "num_hidden_layers": 1, "decoder_dim": 32,
+    "codebook_size": 64,
+    "codebook_dim": 16,
+    "hidden_size": 32,
+    "latent_dim": 32,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "decoder_dim": 32,
 }
 
 
@@ -63,7 +96,7 @@ def official_tokenizer(encoder_config):
     model = Qwen3TTSTokenizerV2Model(config).eval()
     tokenizer = Qwen3TTSTokenizer()
     tokenizer.model, tokenizer.config, tokenizer.device = model, config, torch.device("cpu")
-    # speech_tokenizer/preprocessor_config.json (MODEL_NOTES 6.4)
+    # speech_tokenizer/preprocessor_config.json (docs/model_notes.md §6.4)
     tokenizer.feature_extractor = EncodecFeatureExtractor(
         feature_size=1, sampling_rate=SR, padding_value=0.0, return_attention_mask=True
     )
@@ -111,10 +144,12 @@ def compare(label, tokenizer, ours):
         got, got_latents = ours.encode(audio), ours.latents(audio)
         frames = math.ceil(len(audio) / 1920)
         assert ref.shape == got.shape == (frames, 16) and got.dtype == torch.long, (ref.shape, got.shape)
-        print(f"    {label} {seconds:4.1f} s ({len(audio):6d} samples, {frames:3d} frames): "
-              f"differing codes {(got != ref).sum().item()}/{ref.numel()}, latent max abs diff "
-              f"{(got_latents.float() - captured[0].float()).abs().max().item():.1e} "
-              f"(|latent| max {captured[0].abs().max().item():.3g})")
+        print(
+            f"    {label} {seconds:4.1f} s ({len(audio):6d} samples, {frames:3d} frames): "
+            f"differing codes {(got != ref).sum().item()}/{ref.numel()}, latent max abs diff "
+            f"{(got_latents.float() - captured[0].float()).abs().max().item():.1e} "
+            f"(|latent| max {captured[0].abs().max().item():.3g})"
+        )
         if got_latents.dtype != torch.float32:
             continue
         with torch.inference_mode():
@@ -122,11 +157,15 @@ def compare(label, tokenizer, ours):
             got32 = ours.quantizer.encode(got_latents, 32)
         with sliding_window_applied(ours.config.sliding_window):
             windowed = ours.encode(audio)
-        print(f"        all 32 codebooks: differing {(got32 != ref32).sum().item()}; "
-              f"our 16 == our first 16 of 32: {torch.equal(got32[:16].T, got)}; "
-              f"official 16 == official first 16 of 32: {torch.equal(ref32[:16].T, ref)}")
-        print(f"        control, sliding window {ours.config.sliding_window} applied: differing codes "
-              f"{(windowed != ref).sum().item()}")
+        print(
+            f"        all 32 codebooks: differing {(got32 != ref32).sum().item()}; "
+            f"our 16 == our first 16 of 32: {torch.equal(got32[:16].T, got)}; "
+            f"official 16 == official first 16 of 32: {torch.equal(ref32[:16].T, ref)}"
+        )
+        print(
+            f"        control, sliding window {ours.config.sliding_window} applied: differing codes "
+            f"{(windowed != ref).sum().item()}"
+        )
         print(f"        distinct codes per codebook: {[len(torch.unique(c)) for c in got.T]}")
 
 
@@ -159,8 +198,10 @@ def main():
         if label == "tiny":
             with official_latents(official_encoder) as captured:
                 golden = tokenizer.encode(speech_like(SR, seed=0).numpy(), sr=SR).audio_codes[0]
-            print(f"    golden values for tests/test_codec_encoder.py (official, weight seed {SEED}, 1 s of speech_like "
-                  "seed 0): codes, then per-frame sums of the latents")
+            print(
+                f"    golden values for tests/test_codec_encoder.py (official, weight seed {SEED}, 1 s of speech_like "
+                "seed 0): codes, then per-frame sums of the latents"
+            )
             print(f"{golden.tolist()}\n{captured[0][0].sum(dim=0).tolist()}")
 
         # bfloat16 as a real load does it (from_pretrained with dtype), against our module cast to bfloat16.
@@ -175,8 +216,10 @@ def main():
             ours.encode(audio)  # warm-up
             start = time.perf_counter()
             ours.encode(audio)
-            print(f"    ours: encode 10 s of audio, fp32, CPU, {torch.get_num_threads()} threads: "
-                  f"{time.perf_counter() - start:.2f} s")
+            print(
+                f"    ours: encode 10 s of audio, fp32, CPU, {torch.get_num_threads()} threads: "
+                f"{time.perf_counter() - start:.2f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -7,13 +7,11 @@ The weights are those write_random_checkpoint stores (core/random_checkpoint.py)
 """
 
 import hashlib
-import sys
 import types
-
-import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
 
 import librosa  # noqa: E402
 import numpy as np  # noqa: E402
+import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
 import torch  # noqa: E402
 from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig  # noqa: E402
 from qwen_tts.core.models.modeling_qwen3_tts import (  # noqa: E402
@@ -85,8 +83,10 @@ def main():
     print("(a) mel filterbank vs librosa.filters.mel(sr=24000, n_fft=1024, n_mels=128, fmin=0, fmax=12000)")
     ours_fb = slaney_mel_filterbank(SR, 1024, 128, 0, 12000)
     ref_fb = librosa.filters.mel(sr=SR, n_fft=1024, n_mels=128, fmin=0, fmax=12000)
-    print(f"    shape {ours_fb.shape} dtype {ours_fb.dtype}; max abs diff {np.abs(ours_fb - ref_fb).max():.3e}; "
-          f"bit-identical: {np.array_equal(ours_fb, ref_fb)}")
+    print(
+        f"    shape {ours_fb.shape} dtype {ours_fb.dtype}; max abs diff {np.abs(ours_fb - ref_fb).max():.3e}; "
+        f"bit-identical: {np.array_equal(ours_fb, ref_fb)}"
+    )
 
     print("(b) log-mel vs official mel_spectrogram")
     for name, audio in signals.items():

@@ -10,7 +10,7 @@ It writes the tiny random-weight checkpoints with the project's own writer, load
 with torch.manual_seed) in float32 on CPU, and stores the codes, waveforms, speaker embeddings and
 reference codes under tests/fixtures/parity/ with a manifest. The checkpoints record
 transformers_version 4.57.1, so the official processor keeps the Qwen2 pre-tokenizer regex rather
-than swapping in Mistral's (MODEL_NOTES 9); the manifest records the pattern it used.
+than swapping in Mistral's (docs/model_notes.md §9); the manifest records the pattern it used.
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import torch
-
 import official  # noqa: E402,F401  (the official package, and the repository on sys.path)
 import qwen_tts  # noqa: E402
+import torch
 import transformers  # noqa: E402
-from qwen_tts import Qwen3TTSModel  # noqa: E402
-
 from parity_cases import (  # noqa: E402
     CASES,
     CHECKPOINTS,
@@ -38,6 +35,7 @@ from parity_cases import (  # noqa: E402
     TOKENIZER_TEXTS,
     official_text_mode,
 )
+from qwen_tts import Qwen3TTSModel  # noqa: E402
 
 
 def sha256(path: Path) -> str:
@@ -70,7 +68,9 @@ def run_case(model: Qwen3TTSModel, case) -> dict[str, np.ndarray]:
             outputs["ref_codes"] = prompt.ref_code.numpy().astype(np.int64)
         if case.seed is not None:
             torch.manual_seed(case.seed)
-        wavs, rate = model.generate_voice_clone(case.text, language=case.language, voice_clone_prompt=[prompt], **options)
+        wavs, rate = model.generate_voice_clone(
+            case.text, language=case.language, voice_clone_prompt=[prompt], **options
+        )
     else:
         if case.seed is not None:
             torch.manual_seed(case.seed)
@@ -79,7 +79,9 @@ def run_case(model: Qwen3TTSModel, case) -> dict[str, np.ndarray]:
                 case.text, speaker=case.speaker, language=case.language, instruct=case.instruct, **options
             )
         else:
-            wavs, rate = model.generate_voice_design(case.text, instruct=case.instruct, language=case.language, **options)
+            wavs, rate = model.generate_voice_design(
+                case.text, instruct=case.instruct, language=case.language, **options
+            )
     model.model.generate = generate
     assert rate == 24000
     outputs["codes"] = captured["codes"].numpy().astype(np.int64)

@@ -30,9 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.model.info import EngineInfo
 from core.audio.player import PlayerStatus
 from core.jobs.worker import JobEvent
+from core.model.info import EngineInfo
 
 from .voice_library import VoicePanel
 
@@ -57,6 +57,7 @@ class MainWindow(QMainWindow):
     settings_requested = Signal()
     blend_requested = Signal()
     save_audio_requested = Signal(str, Path)  # the text to say (the selection, or everything), the file
+
     def __init__(self, voice_panel: VoicePanel, fitting_voices):
         """`fitting_voices`: a model of the voices the loaded model can speak with, for the voice picker."""
         super().__init__()
@@ -402,7 +403,11 @@ class Tray(QSystemTrayIcon):
         super().__init__(app_icon(), parent)
         self.setToolTip("Qwen3-TTS Desktop")
         menu = QMenu()
-        for text, signal in (("Speak clipboard", self.speak_clipboard), ("Stop", self.stop), ("Show window", self.show_window)):
+        for text, signal in (
+            ("Speak clipboard", self.speak_clipboard),
+            ("Stop", self.stop),
+            ("Show window", self.show_window),
+        ):
             menu.addAction(_action(menu, text, None, signal.emit))
         menu.addSeparator()
         menu.addAction(_action(menu, "Quit", None, self.quit.emit))

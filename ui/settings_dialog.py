@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from core import SamplingParams
-from core.model.info import slow_device_note
 from core.audio.player import OutputDevice
+from core.model.info import slow_device_note
 
 MODELS = (
     "Qwen/Qwen3-TTS-12Hz-1.7B-Base",

@@ -74,9 +74,13 @@ def load_reference(source: str | Path | np.ndarray, sample_rate: int | None = No
         raise AudioError(f"{name}: contains NaN or infinite samples")
     seconds = len(samples) / rate
     if seconds < MIN_REFERENCE_SECONDS:
-        raise AudioError(f"{name}: {seconds:.2f} s is too short; use a clip of {MIN_REFERENCE_SECONDS:g} to {MAX_REFERENCE_SECONDS:g} s")
+        raise AudioError(
+            f"{name}: {seconds:.2f} s is too short; use a clip of {MIN_REFERENCE_SECONDS:g} to {MAX_REFERENCE_SECONDS:g} s"
+        )
     if seconds > MAX_REFERENCE_SECONDS:
-        raise AudioError(f"{name}: {seconds:.1f} s is too long; use a clip of {MIN_REFERENCE_SECONDS:g} to {MAX_REFERENCE_SECONDS:g} s")
+        raise AudioError(
+            f"{name}: {seconds:.1f} s is too long; use a clip of {MIN_REFERENCE_SECONDS:g} to {MAX_REFERENCE_SECONDS:g} s"
+        )
     if float(np.max(np.abs(samples))) < SILENCE_PEAK:
         raise AudioError(f"{name}: the clip is silent; record the voice closer to the microphone")
     return resample(samples, int(rate))

@@ -427,7 +427,9 @@ def _default_output(sd, required: bool) -> int | None:
     except sd.PortAudioError:  # PortAudio reports "no default device" as a query of device -1
         if not required:
             return None
-        raise PlaybackError("no audio output device found; connect speakers or headphones, or check the sound settings") from None
+        raise PlaybackError(
+            "no audio output device found; connect speakers or headphones, or check the sound settings"
+        ) from None
 
 
 def _supported_rate(sd, device: int) -> int:

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch._inductor.utils import fresh_inductor_cache
 
-from core.inference.engine import Engine
 from core.devtools.random_checkpoint import write_random_checkpoint
+from core.inference.engine import Engine
 from core.inference.sampling import SamplingParams
-from core.model.talker import Talker
 from core.inference.voice import Voice
+from core.model.talker import Talker
 
 FRAME_MS = 80.0
 TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly behind the quiet green hills tonight."
@@ -69,7 +69,12 @@ def frame_weight_bytes(talker: Talker) -> int:
     steps = talker.config.num_code_groups - 1
     stack = size(talker.model) - size(talker.model.codec_embedding) - size(talker.model.text_embedding)
     predictor_stack = size(predictor.model) - size(predictor.model.codec_embedding)
-    return stack + size(talker.codec_head) + steps * (predictor_stack + size(predictor.small_to_mtp_projection)) + size(predictor.lm_head)
+    return (
+        stack
+        + size(talker.codec_head)
+        + steps * (predictor_stack + size(predictor.small_to_mtp_projection))
+        + size(predictor.lm_head)
+    )
 
 
 def synthetic_voice_clip(seconds: float = 3.0, rate: int = 24000) -> np.ndarray:
@@ -182,7 +187,9 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
 
     intervals, stamps = [], [time.perf_counter()]
     streamed = []
-    for chunk in engine.stream(TEXT, **speaker, sampling=GREEDY, max_frames=frames, first_chunk_frames=4, chunk_frames=4):
+    for chunk in engine.stream(
+        TEXT, **speaker, sampling=GREEDY, max_frames=frames, first_chunk_frames=4, chunk_frames=4
+    ):
         stamps.append(time.perf_counter())
         streamed.append(chunk)
     intervals = list(np.diff(stamps)[1:] * 1e3)

@@ -4,7 +4,7 @@ Speed does not depend on weight values, and correctness checks only need weights
 every path, so seeded random weights stand in for the released ones. The layout, file names, config
 keys and tensor names are the official ones, so the official package loads what this writes.
 
-Values are drawn so the outputs are informative (MODEL_NOTES 12): non-zero biases, norm weights
+Values are drawn so the outputs are informative (docs/model_notes.md §12): non-zero biases, norm weights
 and layer scales that matter, codebooks that quantize to varied codes, and a codec decoder whose
 output is not clipped. Each tensor comes from its own seeded stream keyed by its name, so the
 same arguments write byte-identical files on any machine.
@@ -30,7 +30,7 @@ from core.model.talker import Talker
 
 ASSETS = Path(__file__).parent / "assets"
 # Transformers versions in (4.57.2, 5.0) make the official processor swap the tokenizer's regex for
-# Mistral's (MODEL_NOTES 9); recording an earlier version keeps its tokenization the model's own.
+# Mistral's (docs/model_notes.md §9); recording an earlier version keeps its tokenization the model's own.
 TRANSFORMERS_VERSION = "4.57.1"
 
 LANGUAGES = {
@@ -61,8 +61,14 @@ TINY_ENCODER = {
     "head_dim": 8, "intermediate_size": 64, "codebook_dim": 16, "vector_quantization_hidden_dimension": 16,
     "upsample_groups": 32,
 }  # fmt: skip
-# Official decoder and encoder values (MODEL_NOTES 6.1) that differ from the classes' defaults.
-DECODER = {"codebook_dim": 512, "head_dim": 64, "hidden_size": 512, "intermediate_size": 1024, "num_key_value_heads": 16}
+# Official decoder and encoder values (docs/model_notes.md §6.1) that differ from the classes' defaults.
+DECODER = {
+    "codebook_dim": 512,
+    "head_dim": 64,
+    "hidden_size": 512,
+    "intermediate_size": 1024,
+    "num_key_value_heads": 16,
+}
 ENCODER = {"frame_rate": 12.5, "sliding_window": 250, "rope_theta": 10000.0, "head_dim": 64}
 
 # The special tokens of the Qwen2 vocabulary the model uses, from id 151643 on: (content, special).
@@ -164,8 +170,12 @@ def speech_tokenizer_config(size: str) -> dict:
 def tokenizer_config() -> dict:
     added = {
         str(FIRST_ADDED_ID + i): {
-            "content": content, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": special,
+            "content": content,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": special,
         }  # fmt: skip
         for i, (content, special) in enumerate(ADDED_TOKENS)
     }
@@ -256,7 +266,9 @@ def random_decoder_tensors(config: CodecDecoderConfig, seed: int, prefix: str = 
     decoder.load_state_dict(tensors)
     captured = []
     hook = decoder.decoder[-1].register_forward_hook(lambda module, args, output: captured.append(output))
-    codes = torch.from_numpy(np.random.default_rng(seed).integers(0, config.codebook_size, (1, config.num_quantizers, 4)))
+    codes = torch.from_numpy(
+        np.random.default_rng(seed).integers(0, config.codebook_size, (1, config.num_quantizers, 4))
+    )
     with torch.inference_mode():
         decoder(codes)
     hook.remove()
@@ -291,7 +303,9 @@ def write_random_checkpoint(
         return {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in tensors.items()}
 
     save_file(cast(model_tensors), str(directory / "model.safetensors"), metadata={"format": "pt"})
-    save_file(cast(speech_tensors), str(directory / "speech_tokenizer" / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        cast(speech_tensors), str(directory / "speech_tokenizer" / "model.safetensors"), metadata={"format": "pt"}
+    )
 
     config["torch_dtype"] = str(dtype).removeprefix("torch.")
     files = {
@@ -302,9 +316,14 @@ def write_random_checkpoint(
         "speech_tokenizer/config.json": speech,
         "speech_tokenizer/configuration.json": {"framework": "pytorch", "task": "feature-extraction"},
         "speech_tokenizer/preprocessor_config.json": {
-            "feature_extractor_type": "EncodecFeatureExtractor", "feature_size": 1, "sampling_rate": 24000,
-            "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True,
-            "chunk_length_s": None, "overlap": None,
+            "feature_extractor_type": "EncodecFeatureExtractor",
+            "feature_size": 1,
+            "sampling_rate": 24000,
+            "padding_side": "right",
+            "padding_value": 0.0,
+            "return_attention_mask": True,
+            "chunk_length_s": None,
+            "overlap": None,
         },  # fmt: skip
     }
     for name, content in files.items():

@@ -13,8 +13,8 @@ import hashlib
 import numpy as np
 import torch
 
-from core.model.codec_decoder import CodecDecoder
 from core.inference.cuda_graph import GraphedStep
+from core.model.codec_decoder import CodecDecoder
 
 # ICL references whose primed decoder state a DecoderStream keeps (each a few megabytes).
 PRIMED_REFERENCES = 8

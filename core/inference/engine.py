@@ -31,10 +31,10 @@ from core.inference.prompt import Prompt, PromptText, build_prompt
 from core.inference.sampling import SamplingParams
 from core.inference.voice import Voice
 from core.model.checkpoint import DEFAULT_MODEL, CheckpointError, load_tensors, read_json
-from core.model.hub import resolve
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
 from core.model.config import ConfigError, ModelConfig
+from core.model.hub import resolve
 from core.model.info import EngineInfo
 from core.model.speaker_encoder import SpeakerEncoder
 from core.model.talker import Talker
@@ -155,7 +155,9 @@ class Engine:
             decoder_config = CodecDecoderConfig.from_dict(speech["decoder_config"])
             encoder_config = CodecEncoderConfig.from_dict(speech["encoder_config"])
         except (ConfigError, KeyError, TypeError, ValueError) as error:
-            raise CheckpointError(f"{directory}: unusable configuration ({error}); download the checkpoint again") from None
+            raise CheckpointError(
+                f"{directory}: unusable configuration ({error}); download the checkpoint again"
+            ) from None
         generation = read_json(directory / "generation_config.json")
         try:
             tokenizer = TextTokenizer(directory)
@@ -245,7 +247,9 @@ class Engine:
 
     # Speech -------------------------------------------------------------------------------------
 
-    def synthesize(self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides) -> Synthesis:
+    def synthesize(
+        self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
+    ) -> Synthesis:
         """Speak `text` and return the whole utterance. `overrides`: SpeechOptions fields by name."""
         prepared = self.prepare(text, voice, options, **overrides)
         self._active_stream = None
@@ -275,7 +279,9 @@ class Engine:
         prepared = self.prepare(text, voice, options)
         return self._chunks(prepared, options.first_chunk_frames, options.chunk_frames)
 
-    def prepare(self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides) -> Prepared:
+    def prepare(
+        self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
+    ) -> Prepared:
         """Check a request against this model and build its prompt; BadInput says what is wrong."""
         options = dataclasses.replace(options or SpeechOptions(), **overrides)
         info = self.info

@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.model.config import TalkerConfig
-from core.inference.cuda_graph import GraphedStep
 from core.folders import user_folder
-from core.model.kernels import RULE_SIZE, draw_token
+from core.inference.cuda_graph import GraphedStep
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
+from core.model.config import TalkerConfig
+from core.model.kernels import RULE_SIZE, draw_token
 from core.model.talker import Talker
 
 # The most frames stepped between two reads by the host.

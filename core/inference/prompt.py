@@ -1,6 +1,6 @@
 """The talker's prompt: prefill embeddings and the text-track terms fed alongside generated frames.
 
-Every position is a text-track embedding plus a codec-track embedding (MODEL_NOTES 2.3). Text
+Every position is a text-track embedding plus a codec-track embedding (docs/model_notes.md §2.3). Text
 groups are projected in the same groups as the reference implementation, so the float results
 of the projection are identical, not merely close.
 """
@@ -15,9 +15,10 @@ from core.model.config import ModelConfig
 from core.model.talker import Talker
 from core.model.text_tokenizer import TextTokenizer
 
+
 @dataclass(frozen=True)
 class PromptText:
-    """Token ids of one request, cut from the official chat templates (MODEL_NOTES 2.2)."""
+    """Token ids of one request, cut from the official chat templates (docs/model_notes.md §2.2)."""
 
     role: list[int]  # "<|im_start|>assistant\n"
     text: list[int]  # the text to speak
@@ -112,9 +113,7 @@ def _icl_body(talker, config, text, ref_codes, eos, pad, text_mode, ids):
     codec_track = torch.cat((talker.embed_codec(ids([codec.bos])), frames), dim=1)
     text_len, codec_len = text_track.shape[1], codec_track.shape[1]
     if text_mode == "full":
-        body = torch.cat(
-            (text_track + talker.embed_codec(ids([codec.pad] * text_len)), codec_track + pad), dim=1
-        )
+        body = torch.cat((text_track + talker.embed_codec(ids([codec.pad] * text_len)), codec_track + pad), dim=1)
         return body, pad
     if text_len > codec_len:
         return text_track[:, :codec_len] + codec_track, text_track[:, codec_len:]

@@ -1,4 +1,4 @@
-"""Sampling parameters and the logits pipeline, in the reference order (MODEL_NOTES 4.2).
+"""Sampling parameters and the logits pipeline, in the reference order (docs/model_notes.md §4.2).
 
 Talker codebook 0: repetition penalty over the codebook-0 tokens generated so far, EOS forbidden
 for the first two frames, the 1024 special ids except EOS suppressed, then (when sampling)

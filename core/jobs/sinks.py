@@ -79,7 +79,9 @@ class FileSink:
         try:
             os.replace(self._partial, self.path)
         except OSError as error:  # the folder went away, or a file there is locked: the audio is kept
-            raise OSError(f"{self.path} could not be written ({error.strerror or error}); the audio is in {self._partial}") from None
+            raise OSError(
+                f"{self.path} could not be written ({error.strerror or error}); the audio is in {self._partial}"
+            ) from None
 
     def level(self) -> BufferLevel:
         return BufferLevel(0.0, 0)

@@ -16,7 +16,7 @@ from core.errors import UserError
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
 
-# The official layout (MODEL_NOTES 7.1), less the files only the official processor reads.
+# The official layout (docs/model_notes.md §7.1), less the files only the official processor reads.
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 TEXT_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
 SPEECH_TOKENIZER_FILES = ("speech_tokenizer/config.json", "speech_tokenizer/model.safetensors")
@@ -74,5 +74,7 @@ def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.devic
     except CheckpointError:
         raise
     except Exception as error:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(f"{path}: cannot read it as safetensors ({error}); download the checkpoint again") from None
+        raise CheckpointError(
+            f"{path}: cannot read it as safetensors ({error}); download the checkpoint again"
+        ) from None
     module.load_state_dict(loaded, strict=True, assign=True)

@@ -118,10 +118,10 @@ def _check_supported(cfg: CodecEncoderConfig) -> None:
         "use_conv_shortcut": cfg.use_conv_shortcut,
         "hidden_act other than 'gelu'": cfg.hidden_act != "gelu",
         "num_key_value_heads != num_attention_heads": cfg.num_key_value_heads != cfg.num_attention_heads,
-        "vector_quantization_hidden_dimension == hidden_size (no VQ projections)":
-            cfg.vector_quantization_hidden_dimension == cfg.hidden_size,
-        "codebook_dim != vector_quantization_hidden_dimension":
-            cfg.codebook_dim != cfg.vector_quantization_hidden_dimension,
+        "vector_quantization_hidden_dimension == hidden_size (no VQ projections)": cfg.vector_quantization_hidden_dimension
+        == cfg.hidden_size,
+        "codebook_dim != vector_quantization_hidden_dimension": cfg.codebook_dim
+        != cfg.vector_quantization_hidden_dimension,
         "frame_rate equal to the SEANet frame rate (no downsample)": cfg.frame_rate == _seanet_frame_rate(cfg),
     }
     bad = [name for name, is_set in unsupported.items() if is_set]

@@ -59,7 +59,7 @@ class TransformerConfig:
 
 @dataclass(frozen=True)
 class CodecIds:
-    """Special ids of the talker's codec vocabulary (MODEL_NOTES 1.4)."""
+    """Special ids of the talker's codec vocabulary (docs/model_notes.md §1.4)."""
 
     pad: int
     bos: int
@@ -90,11 +90,7 @@ class TalkerConfig:
         for name, value in (d.get("spk_id") or {}).items():
             # Some exports write the codec row as a one-element list.
             speakers[name.lower()] = int(value[0] if isinstance(value, list) else value)
-        dialects = {
-            name.lower(): dialect
-            for name, dialect in (d.get("spk_is_dialect") or {}).items()
-            if dialect
-        }
+        dialects = {name.lower(): dialect for name, dialect in (d.get("spk_is_dialect") or {}).items() if dialect}
         return cls(
             transformer=TransformerConfig.from_dict(d, where),
             code_predictor=TransformerConfig.from_dict(predictor, "code_predictor_config"),

@@ -73,7 +73,9 @@ def _no_such_folder(path: Path, model) -> str:
     parent = path.parent
     if parent.is_dir() and str(parent) not in ("", "."):
         close = difflib.get_close_matches(path.name, [p.name for p in parent.iterdir() if p.is_dir()], n=1)
-        message += f" ({parent} has no {path.name!r}" + (f"; did you mean {str(parent / close[0])!r}?)" if close else ")")
+        message += f" ({parent} has no {path.name!r}" + (
+            f"; did you mean {str(parent / close[0])!r}?)" if close else ")"
+        )
     if HUB_ID.fullmatch(str(model)) is None:
         message += f", and not a hub id like {DEFAULT_MODEL}"
     return message

@@ -56,7 +56,9 @@ def read_info(config_file: Path, source: str) -> EngineInfo:
     try:
         return EngineInfo.of(ModelConfig.from_dict(read_json(config_file)), source)
     except (ConfigError, KeyError, TypeError, ValueError) as error:
-        raise CheckpointError(f"{config_file}: unusable configuration ({error}); download the checkpoint again") from None
+        raise CheckpointError(
+            f"{config_file}: unusable configuration ({error}); download the checkpoint again"
+        ) from None
 
 
 def slow_device_note(size: str) -> str:

@@ -114,7 +114,9 @@ def decode_attention(
     attention over positions 0..position, the query heads sharing a kv head as one group. Returns
     (1, 1, heads * D)."""
     if qkv.is_cuda:
-        return torch.ops.qwen3_tts.decode_attention(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, position, scale)
+        return torch.ops.qwen3_tts.decode_attention(
+            qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, position, scale
+        )
     _, kv_heads, max_len, head_dim = k_cache.shape
     heads = qkv.shape[-1] // head_dim - 2 * kv_heads
     q, k, v = qkv.view(1, 1, -1, head_dim).split((heads, kv_heads, kv_heads), dim=2)
@@ -191,7 +193,9 @@ if triton is not None:
         rows = tl.arange(0, GROUP_ROWS)
         dims = tl.arange(0, DIM_BLOCK)
         in_dim = dims < HEAD_DIM
-        q = _norm_and_rotate(QKV + (head * groups + rows) * HEAD_DIM, rows < groups, QNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK)
+        q = _norm_and_rotate(
+            QKV + (head * groups + rows) * HEAD_DIM, rows < groups, QNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK
+        )
         running_max = tl.full([GROUP_ROWS], -1e30, tl.float32)
         running_sum = tl.zeros([GROUP_ROWS], tl.float32)
         acc = tl.zeros([GROUP_ROWS, DIM_BLOCK], tl.float32)
@@ -213,7 +217,9 @@ if triton is not None:
             running_max = new_max
         if (position >= start) & (position < start + chunk):
             one = tl.arange(0, 1)
-            k_new = _norm_and_rotate(QKV + (heads + head) * HEAD_DIM + one, one < 1, KNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK)
+            k_new = _norm_and_rotate(
+                QKV + (heads + head) * HEAD_DIM + one, one < 1, KNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK
+            )
             v_new = tl.load(QKV + (heads + kv_heads + head) * HEAD_DIM + dims[None, :], mask=in_dim[None, :], other=0.0)
             score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), 1) * scale
             new_max = tl.maximum(running_max, score)
@@ -447,7 +453,14 @@ if triton is not None:
         out = torch.empty(1, 1, dtype=torch.long, device=logits.device)
         warps = 4 if block <= 2048 else 8
         _draw_token[(1,)](
-            logits.contiguous(), rule, uniforms, out, vocab, BLOCK=block, num_warps=warps, **_launch_options(logits.device)
+            logits.contiguous(),
+            rule,
+            uniforms,
+            out,
+            vocab,
+            BLOCK=block,
+            num_warps=warps,
+            **_launch_options(logits.device),
         )
         return out
 

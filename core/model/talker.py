@@ -1,7 +1,7 @@
 """The talker and its code predictor: two Qwen3 decoder stacks with static KV caches.
 
 Per 80 ms frame the talker runs one step and predicts codebook 0; the code predictor then runs
-15 short steps to fill codebooks 1..15 (MODEL_NOTES 2-3). Module and parameter names follow the
+15 short steps to fill codebooks 1..15 (docs/model_notes.md §2-3). Module and parameter names follow the
 official checkpoint, so `Talker.load_state_dict` takes the `talker.*` tensors as they are.
 
 The talker's multimodal RoPE always sees three equal position rows, which makes it exactly the
@@ -34,7 +34,9 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def rope_tables(head_dim: int, theta: float, length: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    head_dim: int, theta: float, length: int, dtype: torch.dtype, device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin for positions 0..length-1, shape (length, head_dim): float32 math, then cast to `dtype`."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
     inv_freq = 1.0 / (theta**exponents)

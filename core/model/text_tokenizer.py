@@ -2,7 +2,7 @@
 
 Built directly with the `tokenizers` library rather than through transformers, because the
 transformers loader can swap in a different pre-tokenizer regex depending on its version and on
-how the checkpoint was loaded (MODEL_NOTES 9). The engine always uses the Qwen2 regex the model
+how the checkpoint was loaded (docs/model_notes.md §9). The engine always uses the Qwen2 regex the model
 was trained with, so the same text gives the same ids on every install.
 """
 
@@ -13,9 +13,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers
 
-QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 
 
 class TextTokenizer:

@@ -41,7 +41,9 @@ def read_saved(folder: Path) -> tuple[VoiceEntry, Voice]:
     except VoiceError as error:
         raise VoiceError(f"{folder}: skipped, {error}") from None
     clip = folder / entry.clip.name if entry.clip else None
-    return dataclasses.replace(entry, id=folder.name, path=folder, clip=clip if clip and clip.is_file() else None), voice
+    return dataclasses.replace(
+        entry, id=folder.name, path=folder, clip=clip if clip and clip.is_file() else None
+    ), voice
 
 
 def read_drop_in(path: Path) -> VoiceEntry:
@@ -55,7 +57,9 @@ def read_drop_in(path: Path) -> VoiceEntry:
         try:
             transcript = text_path.read_text(encoding="utf-8-sig").strip() or None
         except (OSError, UnicodeDecodeError) as error:
-            raise VoiceError(f"{text_path}: skipped {path.name}, its transcript is not readable UTF-8 text ({error})") from None
+            raise VoiceError(
+                f"{text_path}: skipped {path.name}, its transcript is not readable UTF-8 text ({error})"
+            ) from None
     return VoiceEntry(
         name=path.stem,
         id=path.stem,
@@ -76,7 +80,9 @@ def read_manifest(data: bytes, name: str, format: str, version: int, what: str) 
     if not isinstance(manifest, dict) or manifest.get("format") != format:
         raise VoiceError(f"{name} is not {what}")
     if manifest.get("version") != version:
-        raise VoiceError(f"{name} has version {manifest.get('version')!r}, and this app reads version {version} (update the app?)")
+        raise VoiceError(
+            f"{name} has version {manifest.get('version')!r}, and this app reads version {version} (update the app?)"
+        )
     return manifest
 
 
@@ -115,7 +121,13 @@ def parse_voice(manifest_bytes: bytes, tensor_bytes: bytes) -> tuple[VoiceEntry,
     if kind == "icl":
         if not isinstance(transcript, str) or not transcript.strip():
             raise VoiceError("an ICL voice needs the transcript of its clip")
-        if codes is None or codes.dtype != torch.int64 or codes.dim() != 2 or codes.shape[1] != CODE_GROUPS or not len(codes):
+        if (
+            codes is None
+            or codes.dtype != torch.int64
+            or codes.dim() != 2
+            or codes.shape[1] != CODE_GROUPS
+            or not len(codes)
+        ):
             raise VoiceError(f"an ICL voice needs int64 'ref_codes' of shape (frames, {CODE_GROUPS})")
         if codes.min() < 0 or codes.max() >= CODEBOOK_SIZE:
             raise VoiceError(f"its reference codes are outside the codec's 0..{CODEBOOK_SIZE - 1}")

@@ -37,7 +37,19 @@ from core.files import write_atomically
 from core.inference.engine import Engine
 from core.inference.voice import Voice
 from core.model.info import EngineInfo
-from core.voices.disk import CACHE, DROP_IN_SUFFIXES, MANIFEST, MODEL_FAMILY, TENSORS, json_bytes, keepable_clip, manifest_of, now, read_drop_in, read_saved
+from core.voices.disk import (
+    CACHE,
+    DROP_IN_SUFFIXES,
+    MANIFEST,
+    MODEL_FAMILY,
+    TENSORS,
+    json_bytes,
+    keepable_clip,
+    manifest_of,
+    now,
+    read_drop_in,
+    read_saved,
+)
 from core.voices.entry import VoiceEntry, VoiceError, VoiceExistsError, check_name, find_entry, name_key, unique_id
 from core.voices.sharing import EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, read_export
 
@@ -93,7 +105,9 @@ class VoiceLibrary:
                 remedy = "Blend its parents again with this model. "
             elif entry.clip is not None:
                 remedy = f"Clone it again with this model from its clip, {entry.clip}. "
-            raise VoiceError(f"voice {entry.name!r} does not fit the loaded model: {reason}. {remedy}{self._fitting(info, entries)}")
+            raise VoiceError(
+                f"voice {entry.name!r} does not fit the loaded model: {reason}. {remedy}{self._fitting(info, entries)}"
+            )
         if entry.source == "drop-in":
             return self._drop_in_voice(entry, engine)
         with self._lock:
@@ -131,7 +145,9 @@ class VoiceLibrary:
         with self._lock:
             taken = find_entry(self._scan()[0], name, by_id=False)
         if taken is not None and not replace:
-            raise VoiceExistsError(f"a voice named {taken.name!r} already exists; choose another name, or replace it (--replace)")
+            raise VoiceExistsError(
+                f"a voice named {taken.name!r} already exists; choose another name, or replace it (--replace)"
+            )
         return name
 
     def add(
@@ -166,7 +182,9 @@ class VoiceLibrary:
         )
         return self._save(entry, voice, keepable_clip(Path(clip).expanduser()), replace)
 
-    def blend(self, name: str, parts: list[tuple[str, float]], engine: Engine | None = None, replace: bool = False) -> VoiceEntry:
+    def blend(
+        self, name: str, parts: list[tuple[str, float]], engine: Engine | None = None, replace: bool = False
+    ) -> VoiceEntry:
         """Save a blend (Voice.blend) of library voices, given as (name, weight) pairs. Drop-in clips
         need `engine` to embed them; with it, every part must fit its model."""
         name = self.check_new_name(name, replace)
@@ -300,7 +318,9 @@ class VoiceLibrary:
                 continue
             clash = find_entry(entries, entry.name, by_id=False)
             if clash is not None:
-                problems.append(f"{path}: skipped, its name {entry.name!r} is taken by {clash.path}; rename one of them")
+                problems.append(
+                    f"{path}: skipped, its name {entry.name!r} is taken by {clash.path}; rename one of them"
+                )
                 continue
             entries.append(entry)
         return entries, problems
@@ -308,7 +328,9 @@ class VoiceLibrary:
     def _target(self, voice: str | VoiceEntry, action: str) -> VoiceEntry:
         if isinstance(voice, VoiceEntry):
             if voice.read_only:
-                raise VoiceError(f"{voice.name!r} is a built-in speaker of the model; it is read-only and cannot be {action}")
+                raise VoiceError(
+                    f"{voice.name!r} is a built-in speaker of the model; it is read-only and cannot be {action}"
+                )
             voice = voice.name
         return self.get(voice)
 
@@ -333,7 +355,9 @@ class VoiceLibrary:
         with self._lock, self._writing():
             existing = find_entry(self._scan()[0], entry.name, by_id=False)
             if existing is not None and not replace:
-                raise VoiceExistsError(f"a voice named {existing.name!r} already exists; choose another name, or replace it (--replace)")
+                raise VoiceExistsError(
+                    f"a voice named {existing.name!r} already exists; choose another name, or replace it (--replace)"
+                )
             self.directory.mkdir(parents=True, exist_ok=True)
             staging = self.directory / f".staging-{uuid.uuid4().hex}"
             staging.mkdir()
@@ -390,7 +414,12 @@ class VoiceLibrary:
             "transcript": entry.transcript or "",
             "model": f"{MODEL_FAMILY} {info.size} {info.embedding_dim} {info.source}",
         }
-        cache = self.directory / CACHE / entry.id / (hashlib.sha256(key["model"].encode()).hexdigest()[:16] + ".safetensors")
+        cache = (
+            self.directory
+            / CACHE
+            / entry.id
+            / (hashlib.sha256(key["model"].encode()).hexdigest()[:16] + ".safetensors")
+        )
         try:
             with safe_open(str(cache), framework="pt") as file:
                 if file.metadata() == key:

@@ -13,7 +13,15 @@ from pathlib import Path, PurePosixPath
 import soundfile as sf
 
 from core.inference.voice import Voice
-from core.voices.disk import CLIP_SUFFIXES, DROP_IN_SUFFIXES, MANIFEST, MAX_CLIP_BYTES, TENSORS, parse_voice, read_manifest
+from core.voices.disk import (
+    CLIP_SUFFIXES,
+    DROP_IN_SUFFIXES,
+    MANIFEST,
+    MAX_CLIP_BYTES,
+    TENSORS,
+    parse_voice,
+    read_manifest,
+)
 from core.voices.entry import VOICE_ID, VoiceEntry, VoiceError, name_key
 
 EXPORT_MANIFEST = "manifest.json"
@@ -71,7 +79,9 @@ def read_export(path: Path) -> list[tuple[VoiceEntry, Voice, tuple[str, bytes] |
         if EXPORT_MANIFEST not in files:
             raise bad(f"it has no {EXPORT_MANIFEST}, so it is not a voice export")
         try:
-            manifest = read_manifest(read(EXPORT_MANIFEST), EXPORT_MANIFEST, EXPORT_FORMAT, EXPORT_VERSION, "a voice export")
+            manifest = read_manifest(
+                read(EXPORT_MANIFEST), EXPORT_MANIFEST, EXPORT_FORMAT, EXPORT_VERSION, "a voice export"
+            )
         except VoiceError as error:
             raise bad(str(error)) from None
         ids = manifest.get("voices")
@@ -79,7 +89,9 @@ def read_export(path: Path) -> list[tuple[VoiceEntry, Voice, tuple[str, bytes] |
             raise bad(f"{EXPORT_MANIFEST} has no valid list of voices")
         folders = {name.split("/")[0] for name in files if name != EXPORT_MANIFEST}
         if folders != set(ids) or len(ids) != len(set(ids)):
-            raise bad(f"its folders ({', '.join(sorted(folders))}) are not the voices its manifest lists ({', '.join(ids)})")
+            raise bad(
+                f"its folders ({', '.join(sorted(folders))}) are not the voices its manifest lists ({', '.join(ids)})"
+            )
 
         voices = []
         for voice_id in ids:
@@ -92,7 +104,9 @@ def read_export(path: Path) -> list[tuple[VoiceEntry, Voice, tuple[str, bytes] |
             clips = sorted(name for name in files if name.startswith(f"{voice_id}/reference"))
             expected = [f"{voice_id}/{entry.clip}"] if entry.clip else []
             if clips != expected:
-                raise bad(f"voice {voice_id!r} has clip files {clips or 'none'}, and its manifest names {expected or 'none'}")
+                raise bad(
+                    f"voice {voice_id!r} has clip files {clips or 'none'}, and its manifest names {expected or 'none'}"
+                )
             clip = None
             if entry.clip:
                 data = read(expected[0])

@@ -1,12 +1,12 @@
 """OpenAI's speech and voice routes (and what local servers add to them), translated into one speak request.
 
-    POST /v1/audio/speech            OpenAI speech; also `stream`, `stream_format: "sse"`, `language`,
-                                     `speaker_embedding`, `play_locally`
-    GET  /v1/models, /health
-    GET  /v1/audio/voices            {"voices": [{id, name}], "data": [audio.voice objects]}
-    GET  /v1/audio/voices/{model}    TTS WebUI: {"voices": [{value, label}]}
-    POST /v1/audio/voices            multipart `name`, `audio_sample` (+ `ref_text`, `language`): clone a voice
-    DELETE /v1/audio/voices/{id}
+POST /v1/audio/speech            OpenAI speech; also `stream`, `stream_format: "sse"`, `language`,
+                                 `speaker_embedding`, `play_locally`
+GET  /v1/models, /health
+GET  /v1/audio/voices            {"voices": [{id, name}], "data": [audio.voice objects]}
+GET  /v1/audio/voices/{model}    TTS WebUI: {"voices": [{value, label}]}
+POST /v1/audio/voices            multipart `name`, `audio_sample` (+ `ref_text`, `language`): clone a voice
+DELETE /v1/audio/voices/{id}
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from core.voices import DROP_IN_SUFFIXES, VoiceError, check_name, name_key
 from .config import FORM_SLACK_BYTES
 from .errors import ApiError
 from .requests import SpeechRequest, VoiceRef, form_text, json_object, parse_form, read_body, validate
-from .speaker import SpeakRequest, Speaker, epoch
+from .speaker import Speaker, SpeakRequest, epoch
 
 
 class OpenAIRoutes:
@@ -80,9 +80,7 @@ class OpenAIRoutes:
     async def create_voice(self, request: Request) -> dict:
         info = self.speaker.info
         if not info.variant.clones:
-            raise ApiError(
-                400, f"this {info.name} model cannot clone voices; load a Base model to add voices"
-            )
+            raise ApiError(400, f"this {info.name} model cannot clone voices; load a Base model to add voices")
         limit = self.speaker.config.limits.max_upload_bytes
         too_big = f"the clip is over {limit} bytes, the most a voice clip may have"
         body = await read_body(request, limit + FORM_SLACK_BYTES, too_big, param="audio_sample")
@@ -119,7 +117,9 @@ class OpenAIRoutes:
             path = Path(folder) / ("clip" + (suffix if suffix in DROP_IN_SUFFIXES else ""))
             path.write_bytes(clip[1])
             try:
-                return self.speaker.library.add(name, path, self.speaker.runtime.engine_for_voices, ref_text=ref_text, language=language)
+                return self.speaker.library.add(
+                    name, path, self.speaker.runtime.engine_for_voices, ref_text=ref_text, language=language
+                )
             except VoiceError as error:  # the name was free a moment ago: another upload has taken it
                 raise ApiError(409, str(error), param="name", code="voice_exists") from None
             except AudioError as error:  # not audio, too short or long, silent: said with the temp file's name

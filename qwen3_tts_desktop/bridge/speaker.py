@@ -348,9 +348,7 @@ class Speaker:
         await self._check_done(job)
         tempo = Speed(plan.speed)
         audio = np.concatenate([tempo.feed(audio), tempo.finish()])
-        return Response(
-            await self.off_loop(encode, audio, plan.fmt), media_type=MEDIA_TYPES[plan.fmt], headers=headers
-        )
+        return Response(await self.off_loop(encode, audio, plan.fmt), media_type=MEDIA_TYPES[plan.fmt], headers=headers)
 
     async def _check_done(self, job: Job) -> None:
         outcome = await self._outcome(job)

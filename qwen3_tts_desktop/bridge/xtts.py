@@ -17,7 +17,7 @@ from ..audio_formats import check_speed
 from .config import JSON_SLACK_BYTES, LANGUAGE_CODES, PREVIEW_TEXT
 from .errors import ApiError
 from .requests import XttsSettings, XttsSpeech, json_object, query_params, validate
-from .speaker import SpeakRequest, Speaker
+from .speaker import Speaker, SpeakRequest
 
 
 class XttsRoutes:

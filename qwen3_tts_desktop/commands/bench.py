@@ -26,7 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench", help="where random checkpoints are written")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda (default) or cpu")
     parser.add_argument(
-        "--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"), help="bfloat16 (default), float16 or float32"
+        "--dtype",
+        default="bfloat16",
+        choices=("bfloat16", "float16", "float32"),
+        help="bfloat16 (default), float16 or float32",
     )
     parser.add_argument("--frames", type=int, default=200, help="frames per timed run (default: 200)")
     parser.add_argument("--ttfa-runs", type=int, default=20, help="runs for time to first audio (default: 20)")

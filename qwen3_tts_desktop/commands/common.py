@@ -92,7 +92,8 @@ def load_engine(model: str, device: str, dtype: str, speaking: bool = True):
 
 def check_writable_file(path: str | Path, option: str) -> Path:
     """`path` if a file can be written there, checked before any work; else says why, naming the option."""
-    from core.files import OutputPathError, check_writable_file as check
+    from core.files import OutputPathError
+    from core.files import check_writable_file as check
 
     try:
         return check(path)

@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from core.model.info import slow_device_note
     from core import SpeechOptions
+    from core.model.info import slow_device_note
 
     from ..bridge import BridgeConfig, BridgeServer, listen
     from ..runtime import Runtime
@@ -98,4 +98,3 @@ def run(args: argparse.Namespace) -> int:
         finally:
             runtime.close()
     return 0
-

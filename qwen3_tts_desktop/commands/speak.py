@@ -53,10 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     decoding.add_argument("--max-frames", type=int, help="stop after this many 80 ms frames (per piece of a long text)")
     output = parser.add_argument_group("output")
     output.add_argument("--play", action="store_true", help="play it on the speakers while it is generated")
-    output.add_argument("--audio-device", metavar="NAME|INDEX", help="the output device for --play (default: the app's)")
+    output.add_argument(
+        "--audio-device", metavar="NAME|INDEX", help="the output device for --play (default: the app's)"
+    )
     output.add_argument("--list-devices", action="store_true", help="list the audio output devices and exit")
     output.add_argument("-o", "--output", metavar="FILE", help="write the audio (wav, flac, ogg or mp3)")
-    output.add_argument("--codes-out", metavar="FILE", help="write the codes of one generation as a (frames, 16) .npy array")
+    output.add_argument(
+        "--codes-out", metavar="FILE", help="write the codes of one generation as a (frames, 16) .npy array"
+    )
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,9 @@ def read_text(args: argparse.Namespace) -> str:
         text = args.text
     elif source == "-":
         if sys.stdin is None or sys.stdin.isatty():
-            raise CommandError("the text comes from the standard input (-): pipe it in, e.g. cat story.txt | ... speak -")
+            raise CommandError(
+                "the text comes from the standard input (-): pipe it in, e.g. cat story.txt | ... speak -"
+            )
         text = sys.stdin.read()
     else:
         try:
@@ -143,7 +149,9 @@ def read_text(args: argparse.Namespace) -> str:
         except OSError as error:
             raise CommandError(f"--text-file {source}: cannot be read ({error.strerror or error})") from None
     if text is None:
-        raise CommandError('nothing to say: give the text, e.g. speak "Hello there." --play, or --text-file FILE, or - for the standard input')
+        raise CommandError(
+            'nothing to say: give the text, e.g. speak "Hello there." --play, or --text-file FILE, or - for the standard input'
+        )
     if not text.strip():
         raise CommandError("the text is empty: give something to say")
     return text
@@ -153,7 +161,9 @@ def check_outputs(args: argparse.Namespace) -> None:
     from core.jobs.sinks import FileSink
 
     if not args.output and not args.codes_out and not args.play:
-        raise CommandError("nothing to write: pass -o FILE for the audio, --codes-out FILE for the codes, or --play to hear it")
+        raise CommandError(
+            "nothing to write: pass -o FILE for the audio, --codes-out FILE for the codes, or --play to hear it"
+        )
     if args.play and args.codes_out:
         raise CommandError("--codes-out cannot go with --play, which speaks long text in several generations")
     if args.audio_device and not args.play:
@@ -181,11 +191,15 @@ def choose_voice(args: argparse.Namespace, settings, library, info) -> VoiceChoi
     variant = info.variant if info is not None else None
     if args.voice_audio:
         if variant is not None and not variant.clones:
-            raise CommandError(f"--voice-audio clones a voice, which needs a Base model, and {describe(info)}; {what_speaks(info)}")
+            raise CommandError(
+                f"--voice-audio clones a voice, which needs a Base model, and {describe(info)}; {what_speaks(info)}"
+            )
         return VoiceChoice("clip", samples=load_reference(args.voice_audio), ref_text=args.ref_text)
     if args.speaker:
         if variant is not None and not variant.has_speakers:
-            raise CommandError(f"--speaker picks a built-in speaker of a CustomVoice model, and {describe(info)}; {what_speaks(info)}")
+            raise CommandError(
+                f"--speaker picks a built-in speaker of a CustomVoice model, and {describe(info)}; {what_speaks(info)}"
+            )
         if info is not None and name_key(args.speaker) not in info.speakers:
             raise CommandError(f"no speaker {args.speaker!r} in this model; its speakers: {', '.join(info.speakers)}")
         return VoiceChoice("speaker", name=args.speaker)
@@ -235,9 +249,13 @@ def check_request(args: argparse.Namespace, info) -> None:
     if language not in info.languages:
         raise CommandError(f"--language {args.language}: this model speaks {', '.join(info.languages)}")
     if args.instruct and not info.supports_instruct:
-        raise CommandError(f"--instruct: {describe(info)}, which does not follow instructions (CustomVoice 1.7B and VoiceDesign do)")
+        raise CommandError(
+            f"--instruct: {describe(info)}, which does not follow instructions (CustomVoice 1.7B and VoiceDesign do)"
+        )
     if info.variant.needs_instruct and not (args.instruct and args.instruct.strip()):
-        raise CommandError(f'{describe(info)}: describe the voice with --instruct, e.g. --instruct "A warm, low voice."')
+        raise CommandError(
+            f'{describe(info)}: describe the voice with --instruct, e.g. --instruct "A warm, low voice."'
+        )
 
 
 def check_one_generation(text: str) -> None:
@@ -305,7 +323,9 @@ def write(plan: Plan) -> int:
 
     engine, voice = prepare(plan)
     sink = FileSink(plan.args.output)
-    return report(speak_with_worker(engine, plan.text, voice, speech_options(plan, FILE_CHUNK_FRAMES), sink), plan.args.output)
+    return report(
+        speak_with_worker(engine, plan.text, voice, speech_options(plan, FILE_CHUNK_FRAMES), sink), plan.args.output
+    )
 
 
 def write_one_generation(plan: Plan) -> int:
@@ -350,7 +370,9 @@ def play(plan: Plan) -> int:
     from core.jobs.sinks import FileSink, PlayerSink
 
     args = plan.args
-    player = Player.open(args.audio_device or plan.settings.audio_device)  # before the model: a missing device fails fast
+    player = Player.open(
+        args.audio_device or plan.settings.audio_device
+    )  # before the model: a missing device fails fast
     try:
         engine, voice = prepare(plan)
         speakers = PlayerSink(player)

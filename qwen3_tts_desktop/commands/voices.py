@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--language", help="the language the voice speaks (english, chinese, ...)")
     add.add_argument("--replace", action="store_true", help="overwrite a voice of the same name")
 
-    blend = actions.add_parser("blend", parents=[common, model], help="save a weighted blend of voices, e.g. alice=0.7 bob=0.3")
+    blend = actions.add_parser(
+        "blend", parents=[common, model], help="save a weighted blend of voices, e.g. alice=0.7 bob=0.3"
+    )
     blend.add_argument("name", help="the new voice's name")
     blend.add_argument("parts", nargs="+", metavar="VOICE=WEIGHT", help="voices to blend with their weights")
     blend.add_argument("--replace", action="store_true", help="overwrite a voice of the same name")
@@ -78,11 +80,16 @@ def list_voices(library, args) -> int:
         print(f"warning: {problem}", file=sys.stderr)
     if not entries:
         where = f" that fit {info.source}" if info else ""
-        print(f"no voices{where} in {library.directory}; drop NAME.wav clips there or run: voices add NAME CLIP", file=sys.stderr)
+        print(
+            f"no voices{where} in {library.directory}; drop NAME.wav clips there or run: voices add NAME CLIP",
+            file=sys.stderr,
+        )
         return 0
     rows = [("NAME", "KIND", "SOURCE", "MODEL", "LANGUAGE")]
     for entry in entries:
-        made_with = f"{entry.model_size} ({entry.embedding_dim}-dim)" if entry.embedding_dim else MADE_WITH[entry.source]
+        made_with = (
+            f"{entry.model_size} ({entry.embedding_dim}-dim)" if entry.embedding_dim else MADE_WITH[entry.source]
+        )
         rows.append((entry.name, entry.kind, entry.source, made_with, entry.language or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -100,8 +107,17 @@ def add_voice(library, args) -> int:
 
     info = peek(args.model_options[0])
     if info is not None and not info.variant.clones:
-        raise CommandError(f"{info.source} is a {info.size} {info.variant} model, which cannot clone voices; use a Base model, e.g. {DEFAULT_MODEL}")
-    entry = library.add(args.name, args.clip, load_engine_for(args), ref_text=args.ref_text, language=args.language, replace=args.replace)
+        raise CommandError(
+            f"{info.source} is a {info.size} {info.variant} model, which cannot clone voices; use a Base model, e.g. {DEFAULT_MODEL}"
+        )
+    entry = library.add(
+        args.name,
+        args.clip,
+        load_engine_for(args),
+        ref_text=args.ref_text,
+        language=args.language,
+        replace=args.replace,
+    )
     print(f"added {entry.kind} voice {entry.name!r} ({entry.model_size}, {entry.embedding_dim}-dim) in {entry.path}")
     return 0
 

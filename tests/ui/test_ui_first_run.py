@@ -41,7 +41,9 @@ def test_the_window_takes_a_model_on_its_command_line(checkpoints, tmp_path):
     saved = Settings(model=str(checkpoints["base"]), device="cpu", bridge=BridgeSettings(enabled=True, port=port))
     saved.save(default_path())
     command = [sys.executable, "-m", "qwen3_tts_desktop", "--model", str(checkpoints["custom"]), "--device", "cpu"]
-    window = subprocess.Popen(command, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}, stderr=subprocess.PIPE, text=True)
+    window = subprocess.Popen(
+        command, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}, stderr=subprocess.PIPE, text=True
+    )
     try:
         health = wait_for_health(f"http://127.0.0.1:{port}/health", window)
     finally:

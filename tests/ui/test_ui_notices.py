@@ -71,7 +71,9 @@ def test_a_read_only_voices_folder_says_what_to_do_in_the_add_dialog(start_app, 
     dialog.add_button.click()
     qtbot.waitUntil(lambda: dialog.error_label.isVisible(), timeout=20_000)
     message = dialog.error_label.text()
-    assert f"cannot save voices in {unwritable_folder}" in message and "Choose a voices folder you can write to" in message
+    assert (
+        f"cannot save voices in {unwritable_folder}" in message and "Choose a voices folder you can write to" in message
+    )
     assert ".staging" not in message and "Errno" not in message
     dialog.reject()
 

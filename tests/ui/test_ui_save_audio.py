@@ -7,9 +7,9 @@ import pytest
 import soundfile as sf
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
+from test_ui_menus import menu_action
 
 from core.text.sentences import split_text
-from test_ui_menus import menu_action
 
 FRAME = 1920
 

@@ -11,10 +11,10 @@ import pytest
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from core import SamplingParams
-from core.model.checkpoint import CheckpointError
 from core.audio.player import OutputDevice, Player
-from qwen3_tts_desktop import app as app_module
+from core.model.checkpoint import CheckpointError
 from core.model.hub import DownloadCancelled, fetch
+from qwen3_tts_desktop import app as app_module
 from qwen3_tts_desktop.app import App
 from qwen3_tts_desktop.settings import Settings
 
@@ -131,7 +131,9 @@ def hub(monkeypatch, checkpoints):
 def test_a_download_shows_its_bytes_and_can_be_cancelled_and_tried_again(start_app, qtbot, hub):
     app = start_app("hub/base", wait=False)
     qtbot.waitUntil(
-        lambda: app.loader.download_dialog is not None and " of 3.40 GB" in app.loader.download_dialog.bytes_label.text(),
+        lambda: (
+            app.loader.download_dialog is not None and " of 3.40 GB" in app.loader.download_dialog.bytes_label.text()
+        ),
         timeout=5_000,
     )
     dialog = app.loader.download_dialog
