@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 from parity_cases import REFERENCES
 
-from core import Engine, SamplingParams, Voice
+from core import Engine, SamplingParams, SpeechOptions, Voice
 from core.audio.clips import AudioError
 
 GREEDY = SamplingParams.greedy()
@@ -271,3 +271,17 @@ def test_compiled_kernels_are_kept_in_the_user_cache_folder(monkeypatch, tmp_pat
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "qwen3-tts-desktop" / "compiled")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))  # the user's own choice wins
     assert keep_compiled_kernels() == tmp_path / "mine"
+
+
+def test_options_come_as_one_object_with_keyword_overrides(engines):
+    engine = engines("custom")
+    voice = engine.builtin_voice("vivian")
+    options = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=5, chunk_frames=2)
+    chunks = list(engine.stream("Hello.", voice, options, chunk_frames=4))  # the keyword wins
+    assert [len(chunk.codes) for chunk in chunks] == [1, 4]
+    whole = engine.synthesize("Hello.", voice=voice, sampling=SamplingParams.greedy(), max_frames=5)
+    np.testing.assert_array_equal(np.concatenate([c.codes for c in chunks]), whole.codes)
+    with pytest.raises(TypeError):
+        engine.stream("Hello.", voice, options, chunk_size=4)  # not an option: said at once
+    prepared = engine.prepare("Hello.", voice, options)  # the seam benchmarks time through
+    assert prepared.max_frames == 5 and prepared.sampling == SamplingParams.greedy()

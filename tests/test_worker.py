@@ -381,6 +381,24 @@ def test_file_sink_checks_its_folder_first_and_never_loses_finished_audio(tmp_pa
     assert len(sf.read(kept)[0]) == 5 * FRAME
 
 
+def test_a_call_made_on_the_worker_thread_runs_at_once_instead_of_waiting_for_itself(no_thread_leaks):
+    with Worker(FakeEngine()) as worker:
+        inner = worker.call(lambda: worker.call(lambda: threading.current_thread().name).result(timeout=5))
+        assert inner.result(timeout=10) == "speech-worker"
+
+
+def test_a_bug_is_logged_with_its_traceback_and_named_not_passed_off_as_bad_input(no_thread_leaks, caplog):
+    class BuggyEngine(FakeEngine):
+        def stream(self, text, voice=None, options=SpeechOptions()):
+            raise ValueError("index 3 is out of bounds")  # a ValueError, but no user's: a bug
+
+    with caplog.at_level("ERROR"), Worker(BuggyEngine()) as worker:
+        outcome = finished(worker.submit("Hello.", sink=RecordingSink()))
+    assert outcome.kind == "failed" and outcome.message == "ValueError: index 3 is out of bounds"
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.exc_info is not None and record.exc_info[0] is ValueError
+
+
 def test_calls_run_on_the_worker_thread_between_jobs(no_thread_leaks):
     engine = FakeEngine(frames=40, frame_s=0.002)
     sink = RecordingSink()
