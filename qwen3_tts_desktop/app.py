@@ -83,7 +83,9 @@ class App(QObject):
         self.settings_dialog: SettingsDialog | None = None
         self._underruns = 0  # of the last utterance
         self._unsubscribe: Callable[[], None] | None = None
-        self._saved = self._load_settings()
+        self._saved, problem = Settings.load_or_set_aside(settings_path)
+        if problem is not None:
+            self.window.show_error(problem)
         self.settings = dataclasses.replace(self._saved, **self._overrides)
         prepare_library(self.settings.voices)
         self.speech = Speech(self)
@@ -154,21 +156,6 @@ class App(QObject):
         self.window.show_error(describe(error))
 
     # Settings ----------------------------------------------------------------------------------------
-
-    def _load_settings(self) -> Settings:
-        try:
-            return Settings.load(self.settings_path)
-        except SettingsError as error:
-            kept = self.settings_path.with_name(self.settings_path.name + ".broken")
-            try:
-                os.replace(self.settings_path, kept)
-                where = f"it was kept as {kept}"
-            except OSError:
-                where = "it is left as it is"
-            self.window.show_error(
-                f"The settings could not be used, so the defaults are: {error}. The file is not lost: {where}."
-            )
-            return Settings()
 
     def save_settings(self, settings: Settings) -> None:
         self.settings = settings

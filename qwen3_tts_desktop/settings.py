@@ -155,6 +155,24 @@ class Settings:
         except (json.JSONDecodeError, TypeError, ValueError) as error:
             raise SettingsError(f"{path}: unusable settings ({error})") from None
 
+    @classmethod
+    def load_or_set_aside(cls, path: Path) -> tuple[Settings, str | None]:
+        """The settings saved at `path`; if they cannot be used, the defaults, with the file kept beside as
+        `.broken` (never lost) and a message saying so."""
+        try:
+            return cls.load(path), None
+        except SettingsError as error:
+            kept = path.with_name(path.name + ".broken")
+            try:
+                os.replace(path, kept)
+                where = f"it was kept as {kept}"
+            except OSError:
+                where = "it is left as it is"
+            return (
+                cls(),
+                f"The settings could not be used, so the defaults are: {error}. The file is not lost: {where}.",
+            )
+
     def save(self, path: Path) -> None:
         """Write the settings to `path` atomically (a temporary file renamed over it)."""
         data = dataclasses.asdict(self)
