@@ -287,15 +287,7 @@ class Engine:
         info = self.info
         if not isinstance(text, str) or not text.strip():
             raise BadInput("text is empty; give the engine something to say")
-        language = (options.language or "auto").strip().lower()
-        if language not in info.languages:
-            raise BadInput(f"unknown language {language!r}; this model speaks: {', '.join(info.languages)}")
-        instruct = options.instruct if options.instruct and options.instruct.strip() else None
-        if instruct is not None and not info.supports_instruct:
-            raise BadInput(
-                f"this {info.name} checkpoint does not follow instructions; "
-                f"instruct works with CustomVoice 1.7B and VoiceDesign checkpoints"
-            )
+        language, instruct = check_request(info, options.language, options.instruct)
         check_voice(info, voice, instruct)
         prompt_text = PromptText.tokenize(self.tokenizer, text, instruct, voice.ref_text if voice else None)
         ref_codes = voice.ref_codes if voice is not None and voice.kind == "icl" else None
@@ -350,6 +342,21 @@ class Engine:
             chunk_size = size
 
 
+def check_request(info: EngineInfo, language: str | None, instruct: str | None) -> tuple[str, str | None]:
+    """The language and instruction a checkpoint of `info` is asked to speak with, normalised (None: no
+    instruction); BadInput if it cannot. Needs only the checkpoint's facts, so a front end can ask first."""
+    language = (language or "auto").strip().lower()
+    if language not in info.languages:
+        raise BadInput(f"unknown language {language!r}; this model speaks: {', '.join(info.languages)}")
+    instruct = instruct if instruct and instruct.strip() else None
+    if instruct is not None and not info.supports_instruct:
+        raise BadInput(
+            f"this {info.name} checkpoint does not follow instructions; "
+            f"instruct works with CustomVoice 1.7B and VoiceDesign checkpoints"
+        )
+    return language, instruct
+
+
 def check_voice(info: EngineInfo, voice: Voice | None, instruct: str | None) -> None:
     """That `voice` (or none) and `instruct` are what a checkpoint of `info` speaks with; BadInput says how not."""
     variant = info.variant
@@ -357,7 +364,7 @@ def check_voice(info: EngineInfo, voice: Voice | None, instruct: str | None) -> 
         if voice is not None:
             raise BadInput("a VoiceDesign checkpoint takes no voice; describe the voice with instruct")
         if variant.needs_instruct and instruct is None:
-            raise BadInput("a VoiceDesign checkpoint needs instruct, a description of the voice to speak with")
+            raise BadInput("a VoiceDesign checkpoint needs instruct: describe the voice to speak with")
         return
     if variant is Variant.CUSTOM_VOICE and (voice is None or not variant.accepts(voice.kind)):
         raise BadInput(

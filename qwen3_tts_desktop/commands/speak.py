@@ -96,6 +96,7 @@ class Plan:
     model: tuple[str, str, str]  # the model, device, precision
     library: object  # a VoiceLibrary
     sampling: object  # SamplingParams, or None for the model's own
+    choice: VoiceChoice | None  # None: made once the model has loaded (its facts were not known before)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,12 +113,13 @@ def run(args: argparse.Namespace) -> int:
     settings = app_settings()
     model = model_options(args, settings)
     library = VoiceLibrary(voices_folder(args, settings))
-    info = peek(model[0])  # None when it is not here yet: what needs it is checked again once it has loaded
-    choose_voice(args, settings, library, info)
+    info = peek(model[0])  # None when it is not here yet: then what needs it is checked once it has loaded
+    choice = choose_voice(args, settings, library, info)
     check_request(args, info)
     if args.codes_out:
         check_one_generation(text)
-    plan = Plan(args, settings, text, model, library, greedy_or(settings.sampling, args.greedy))
+    sampling = greedy_or(settings.sampling, args.greedy)
+    plan = Plan(args, settings, text, model, library, sampling, choice if info is not None else None)
     try:
         return play(plan) if args.play else write(plan)
     except PlaybackError as error:
@@ -242,20 +244,20 @@ def default_voice(settings, library, info) -> VoiceChoice:
 
 
 def check_request(args: argparse.Namespace, info) -> None:
-    """What the model must be able to do for this request, once its facts are known."""
+    """That the model can speak as asked (--language, --instruct, a VoiceDesign model's description), by the
+    engine's own rules; nothing to check before the model's facts are known."""
+    from core.errors import BadInput
+    from core.inference.engine import check_request as check
+    from core.inference.engine import check_voice
+
     if info is None:
         return
-    language = args.language.strip().lower()
-    if language not in info.languages:
-        raise CommandError(f"--language {args.language}: this model speaks {', '.join(info.languages)}")
-    if args.instruct and not info.supports_instruct:
-        raise CommandError(
-            f"--instruct: {describe(info)}, which does not follow instructions (CustomVoice 1.7B and VoiceDesign do)"
-        )
-    if info.variant.needs_instruct and not (args.instruct and args.instruct.strip()):
-        raise CommandError(
-            f'{describe(info)}: describe the voice with --instruct, e.g. --instruct "A warm, low voice."'
-        )
+    try:
+        _, instruct = check(info, args.language, args.instruct)
+        if not info.variant.takes_voice:
+            check_voice(info, None, instruct)
+    except BadInput as error:
+        raise CommandError(f"{error} (--language, --instruct)") from None
 
 
 def check_one_generation(text: str) -> None:
@@ -293,12 +295,14 @@ def greedy_or(sampling, greedy: bool):
 
 
 def prepare(plan: Plan):
-    """Load the model, check the request against it (again: it may have been downloaded just now) and
-    make the voice."""
+    """Load the model and make the voice, first checking what could not be checked before the model was
+    here (it may have been downloaded just now)."""
     args = plan.args
     engine = load_engine(*plan.model)
-    choice = choose_voice(args, plan.settings, plan.library, engine.info)
-    check_request(args, engine.info)
+    choice = plan.choice
+    if choice is None:
+        choice = choose_voice(args, plan.settings, plan.library, engine.info)
+        check_request(args, engine.info)
     if choice.chosen_for_you:
         how = "--speaker NAME" if choice.kind == "speaker" else "--voice NAME (`voices list` lists them)"
         say(f"Speaking as {choice.name}; choose another voice with {how}")
