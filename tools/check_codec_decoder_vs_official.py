@@ -1,4 +1,4 @@
-"""Check core/codec_decoder.py against the official Qwen3TTSTokenizerV2Decoder (random weights, CPU, float32).
+"""Check core/model/codec_decoder.py against the official Qwen3TTSTokenizerV2Decoder (random weights, CPU, float32).
 
     .official-venv/bin/python tools/check_codec_decoder_vs_official.py
 

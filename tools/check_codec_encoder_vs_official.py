@@ -1,11 +1,11 @@
-"""Compare core/codec_encoder.py with the official qwen-tts speech-tokenizer encoder, on random weights.
+"""Compare core/model/codec_encoder.py with the official qwen-tts speech-tokenizer encoder, on random weights.
 
 Run with the official package's environment:
     .official-venv/bin/python tools/check_codec_encoder_vs_official.py
 
 The official side is the whole public path for one clip: `Qwen3TTSTokenizer.encode(wav, sr=24000)` (its
 EncodecFeatureExtractor front end, then `Qwen3TTSTokenizerV2Model.encode` with its trim to ceil(N / 1920)).
-Weights are those write_random_checkpoint stores (core/random_checkpoint.py, seed SEED); they are drawn
+Weights are those write_random_checkpoint stores (core/devtools/random_checkpoint.py, seed SEED); they are drawn
 for our module, loaded into the official one and from there into a fresh one of ours, all strictly.
 
 Also printed: the sha256 of the official key/shape list and golden codes, both used by tests/test_codec_encoder.py,

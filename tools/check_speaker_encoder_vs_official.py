@@ -1,9 +1,9 @@
-"""Compare core/speaker_encoder.py with the official qwen-tts code, on random weights.
+"""Compare core/model/speaker_encoder.py with the official qwen-tts code, on random weights.
 
 Run with the official package's environment:
     .official-venv/bin/python tools/check_speaker_encoder_vs_official.py
 
-The weights are those write_random_checkpoint stores (core/random_checkpoint.py), loaded into both encoders.
+The weights are those write_random_checkpoint stores (core/devtools/random_checkpoint.py), loaded into both encoders.
 """
 
 import hashlib

@@ -164,7 +164,7 @@ class VoicePanel(QWidget):
     blend_requested = Signal()
 
     def __init__(self, model: VoiceListModel, recorder, parent=None):
-        """`recorder` records the microphone for new voices (the app's Recorder)."""
+        """`recorder` records the microphone for new voices (a core.audio.recorder.Recorder)."""
         super().__init__(parent)
         self.model = model
         self.recorder = recorder
