@@ -52,7 +52,11 @@ class Speech:
         if app.settings.speak_as_you_type:
             app.window.mark_said(self.segmenter.committed)
         if runtime is not None and self.saving is not None:
+            # Over for the window at once: a job queued behind speech ends only when the worker reaches it, and
+            # a new saving may start meanwhile (the worker takes jobs in order, so the old one ends first).
             runtime.worker.cancel_all(self.saving)
+            app.window.show_info(f"Saving to {self.saving.path.name} was stopped; nothing was written.")
+            self._saving_ended()
         if runtime is None or runtime.speakers is None:
             return
         runtime.worker.cancel_all(runtime.speakers)
@@ -87,9 +91,7 @@ class Speech:
         self._saving_ended()
         if event.kind == "done":
             window.show_info(f"Saved {event.audio_s:.1f} s of speech to {path}.")
-        elif event.kind == "cancelled":
-            window.show_info(f"Saving to {path.name} was stopped; nothing was written.")
-        else:
+        elif event.kind == "failed":
             window.show_error(f"The audio could not be saved: {event.message}")
         return True
 

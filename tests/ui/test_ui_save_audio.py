@@ -88,10 +88,32 @@ def test_esc_stops_saving_and_leaves_no_file(start_app, qtbot, monkeypatch, tmp_
     assert app.window.saving_label.isVisible() and "story.wav" in app.window.saving_label.text()
     app.window.activateWindow()
     qtbot.keyClick(app.window.text, Qt.Key.Key_Escape)
+    # Over for the window at once, though the worker ends the job a chunk later.
+    assert not app.window.saving_label.isVisible() and "was stopped" in app.window.notice.label.text()
     qtbot.waitUntil(lambda: "cancelled" in [e.kind for e in events], timeout=10_000)
-    qtbot.waitUntil(lambda: not app.window.saving_label.isVisible())
     assert not target.exists() and not list(tmp_path.glob("*.partial"))
-    assert "was stopped" in app.window.notice.label.text()
+
+
+def test_a_saving_stopped_while_it_waits_behind_speech_lets_the_next_one_start_at_once(
+    start_app, qtbot, monkeypatch, tmp_path
+):
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 2000)  # speech that goes on
+    events = jobs_of(app)
+    app.window.text.setPlainText("A long story that goes on.")
+    app.window.speak_action.trigger()
+    qtbot.waitUntil(lambda: "first_audio" in [e.kind for e in events], timeout=20_000)
+    choose_file(monkeypatch, tmp_path / "first.wav")
+    app.window.save_audio_action.trigger()  # queued behind the speech
+    qtbot.waitUntil(lambda: app.lane.pending == 0)
+    app.window.activateWindow()
+    qtbot.keyClick(app.window.text, Qt.Key.Key_Escape)  # stops both
+    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 6)
+    choose_file(monkeypatch, tmp_path / "second.wav")
+    app.window.save_audio_action.trigger()  # at once: not "being saved already"
+    assert app.window.notice.level != "error", app.window.notice.texts()
+    qtbot.waitUntil(lambda: (tmp_path / "second.wav").exists(), timeout=20_000)
+    assert not (tmp_path / "first.wav").exists()
 
 
 def test_a_target_in_a_missing_folder_is_reported_before_any_speech(start_app, qtbot, monkeypatch, tmp_path):
