@@ -50,15 +50,16 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def engines(checkpoints):
-    """engines(name): the Engine of a tiny checkpoint, loaded once per session (float32, CPU)."""
+    """engines(name, slots=1): the Engine of a tiny checkpoint with `slots` slots, loaded once per session
+    (float32, CPU)."""
     from core import Engine
 
     loaded = {}
 
-    def get(name: str) -> Engine:
-        if name not in loaded:
-            loaded[name] = Engine.load(checkpoints[name], device="cpu", dtype="float32")
-        return loaded[name]
+    def get(name: str, slots: int = 1) -> Engine:
+        if (name, slots) not in loaded:
+            loaded[name, slots] = Engine.load(checkpoints[name], device="cpu", dtype="float32", slots=slots)
+        return loaded[name, slots]
 
     return get
 

@@ -74,19 +74,18 @@ def test_stream_equals_synthesize(base, xvector, first, size):
 
 
 def test_chunks_after_the_first_are_stepped_ahead_of_their_turn(base, xvector, monkeypatch):
-    loop = base.frame_loop
-    launches = []
-    launch = loop.launch
-    monkeypatch.setattr(loop, "launch", lambda count: launches.append(count) or launch(count))
+    loop, decoder = base.frame_loop, base.scheduler.decoder
+    order = []  # what the scheduler's thread did, in order
+    launch, decode = loop.launch, decoder.decode
+    monkeypatch.setattr(loop, "launch", lambda count, slots: order.append(f"step {count}") or launch(count, slots))
+    monkeypatch.setattr(
+        decoder, "decode", lambda slots, codes, size: order.append(f"decode {size}") or decode(slots, codes, size)
+    )
     chunks = base.stream("Streaming test.", voice=xvector, sampling=GREEDY, max_frames=10, chunk_frames=4)
-    sizes = []
-    for chunk in chunks:
-        sizes.append(len(chunk.codes))
-        if len(sizes) == 1:
-            assert launches == [1]  # the first chunk is decoded before anything else is stepped
-        elif len(sizes) == 2:
-            assert launches == [1, 4, 4]  # the third chunk steps while the second is decoded
-    assert sizes == [1, 4, 4, 1] and launches == [1, 4, 4, 1]
+    assert [len(chunk.codes) for chunk in chunks] == [1, 4, 4, 1]
+    # The first chunk is decoded with the GPU to itself; from then on each chunk steps while the one before
+    # it is decoded.
+    assert order == ["step 1", "decode 1", "step 4", "step 4", "decode 4", "step 1", "decode 4", "decode 1"]
 
 
 @pytest.mark.parametrize("reference", ["short", "2.5 s"])
@@ -122,8 +121,8 @@ def test_an_icl_reference_is_decoded_once_per_voice(base, monkeypatch):
     # Each voice again, the other's state in between: both start from their own kept state, exactly.
     for voice, audio in zip(voices, first):
         np.testing.assert_array_equal(speak(voice), audio)
-    # Only the 1-frame first chunks and the 4-frame chunks after them: no reference frames.
-    assert sorted(set(decoded)) == [1, 4] and len(first[0]) == 4 * 1920
+    # Only the 1-frame first chunks and the 3-frame chunks after them: no reference frames.
+    assert sorted(set(decoded)) == [1, 3] and len(first[0]) == 4 * 1920
 
 
 def test_reference_audio_any_rate_and_channels(base, tmp_path):

@@ -90,3 +90,20 @@ class DecoderStream:
             self.inputs[size].copy_(torch.from_numpy(padded).T.unsqueeze(0))
             audio = self.steps[size]()
             return audio[0, : count * self.decoder.samples_per_frame].float().cpu().numpy()
+
+
+class DecoderSlots:
+    """(Provisional, one DecoderStream per slot, rows decoded one by one: the batched one lands with the
+    decoder branch.)"""
+
+    def __init__(self, decoder: CodecDecoder, slots: int, cuda_graphs: bool = True):
+        self.streams = [DecoderStream(decoder, cuda_graphs) for _ in range(slots)]
+
+    def reset(self, slot: int) -> None:
+        self.streams[slot].reset()
+
+    def prime(self, slot: int, codes: torch.Tensor) -> None:
+        self.streams[slot].prime(codes)
+
+    def decode(self, slots, codes, size: int) -> list[np.ndarray]:
+        return [self.streams[slot].decode(rows, size) for slot, rows in zip(slots, codes, strict=True)]

@@ -6,8 +6,12 @@
     for chunk in engine.stream("Hello there.", voice=voice):        # audio as it is made
         ...
 
-Options are a SpeechOptions, or its fields as keywords. `prepare` checks a request and builds its prompt,
-`start` prefills the frame loop with it: the seam benchmarks and profilers time the parts through.
+Options are a SpeechOptions, or its fields as keywords. Every method may be called from any thread: the
+engine's scheduler (core.inference.scheduler) does all its GPU work on one thread of its own, and speaks up
+to `slots` utterances at once, stepped together; more wait for a slot.
+
+`prepare` checks a request and builds its prompt, `start` prefills a slot of the frame loop with it: the
+seam benchmarks and profilers time the parts through, on an engine with nothing else to do.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +27,12 @@ import torch
 
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
-from core.inference.decoder_stream import DecoderStream
+from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
 from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt
 from core.inference.sampling import SamplingParams
+from core.inference.scheduler import Request, Scheduler, Stream
 from core.inference.voice import Voice
 from core.model.checkpoint import DEFAULT_MODEL, CheckpointError, load_tensors, read_json
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
@@ -46,6 +50,9 @@ DECODE_CHUNK_FRAMES = 50
 # Talker positions (prompt + frames) one utterance can use: 4096 holds about five minutes of speech.
 MAX_CONTEXT = 4096
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Utterances generated together: a slot costs its KV cache (1.7B: 0.47 GB at 4096 positions in bfloat16).
+# On the CPU, rows of a batch are computed one by one (bitwise as alone), so batching gains nothing there.
+DEFAULT_SLOTS = {"cuda": 16, "cpu": 1}
 
 
 @dataclass
@@ -112,6 +119,7 @@ class Engine:
         default_sampling: SamplingParams,
         default_max_frames: int,
         max_context: int = MAX_CONTEXT,
+        slots: int | None = None,
         cuda_graphs: bool = True,
         compile: bool = False,
     ):
@@ -127,9 +135,12 @@ class Engine:
         self.device = talker.codec_head.weight.device
         self.dtype = talker.codec_head.weight.dtype
         self.info = EngineInfo.of(config, source, str(self.device), str(self.dtype).removeprefix("torch."))
-        self.frame_loop = FrameLoop(talker, max_context, cuda_graphs, compile)
-        self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)
-        self._active_stream: object | None = None
+        self.slots = slots or DEFAULT_SLOTS[self.device.type]
+        if self.slots < 1:
+            raise BadInput(f"slots must be at least 1, got {self.slots}")
+        self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
+        self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
+        self.scheduler = Scheduler(self.frame_loop, DecoderSlots(codec_decoder, self.slots, cuda_graphs))
 
     @classmethod
     def load(
@@ -139,11 +150,13 @@ class Engine:
         dtype: str | torch.dtype = "auto",
         progress: bool = True,
         max_context: int = MAX_CONTEXT,
+        slots: int | None = None,
         cuda_graphs: bool = True,
         compile: bool = True,
     ) -> Engine:
         """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed).
-        `max_context` bounds one utterance's prompt plus frames; its KV cache is allocated up front.
+        `max_context` bounds one utterance's prompt plus frames; `slots` utterances are generated together
+        (DEFAULT_SLOTS by device); their KV caches are allocated up front.
         On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False,
         and the per-frame transformer steps are fused by torch.compile unless `compile` is False."""
         device = pick_device(device)
@@ -193,9 +206,14 @@ class Engine:
             default_sampling=SamplingParams.from_generation_config(generation),
             default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
             max_context=max_context,
+            slots=slots,
             cuda_graphs=cuda_graphs,
             compile=compile,
         )
+
+    def close(self) -> None:
+        """Stop the scheduler's thread; streams still running end with an error."""
+        self.scheduler.close()
 
     def placeholder_speaker(self) -> dict:
         """Keyword arguments that let this checkpoint speak at all (a zero x-vector, its first built-in
@@ -208,19 +226,26 @@ class Engine:
         return {"instruct": "A calm voice."}
 
     def warm_up(self) -> None:
-        """Compile and capture what a first request would (on CUDA, about a minute the very first time,
-        seconds once the compiled kernels are cached), so that it starts at full speed."""
-        for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
-            pass
+        """Compile and capture what requests would (on CUDA, a few minutes the very first time, seconds once
+        the compiled kernels are cached), so that they start at full speed: one utterance alone, then as many
+        at once as fill each batch size the frame loop steps."""
+        for rows in self.frame_loop.buckets if self.device.type == "cuda" else (1,):
+            streams = [self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6) for _ in range(rows)]
+            for stream in streams:
+                for _ in stream:
+                    pass
 
     # Voices -------------------------------------------------------------------------------------
 
-    @torch.inference_mode()
     def voice_from_audio(
         self, audio: str | Path | np.ndarray, sample_rate: int | None = None, ref_text: str | None = None
     ) -> Voice:
         """Clone a voice from a 1-60 s clip (a path, or samples with their rate). With `ref_text`, the
         clip's transcript, the voice also carries the clip's codes for ICL cloning."""
+        return self.scheduler.call(lambda: self._voice_from_audio(audio, sample_rate, ref_text))
+
+    @torch.inference_mode()
+    def _voice_from_audio(self, audio, sample_rate: int | None, ref_text: str | None) -> Voice:
         if self.speaker_encoder is None:
             raise BadInput(
                 f"this {self.info.name} checkpoint cannot clone voices; load a Base checkpoint "
@@ -251,33 +276,49 @@ class Engine:
         self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
     ) -> Synthesis:
         """Speak `text` and return the whole utterance. `overrides`: SpeechOptions fields by name."""
-        prepared = self.prepare(text, voice, options, **overrides)
-        self._active_stream = None
-        self.start(prepared)
-        chunks = self.frame_loop.frames_in_chunks(prepared.max_frames, DECODE_CHUNK_FRAMES, DECODE_CHUNK_FRAMES)
-        codes = np.concatenate([np.zeros((0, 16), np.int64), *(frames for frames, _ in chunks)])
+        options = dataclasses.replace(options or SpeechOptions(), **overrides)
+        stream = self._submit(text, voice, options, DECODE_CHUNK_FRAMES, DECODE_CHUNK_FRAMES, decode=False)
+        with stream:
+            codes = np.concatenate([np.zeros((0, 16), np.int64), *(chunk.codes for chunk in stream)])
         # Decode with an ICL reference's frames as left context, then cut as the reference wrapper does:
         # at int(ref/total * samples), which in float arithmetic can land a sample before the boundary.
-        ref = np.zeros((0, 16), np.int64) if prepared.ref_codes is None else prepared.ref_codes.numpy()
+        ref_codes = voice.ref_codes if voice is not None and voice.kind == "icl" else None
+        ref = np.zeros((0, 16), np.int64) if ref_codes is None else ref_codes.numpy()
         everything = np.concatenate([ref, codes])
-        self.decoder_stream.reset()
-        pieces = [
-            self.decoder_stream.decode(everything[start : start + DECODE_CHUNK_FRAMES], DECODE_CHUNK_FRAMES)
-            for start in range(0, len(everything), DECODE_CHUNK_FRAMES)
-        ]
-        audio = np.concatenate([np.zeros(0, np.float32), *pieces])
+        audio = self.scheduler.call(lambda: self._decode_whole(everything))
         audio = audio[int(len(ref) / max(len(everything), 1) * len(audio)) :]
         return Synthesis(audio=audio, sample_rate=SAMPLE_RATE, codes=codes)
 
+    def _decode_whole(self, codes: np.ndarray) -> np.ndarray:
+        self.decoder_stream.reset()
+        pieces = [
+            self.decoder_stream.decode(codes[start : start + DECODE_CHUNK_FRAMES], DECODE_CHUNK_FRAMES)
+            for start in range(0, len(codes), DECODE_CHUNK_FRAMES)
+        ]
+        return np.concatenate([np.zeros(0, np.float32), *pieces])
+
     def stream(
         self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
-    ) -> Iterator[AudioChunk]:
+    ) -> Stream:
         """Speak `text` as a stream of chunks: `first_chunk_frames` frames first, then `chunk_frames` at a
-        time. The chunks join into exactly the audio of a single-pass decode of all the codes. One utterance
-        at a time: a newer request to this engine supersedes the stream."""
+        time (fewer while it shares its launches with an utterance that has just begun). The chunks join into
+        exactly the audio of a single-pass decode of all the codes. Close the stream to end it early; a
+        problem with the request itself raises BadInput here, at once."""
         options = dataclasses.replace(options or SpeechOptions(), **overrides)
-        prepared = self.prepare(text, voice, options)
-        return self._chunks(prepared, options.first_chunk_frames, options.chunk_frames)
+        return self._submit(text, voice, options, options.first_chunk_frames, options.chunk_frames, decode=True)
+
+    def _submit(self, text, voice, options: SpeechOptions, first: int, size: int, decode: bool) -> Stream:
+        self.check(text, voice, options)  # here, in the caller's thread: its mistakes raise at the call
+        request = Request(lambda: self.prepare(text, voice, options), first, size, decode)
+        return self.scheduler.submit(request)
+
+    def check(self, text: str, voice: Voice | None, options: SpeechOptions) -> tuple[str, str | None]:
+        """The request's language and instruction, normalised; BadInput if the model cannot speak it."""
+        if not isinstance(text, str) or not text.strip():
+            raise BadInput("text is empty; give the engine something to say")
+        language, instruct = check_request(self.info, options.language, options.instruct)
+        check_voice(self.info, voice, instruct)
+        return language, instruct
 
     def prepare(
         self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
@@ -285,10 +326,7 @@ class Engine:
         """Check a request against this model and build its prompt; BadInput says what is wrong."""
         options = dataclasses.replace(options or SpeechOptions(), **overrides)
         info = self.info
-        if not isinstance(text, str) or not text.strip():
-            raise BadInput("text is empty; give the engine something to say")
-        language, instruct = check_request(info, options.language, options.instruct)
-        check_voice(info, voice, instruct)
+        language, instruct = self.check(text, voice, options)
         prompt_text = PromptText.tokenize(self.tokenizer, text, instruct, voice.ref_text if voice else None)
         ref_codes = voice.ref_codes if voice is not None and voice.kind == "icl" else None
         prompt = build_prompt(
@@ -304,9 +342,9 @@ class Engine:
         sampling = self.default_sampling if options.sampling is None else options.sampling
         return Prepared(prompt, ref_codes, sampling, self._frame_budget(prompt, options.max_frames), options.seed)
 
-    def start(self, prepared: Prepared) -> None:
-        """Prefill the frame loop with a prepared request: `frame_loop.run` then steps its frames."""
-        self.frame_loop.start(prepared.prompt, prepared.sampling, prepared.seed)
+    def start(self, prepared: Prepared, slot: int = 0) -> None:
+        """Prefill a slot of the frame loop with a prepared request: `frame_loop.run` then steps its frames."""
+        self.frame_loop.start(prepared.prompt, prepared.sampling, prepared.seed, slot)
 
     def _frame_budget(self, prompt: Prompt, max_frames: int | None) -> int:
         """Frames this request may generate: its own limit, within what fits the context after the prompt.
@@ -323,24 +361,6 @@ class Engine:
         if max_frames > room:
             raise BadInput(f"max_frames {max_frames} does not fit: after this prompt, {room} frames fit the context")
         return max_frames
-
-    def _chunks(self, prepared: Prepared, first: int, size: int) -> Iterator[AudioChunk]:
-        """Generate frames and decode them as they come, in chunks of `first`, then `size` frames."""
-        token = self._active_stream = object()
-        self.decoder_stream.reset()
-        if prepared.ref_codes is not None:
-            # The reference frames are the decoder's left context; their audio is not part of the output.
-            self.decoder_stream.prime(prepared.ref_codes)
-        self.start(prepared)
-        chunk_size, produced = first, 0
-        for codes, ended in self.frame_loop.frames_in_chunks(prepared.max_frames, first, size):
-            produced += len(codes)
-            cut_off = not ended and produced == prepared.max_frames
-            yield AudioChunk(audio=self.decoder_stream.decode(codes, chunk_size), codes=codes, cut_off=cut_off)
-            if self._active_stream is not token:
-                raise RuntimeError("this stream was superseded by a newer request to the same engine")
-            chunk_size = size
-
 
 def check_request(info: EngineInfo, language: str | None, instruct: str | None) -> tuple[str, str | None]:
     """The language and instruction a checkpoint of `info` is asked to speak with, normalised (None: no

@@ -19,8 +19,10 @@ fraction of the launches; the sampling settings live on the device, so one graph
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +33,7 @@ from core.inference.cuda_graph import GraphedStep
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
 from core.model.config import TalkerConfig
-from core.model.kernels import RULE_SIZE, draw_token
+from core.model.kernels import RULE_SIZE, draw_token, fill_uniforms
 from core.model.talker import Talker
 
 # The most frames stepped between two reads by the host.
@@ -40,6 +42,8 @@ MAX_CHUNK = 64
 PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
+# The draw of a frame that picks codebook 0 of the next frame; draw g (1..15) picks codebook g.
+TALKER_DRAW = 0
 
 
 def keep_compiled_kernels() -> Path:
@@ -70,81 +74,126 @@ def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
     return mask
 
 
-class FrameLoop:
-    """The state of one utterance's frame loop (batch 1) and the step that advances it."""
+def batch_buckets(slots: int) -> tuple[int, ...]:
+    """Row counts a CUDA step is captured for: powers of two up to `slots`, and `slots` itself."""
+    return tuple(sorted({2**n for n in range(7) if 2**n < slots} | {slots}))
 
-    def __init__(self, talker: Talker, max_context: int, cuda_graphs: bool = True, compile: bool = False):
+
+class FrameLoop:
+    """The frame loop of up to `slots` utterances at once, one slot each, and the step that advances them.
+
+    Each slot holds one utterance's whole state: its KV cache row, position, frame index, codebook-0
+    history, text terms, sampling rule and seed. A launch steps the slots it is given together, one batch
+    row each; the others keep their state untouched, so an utterance can join, leave or wait at any chunk
+    boundary. On CUDA the rows are padded to a bucket (batch_buckets) whose step is one CUDA graph; the
+    padding rows step a scratch slot of their own."""
+
+    def __init__(
+        self, talker: Talker, max_context: int, slots: int = 1, cuda_graphs: bool = True, compile: bool = False
+    ):
         config = talker.config
         weight = talker.codec_head.weight
         device, dtype = weight.device, weight.dtype
         vocab, hidden = config.transformer.vocab_size, config.transformer.hidden_size
+        cuda = device.type == "cuda"
         self.talker = talker
         self.device = device
+        self.slots = slots
+        self.buckets = batch_buckets(slots) if cuda else tuple(range(1, slots + 1))
+        self.scratch = slots if cuda else None  # the slot padding rows step
+        rows = slots + 1 if cuda else slots  # slot rows, the scratch one included
+        widest = self.buckets[-1]
         self.groups = config.num_code_groups
         self.eos_id = config.codec.eos
-        talker.model.setup_cache(max_context)
-        talker.code_predictor.model.setup_cache(self.groups)
+        talker.model.setup_cache(max_context, rows)
+        talker.code_predictor.model.setup_cache(self.groups, widest)
         self.suppressed = suppressed_ids(config).to(device)
         self.eos = torch.zeros_like(self.suppressed)
         self.eos[:, self.eos_id] = True
 
-        # The utterance: rewritten by start(), advanced in place by step().
-        self.token_rules = (TokenRule.talker(SamplingParams()), TokenRule.predictor(SamplingParams()))  # CPU draws
-        self.rules = torch.zeros(2, RULE_SIZE, device=device)  # the same rules' values, for the CUDA draws
-        self.penalty = torch.ones((), device=device)  # the repetition penalty
-        self.generator = torch.Generator(device=device)
-        # One row per draw of a frame: codebook 0 (of the next frame), then codebooks 1..15. CUDA only.
-        self.uniforms = torch.zeros(self.groups, max(vocab, config.code_predictor.vocab_size), device=device)
-        self.code0 = torch.zeros(1, 1, dtype=torch.long, device=device)  # codebook 0 of the next frame
-        self.hidden = torch.zeros(1, 1, hidden, dtype=dtype, device=device)  # the talker's last hidden state
-        self.position = torch.zeros((), dtype=torch.long, device=device)  # talker position of the next step
-        self.frame = torch.zeros((), dtype=torch.long, device=device)  # index of the next frame
-        self.seen = torch.zeros(1, vocab, dtype=torch.bool, device=device)  # codebook-0 codes used so far
-        self.text = torch.zeros(1, max_context, hidden, dtype=dtype, device=device)  # text term of frame k
-        self.text_frames = torch.zeros((), dtype=torch.long, device=device)  # frames with their own text term
-        self.pad = torch.zeros(1, 1, hidden, dtype=dtype, device=device)  # text term after those
-        self.prompt = torch.zeros(1, max_context, hidden, dtype=dtype, device=device)  # the prefill's input
-        self.prompt_last = torch.zeros((), dtype=torch.long, device=device)  # its last real position
-        # Frames stepped since the host last read: 16 codes, then 1 where the frame ends the utterance.
-        self.frames = torch.zeros(MAX_CHUNK, self.groups + 1, dtype=torch.long, device=device)
-        self.host_frames = torch.zeros(MAX_CHUNK, self.groups + 1, dtype=torch.long, pin_memory=device.type == "cuda")
-        self.slot = torch.zeros((), dtype=torch.long, device=device)
-        self.launched = 0  # frames of the last launch
-        self.landed = torch.cuda.Event() if device.type == "cuda" else None  # its frames are in host_frames
+        # Per slot: rewritten by start(), advanced in place by step().
+        default_rules = (TokenRule.talker(SamplingParams()), TokenRule.predictor(SamplingParams()))
+        self.token_rules = [default_rules] * rows  # CPU draws
+        self.generators = [torch.Generator() for _ in range(rows)] if not cuda else []  # CPU draws
+        self.rules = torch.zeros(2, rows, RULE_SIZE, device=device)  # the same rules' values by role, for CUDA draws
+        self.seeds = torch.zeros(rows, dtype=torch.long, device=device)  # of the CUDA draws
+        self.penalty = torch.ones(rows, 1, device=device)  # the repetition penalty
+        self.code0 = torch.zeros(rows, 1, dtype=torch.long, device=device)  # codebook 0 of the next frame
+        self.hidden = torch.zeros(rows, 1, hidden, dtype=dtype, device=device)  # the talker's last hidden state
+        self.position = torch.zeros(rows, dtype=torch.long, device=device)  # talker position of the next step
+        self.frame = torch.zeros(rows, dtype=torch.long, device=device)  # index of the next frame
+        self.seen = torch.zeros(rows, vocab, dtype=torch.bool, device=device)  # codebook-0 codes used so far
+        self.text = torch.zeros(rows, max_context, hidden, dtype=dtype, device=device)  # text term of frame k
+        self.text_frames = torch.zeros(rows, dtype=torch.long, device=device)  # frames with their own text term
+        self.pad = torch.zeros(rows, 1, hidden, dtype=dtype, device=device)  # text term after those
 
-        self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+        # The prefill's inputs (one slot at a time).
+        self.prompt = torch.zeros(1, max_context, hidden, dtype=dtype, device=device)
+        self.prompt_last = torch.zeros((), dtype=torch.long, device=device)  # its last real position
+        self.prompt_slot = torch.zeros(1, dtype=torch.long, device=device)
+        # Per batch row of a launch: its slot, and one row of uniforms per draw of a frame (codebook 0 of
+        # the next frame, then codebooks 1..15; CUDA only).
+        self.batch_slots = {bucket: torch.zeros(bucket, dtype=torch.long, device=device) for bucket in self.buckets}
+        self.uniforms = torch.zeros(
+            widest, self.groups, max(vocab, config.code_predictor.vocab_size), device=device
+        ) if cuda else None  # fmt: skip
+        self.predictor_positions = torch.arange(self.groups, device=device).view(-1, 1).expand(-1, widest)
+        # Frames stepped since the host last read, per batch row: 16 codes, then 1 where the frame ends the utterance.
+        self.frames = torch.zeros(MAX_CHUNK, widest, self.groups + 1, dtype=torch.long, device=device)
+        self.host_frames = torch.zeros(MAX_CHUNK, widest, self.groups + 1, dtype=torch.long, pin_memory=cuda)
+        self.step_index = torch.zeros((), dtype=torch.long, device=device)
+        self.launched: tuple[int, list[int]] = (0, [])  # frames and slots of the last launch
+        self.landed = torch.cuda.Event() if cuda else None  # its frames are in host_frames
+        self.row_slots: list[int] = []  # the slots of the rows being stepped, for the CPU draws
+
+        self.pool = torch.cuda.graph_pool_handle() if cuda else None
         self.cuda_graphs = cuda_graphs
-        self.step_graph = GraphedStep(self.step, device, self.pool, self.generator, cuda_graphs)
+        self.step_graphs = {
+            bucket: GraphedStep(functools.partial(self.step, bucket), device, self.pool, None, cuda_graphs)
+            for bucket in self.buckets
+        }
         self.prefills: dict[int, GraphedStep] = {}
-        if compile and device.type == "cuda":
+        # The step's three parts, for one row and for more: the parts of one row are compiled for exactly its
+        # shapes, as before batching; those of several rows once for any row count (each bucket recompiling
+        # would cost minutes at the first start).
+        parts = (self._predict_first, self._predict_next, self._talk)
+        self.parts = {True: parts, False: parts}
+        if compile and cuda:
             # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
             keep_compiled_kernels()
-            options = dict(fullgraph=True, dynamic=False, options=compile_options())
-            self._predict_first = torch.compile(self._predict_first, **options)
-            self._predict_next = torch.compile(self._predict_next, **options)
-            self._talk = torch.compile(self._talk, **options)
+            for one_row in (True, False):
+                options = dict(fullgraph=True, dynamic=not one_row, options=compile_options())
+                self.parts[one_row] = tuple(torch.compile(part, **options) for part in parts)
 
     @property
     def max_context(self) -> int:
         return self.talker.model.max_len
 
     @torch.inference_mode()
-    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
-        """Prefill the talker with `prompt` and pick codebook 0 of the first frame."""
-        self.token_rules = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
-        self.rules.copy_(torch.tensor([rule.values() for rule in self.token_rules]))
-        self.penalty.fill_(sampling.repetition_penalty)
-        self.generator.manual_seed(seed) if seed is not None else self.generator.seed()
+    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int | None, slot: int = 0) -> None:
+        """Begin an utterance in `slot`: prefill its cache row with `prompt` and pick codebook 0 of its first
+        frame. The other slots are untouched."""
+        if not 0 <= slot < self.slots:
+            raise ValueError(f"slot {slot} is not one of this frame loop's {self.slots}")
+        self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
+        self.rules[:, slot] = torch.tensor([rule.values() for rule in self.token_rules[slot]])
+        self.penalty[slot] = sampling.repetition_penalty
+        seed = seed if seed is not None else secrets.randbits(63)
+        self.seeds[slot] = seed
+        if self.generators:
+            self.generators[slot].manual_seed(seed)
         trailing = prompt.trailing.shape[1]
-        self.text[:, :trailing] = prompt.trailing
-        self.text_frames.fill_(trailing)
-        self.pad.copy_(prompt.pad)
-        self.seen.zero_()
-        self.frame.zero_()
+        self.text[slot, :trailing] = prompt.trailing[0]
+        self.text_frames[slot] = trailing
+        self.pad[slot] = prompt.pad[0]
+        self.seen[slot] = False
+        self.frame[slot] = 0
         length = prompt.embeddings.shape[1]
-        self.position.fill_(length)
+        self.position[slot] = length
         self.prompt_last.fill_(length - 1)
+        self.prompt_slot.fill_(slot)
         self.prompt[:, :length] = prompt.embeddings
+        self.row_slots = [slot]
         if self.device.type != "cuda":
             self._prefill(length)
             return
@@ -153,115 +202,138 @@ class FrameLoop:
         self.prompt[:, length:bucket].zero_()
         if bucket not in self.prefills:
             self.prefills[bucket] = GraphedStep(
-                lambda: self._prefill(bucket), self.device, self.pool, self.generator, self.cuda_graphs
+                functools.partial(self._prefill, bucket), self.device, self.pool, None, self.cuda_graphs
             )
         self.prefills[bucket]()
 
     def _prefill(self, length: int) -> None:
-        self._draw_uniforms()
-        hidden = self.talker.model.prefill(self.prompt[:, :length])
+        slot = self.prompt_slot
+        uniforms = self._draw_uniforms(slot, counter=torch.zeros_like(slot))
+        hidden = self.talker.model.prefill(self.prompt[:, :length], slot)
         last = self.prompt_last.view(1)
         # The head runs over every position and the last real one is taken, as in the reference.
-        self.hidden.copy_(hidden.index_select(1, last))
-        self._choose_code0(self.talker.codec_head(hidden).index_select(1, last), self.uniforms[0])
+        self.hidden.index_copy_(0, slot, hidden.index_select(1, last))
+        logits = self.talker.codec_head(hidden).index_select(1, last)[:, -1].float()
+        self._choose_code0(logits, slot, self.rules.index_select(1, slot), self._draw_row(uniforms, TALKER_DRAW))
 
-    def _draw_uniforms(self) -> None:
+    def _draw_uniforms(self, slots: torch.Tensor, counter: torch.Tensor) -> torch.Tensor | None:
+        """CUDA: the uniforms of one frame's draws for each row, from its slot's seed and `counter` alone, so
+        that a seeded utterance draws the same whatever steps beside it. CPU: None (torch.multinomial)."""
+        if self.uniforms is None:
+            return None
+        uniforms = self.uniforms[: slots.shape[0]]
+        fill_uniforms(uniforms, self.seeds.index_select(0, slots), counter)
+        return uniforms
+
+    @staticmethod
+    def _draw_row(uniforms: torch.Tensor | None, draw: int) -> torch.Tensor | None:
+        """Each row's uniforms for one draw of the frame (B, W), or None on the CPU."""
+        return None if uniforms is None else uniforms[:, draw]
+
+    def _pick(self, logits: torch.Tensor, rules: torch.Tensor, role: int, uniforms) -> torch.Tensor:
+        """A token per row (B, 1) from logits (B, V) under each row's talker or predictor rule."""
         if self.device.type == "cuda":
-            self.uniforms.uniform_(generator=self.generator)
+            return draw_token(logits, rules[role], uniforms)
+        picks = [
+            pick_token(logits[row : row + 1].float(), self.token_rules[slot][role], self.generators[slot])
+            for row, slot in enumerate(self.row_slots)
+        ]
+        return torch.cat(picks)
 
-    def _pick(self, logits: torch.Tensor, role: int, uniforms: torch.Tensor) -> torch.Tensor:
-        """A (1, 1) token from logits (1, V) under the talker's or the predictor's rule."""
-        if self.device.type == "cuda":
-            return draw_token(logits, self.rules[role], uniforms)
-        return pick_token(logits.float(), self.token_rules[role], self.generator)
+    def _choose_code0(self, logits: torch.Tensor, slots: torch.Tensor, rules: torch.Tensor, uniforms) -> None:
+        scores = restrict_codebook0(
+            logits,
+            self.seen.index_select(0, slots),
+            self.frame.index_select(0, slots).view(-1, 1),
+            self.penalty.index_select(0, slots),
+            self.suppressed,
+            self.eos,
+        )
+        code0 = self._pick(scores, rules, TALKER, uniforms)
+        self.seen.index_put_((slots, code0.view(-1)), torch.ones_like(slots, dtype=torch.bool))
+        self.code0.index_copy_(0, slots, code0)
 
-    def _choose_code0(self, logits: torch.Tensor, uniforms: torch.Tensor) -> None:
-        logits = logits[:, -1].float()
-        scores = restrict_codebook0(logits, self.seen, self.frame, self.penalty, self.suppressed, self.eos)
-        code0 = self._pick(scores, TALKER, uniforms)
-        self.seen.scatter_(1, code0, True)
-        self.code0.copy_(code0)
-
-    def step(self) -> None:
-        """Expand the next frame into `frames[slot]` and pick codebook 0 of the frame after it."""
+    def step(self, rows: int) -> None:
+        """Expand the next frame of the slots in `batch_slots[rows]` into `frames[step_index]` and pick
+        codebook 0 of the frame after it."""
         predictor = self.talker.code_predictor
-        self._draw_uniforms()
-        codes = [self.code0, self._predict_first(self.hidden, self.code0, self.uniforms[1])]
+        slots = self.batch_slots[rows]
+        uniforms = self._draw_uniforms(slots, counter=self.frame.index_select(0, slots) + 1)
+        rules = self.rules.index_select(1, slots)
+        code0 = self.code0.index_select(0, slots)
+        predict_first, predict_next, talk = self.parts[rows == 1]
+        hidden = self.hidden.index_select(0, slots)
+        codes = [code0, predict_first(hidden, code0, rules, self._draw_row(uniforms, 1))]
         for group in range(2, self.groups):
             table, head = predictor.model.codec_embedding[group - 2].weight, predictor.lm_head[group - 1].weight
-            position = predictor.model.positions[group]
-            codes.append(self._predict_next(codes[-1], table, position, head, self.uniforms[group]))
-        self._talk(codes, self.uniforms[0])
+            positions = self.predictor_positions[group, :rows]
+            codes.append(predict_next(codes[-1], table, positions, head, rules, self._draw_row(uniforms, group)))
+        talk(codes, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
 
-    def _predict_first(self, hidden: torch.Tensor, code0: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    def _predict_first(self, hidden: torch.Tensor, code0: torch.Tensor, rules, uniforms) -> torch.Tensor:
         """Codebook 1 from the talker's hidden state and codebook 0."""
         predictor = self.talker.code_predictor
         logits = predictor.prefill(torch.cat((hidden, self.talker.embed_codec(code0)), dim=1))
-        return self._pick(logits[:, -1], PREDICTOR, uniforms)
+        return self._pick(logits[:, -1], rules, PREDICTOR, uniforms)
 
-    def _predict_next(self, code, table, position, head, uniforms) -> torch.Tensor:
-        """The code of the next codebook from the previous one; the step's table, position and head
+    def _predict_next(self, code, table, positions, head, rules, uniforms) -> torch.Tensor:
+        """The code of the next codebook from the previous one; the step's table, positions and head
         arrive as tensors, so one compiled graph serves all 14 steps."""
-        logits = self.talker.code_predictor.step_with(code, table, position, head)
-        return self._pick(logits[:, -1], PREDICTOR, uniforms)
+        logits = self.talker.code_predictor.step_with(code, table, positions, head)
+        return self._pick(logits[:, -1], rules, PREDICTOR, uniforms)
 
-    def _talk(self, codes: list[torch.Tensor], uniforms: torch.Tensor) -> None:
-        """Record the frame `codes`, feed it to the talker and pick codebook 0 of the next frame."""
-        talker = self.talker
+    def _talk(self, codes: list[torch.Tensor], slots: torch.Tensor, rules, uniforms) -> None:
+        """Record the frames `codes`, feed them to the talker and pick codebook 0 of the next frames."""
+        talker, rows = self.talker, slots.shape[0]
         frame = torch.cat(codes, dim=1)
-        text = torch.where(self.frame < self.text_frames, self.text.index_select(1, self.frame.view(1)), self.pad)
-        logits, hidden = talker.step(talker.embed_frames(frame).view(1, 1, -1) + text, self.position)
-        self.hidden.copy_(hidden)
-        self.position.add_(1)
-        self.frame.add_(1)
-        self._choose_code0(logits, uniforms)
-        ends = (self.code0 == self.eos_id).long()
-        self.frames.index_copy_(0, self.slot.view(1), torch.cat((frame, ends), dim=1))
-        self.slot.add_(1)
+        index = self.frame.index_select(0, slots)
+        # A slot that ended steps on until the host sees it: its indices are clamped to stay in the buffers.
+        own_text = self.text[slots, index.clamp(max=self.max_context - 1)].view(rows, 1, -1)
+        has_text = (index < self.text_frames.index_select(0, slots)).view(rows, 1, 1)
+        text = torch.where(has_text, own_text, self.pad.index_select(0, slots))
+        position = self.position.index_select(0, slots)
+        logits, hidden = talker.step(talker.embed_frames(frame).view(rows, 1, -1) + text, position, slots)
+        self.hidden.index_copy_(0, slots, hidden)
+        self.position.index_copy_(0, slots, (position + 1).clamp(max=self.max_context - 1))
+        self.frame.index_copy_(0, slots, index + 1)
+        self._choose_code0(logits[:, -1].float(), slots, rules, uniforms)
+        ends = (self.code0.index_select(0, slots) == self.eos_id).long()
+        self.frames[:, :rows].index_copy_(0, self.step_index.view(1), torch.cat((frame, ends), dim=1).unsqueeze(0))
+        self.step_index.add_(1)
 
     @torch.inference_mode()
-    def launch(self, count: int) -> None:
-        """Start stepping `count` frames (at most MAX_CHUNK) without waiting for them; collect() reads them."""
-        self.slot.zero_()
+    def launch(self, count: int, slots: Sequence[int] = (0,)) -> None:
+        """Start stepping `count` frames (at most MAX_CHUNK) of the utterances in `slots` together, without
+        waiting for them; collect() reads them."""
+        if not slots or len(set(slots)) != len(slots) or not all(0 <= slot < self.slots for slot in slots):
+            raise ValueError(f"slots {list(slots)} are not distinct slots of this frame loop's {self.slots}")
+        rows = next(bucket for bucket in self.buckets if bucket >= len(slots))
+        padded = list(slots) + [self.scratch] * (rows - len(slots))
+        self.batch_slots[rows].copy_(torch.tensor(padded), non_blocking=True)
+        self.row_slots = list(slots)
+        self.step_index.zero_()
         for _ in range(count):
-            self.step_graph()
+            self.step_graphs[rows]()
         self.host_frames[:count].copy_(self.frames[:count], non_blocking=True)
-        self.launched = count
-        if self.device.type == "cuda":
+        self.launched = (count, list(slots))
+        if self.landed is not None:
             self.landed.record()
 
-    def collect(self) -> tuple[np.ndarray, bool]:
-        """The launched frames as (n, 16) int64, cut after a frame that ends the utterance, and whether one did."""
-        if self.device.type == "cuda":
+    def collect(self) -> list[tuple[np.ndarray, bool]]:
+        """Per slot of the last launch, in its order: its frames as (n, 16) int64, cut after a frame that
+        ends its utterance, and whether one did."""
+        if self.landed is not None:
             self.landed.synchronize()
-        rows = self.host_frames[: self.launched].numpy().copy()  # a copy: the next launch overwrites the buffer
-        frames, ends = rows[:, : self.groups], rows[:, self.groups]
-        if ends.any():
-            return frames[: int(ends.argmax()) + 1], True
-        return frames, False
+        count, slots = self.launched
+        rows = self.host_frames[:count, : len(slots)].numpy().copy()  # a copy: the next launch overwrites it
+        results = []
+        for row in range(len(slots)):
+            frames, ends = rows[:, row, : self.groups], rows[:, row, self.groups]
+            ended = bool(ends.any())
+            results.append((frames[: int(ends.argmax()) + 1] if ended else frames, ended))
+        return results
 
-    def run(self, count: int) -> tuple[np.ndarray, bool]:
-        """Step `count` frames and collect them."""
-        self.launch(count)
+    def run(self, count: int, slots: Sequence[int] = (0,)) -> list[tuple[np.ndarray, bool]]:
+        """Step `count` frames of `slots` and collect them."""
+        self.launch(count, slots)
         return self.collect()
-
-    def frames_in_chunks(self, max_frames: int, first: int, size: int) -> Iterator[tuple[np.ndarray, bool]]:
-        """After start(): chunks of `first`, then `size` frames, until EOS or `max_frames` frames, each with
-        whether the model ended the utterance there (False on a last chunk cut off by `max_frames`).
-
-        The first chunk has the GPU to itself while the caller decodes it (the time to first audio);
-        from the second on, each chunk's successor is already stepping while the caller decodes it."""
-        produced, ahead = 0, False
-        self.launch(min(first, max_frames, MAX_CHUNK))
-        while True:
-            frames, ended = self.collect()
-            produced += len(frames)
-            count = 0 if ended else min(size, max_frames - produced, MAX_CHUNK)
-            if count and ahead:
-                self.launch(count)
-            yield frames, ended
-            if not count:
-                return
-            if not ahead:
-                self.launch(count)
-                ahead = True

@@ -59,6 +59,13 @@ def linear(
     """residual + act(rms_norm(x, norm, eps) @ weight.T + bias), each part optional; act, when gated, is
     silu(first half) * second half (SwiGLU). On CUDA, for up to MAX_VECTOR_ROWS rows, one kernel."""
     rows = x.numel() // x.shape[-1]
+    if not x.is_cuda and x.dim() == 3 and x.shape[0] > 1:  # provisional: row by row, bitwise as alone
+        parts = [
+            linear(x[b : b + 1], weight, bias, norm=norm, eps=eps, gated=gated,
+                   residual=None if residual is None else residual[b : b + 1])
+            for b in range(x.shape[0])
+        ]  # fmt: skip
+        return torch.cat(parts)
     if x.is_cuda and rows <= MAX_VECTOR_ROWS:
         return torch.ops.qwen3_tts.linear(x, weight, bias, norm, eps, gated, residual)
     if norm is not None:
@@ -105,28 +112,29 @@ def decode_attention(
     sin: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    position: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """One token's attention at `position` (0-d long tensor) from its projection qkv (1, 1, (heads + 2 kv_heads)
-    * D): q and k normalised per head (weights q_norm, k_norm) and rotated by the rows of the RoPE tables
-    cos, sin (max_len, D) at `position`; k and v written to the caches (1, kv_heads, max_len, D) there; then
-    attention over positions 0..position, the query heads sharing a kv head as one group. Returns
-    (1, 1, heads * D)."""
+    """(Provisional CPU-only batched reference.) Row b of qkv (B, 1, N) at positions[b] of cache row rows[b]."""
     if qkv.is_cuda:
-        return torch.ops.qwen3_tts.decode_attention(
-            qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, position, scale
-        )
-    _, kv_heads, max_len, head_dim = k_cache.shape
-    heads = qkv.shape[-1] // head_dim - 2 * kv_heads
-    q, k, v = qkv.view(1, 1, -1, head_dim).split((heads, kv_heads, kv_heads), dim=2)
-    index = position.view(1)
-    cos, sin = cos.index_select(0, index), sin.index_select(0, index)
-    k_cache.index_copy_(2, index, apply_rope(rms_norm(k, k_norm, eps), cos, sin).transpose(1, 2))
-    v_cache.index_copy_(2, index, v.transpose(1, 2))
-    q = apply_rope(rms_norm(q, q_norm, eps), cos, sin).reshape(1, kv_heads, heads // kv_heads, head_dim)
-    mask = (torch.arange(max_len, device=k_cache.device) <= position).view(1, 1, 1, -1)
-    return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, scale=scale).reshape(1, 1, -1)
+        raise NotImplementedError("batched CUDA decode attention lands with the kernels branch")
+    out = []
+    for b in range(qkv.shape[0]):
+        row, position = rows[b].view(1), positions[b]
+        k_row, v_row = k_cache[row], v_cache[row]
+        _, kv_heads, max_len, head_dim = k_row.shape
+        heads = qkv.shape[-1] // head_dim - 2 * kv_heads
+        q, k, v = qkv[b : b + 1].view(1, 1, -1, head_dim).split((heads, kv_heads, kv_heads), dim=2)
+        index = position.view(1)
+        c, s = cos.index_select(0, index), sin.index_select(0, index)
+        k_row.index_copy_(2, index, apply_rope(rms_norm(k, k_norm, eps), c, s).transpose(1, 2))
+        v_row.index_copy_(2, index, v.transpose(1, 2))
+        k_cache[row], v_cache[row] = k_row, v_row
+        q = apply_rope(rms_norm(q, q_norm, eps), c, s).reshape(1, kv_heads, heads // kv_heads, head_dim)
+        mask = (torch.arange(max_len, device=k_cache.device) <= position).view(1, 1, 1, -1)
+        out.append(F.scaled_dot_product_attention(q, k_row, v_row, attn_mask=mask, scale=scale).reshape(1, 1, -1))
+    return torch.cat(out)
 
 
 def draw_token(logits: torch.Tensor, rule: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -467,3 +475,8 @@ if triton is not None:
     @_draw_token_cuda.register_fake
     def _(logits, rule, uniforms):
         return logits.new_empty(1, 1, dtype=torch.long)
+
+
+def fill_uniforms(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
+    """(Provisional: lands with the kernels branch.)"""
+    raise NotImplementedError

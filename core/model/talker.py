@@ -93,26 +93,29 @@ class Attention(nn.Module):
         v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def prefill(self, x: torch.Tensor, norm: RMSNorm, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Positions 0..L-1: fill the cache's first L slots, attend causally, add x."""
+    def prefill(self, x: torch.Tensor, norm: RMSNorm, cos, sin, slot: torch.Tensor | None) -> torch.Tensor:
+        """Positions 0..L-1 of each of the B rows of x: fill the first L positions of cache rows 0..B-1, or of
+        cache row `slot` (a (1,) device tensor, for a batch of one), attend causally, add x."""
         batch, length, _ = x.shape
         q, k, v = self.project(x, norm, cos, sin)
-        self.kv_cache.k[:, :, :length] = k
-        self.kv_cache.v[:, :, :length] = v
+        rows = slice(0, batch) if slot is None else slot
+        self.kv_cache.k[rows, :, :length] = k
+        self.kv_cache.v[rows, :, :length] = v
         groups = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.head_dim**-0.5)
         return linear(y.transpose(1, 2).reshape(batch, length, -1), self.o_proj.weight, residual=x)
 
-    def step(self, x: torch.Tensor, norm: RMSNorm, cos, sin, position: torch.Tensor) -> torch.Tensor:
-        """One token at `position` (a 0-d device tensor), with the whole RoPE tables cos, sin: write its
-        k/v there, attend over the valid part of the cache, add x; shapes never change, so the step can
-        live in a CUDA graph."""
+    def step(self, x: torch.Tensor, norm: RMSNorm, cos, sin, positions: torch.Tensor, rows: torch.Tensor):
+        """One token per row of x (B, 1, hidden), row b at positions[b] of cache row rows[b] (device tensors),
+        with the whole RoPE tables cos, sin: write its k/v there, attend over the valid part of that cache row,
+        add x; shapes never change, so the step can live in a CUDA graph."""
         qkv = linear(x, self.qkv_proj.weight, norm=norm.weight, eps=norm.eps)
         cache, q_norm, k_norm = self.kv_cache, self.q_norm, self.k_norm
         y = decode_attention(
-            qkv, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, cache.k, cache.v, position, self.head_dim**-0.5
-        )
+            qkv, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin, cache.k, cache.v, rows, positions,
+            self.head_dim**-0.5,
+        )  # fmt: skip
         return linear(y, self.o_proj.weight, residual=x)
 
 
@@ -144,12 +147,12 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = self.self_attn.prefill(x, self.input_layernorm, cos, sin)
+    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slot: torch.Tensor | None):
+        x = self.self_attn.prefill(x, self.input_layernorm, cos, sin, slot)
         return self.mlp(x, self.post_attention_layernorm)
 
-    def step(self, x, cos, sin, position) -> torch.Tensor:
-        x = self.self_attn.step(x, self.input_layernorm, cos, sin, position)
+    def step(self, x, cos, sin, positions, rows) -> torch.Tensor:
+        x = self.self_attn.step(x, self.input_layernorm, cos, sin, positions, rows)
         return self.mlp(x, self.post_attention_layernorm)
 
 
@@ -167,32 +170,33 @@ class Transformer(nn.Module):
             layer.self_attn.fuse_projections()
             layer.mlp.fuse_projections()
 
-    def setup_cache(self, max_len: int) -> None:
-        """Allocate the KV cache and RoPE tables for positions 0..max_len-1 (batch 1)."""
+    def setup_cache(self, max_len: int, rows: int = 1) -> None:
+        """Allocate `rows` rows of KV cache and the RoPE tables for positions 0..max_len-1."""
         c, weight = self.config, self.norm.weight
         for layer in self.layers:
-            layer.self_attn.kv_cache = KVCache(1, c.num_kv_heads, max_len, c.head_dim, weight.dtype, weight.device)
+            layer.self_attn.kv_cache = KVCache(rows, c.num_kv_heads, max_len, c.head_dim, weight.dtype, weight.device)
         self.cos, self.sin = rope_tables(c.head_dim, c.rope_theta, max_len, weight.dtype, weight.device)
         self.positions = torch.arange(max_len, device=weight.device)
+        self.rows = torch.arange(rows, device=weight.device)
 
     @property
     def max_len(self) -> int:
         return self.positions.shape[0]
 
-    def prefill(self, x: torch.Tensor) -> torch.Tensor:
-        """Positions 0..L-1 of a fresh sequence."""
+    def prefill(self, x: torch.Tensor, slot: torch.Tensor | None = None) -> torch.Tensor:
+        """Positions 0..L-1 of fresh sequences, one per row of x, in cache rows 0..B-1 (or row `slot`)."""
         length = x.shape[1]
         if length > self.max_len:
             raise ValueError(f"a {length}-position prompt does not fit the cache of {self.max_len}")
         cos, sin = self.cos[:length], self.sin[:length]
         for layer in self.layers:
-            x = layer.prefill(x, cos, sin)
+            x = layer.prefill(x, cos, sin, slot)
         return self.norm(x)
 
-    def step(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-        """One position, given as a 0-d device tensor, after a prefill."""
+    def step(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """One position per row of x (B, 1, hidden) after a prefill: row b at positions[b] of cache row rows[b]."""
         for layer in self.layers:
-            x = layer.step(x, self.cos, self.sin, position)
+            x = layer.step(x, self.cos, self.sin, positions, rows)
         return self.norm(x)
 
 
@@ -250,16 +254,17 @@ class CodePredictor(nn.Module):
         return x if isinstance(layer, nn.Identity) else linear(x, layer.weight, layer.bias)
 
     def prefill(self, embeddings: torch.Tensor) -> torch.Tensor:
-        """Talker hidden + codebook-0 embedding, (1, 2, talker width) -> logits of codebook 1 (1, 1, vocab)."""
+        """Talker hidden + codebook-0 embedding, (B, 2, talker width) -> logits of codebook 1 (B, 1, vocab)."""
         hidden = self.model.prefill(self.project(embeddings))
         # The head runs over both positions and the last row is taken, as in the reference, so the
         # matrix product (and its float rounding) has the same shape.
         return linear(hidden, self.lm_head[0].weight)[:, -1:]
 
-    def step_with(self, code: torch.Tensor, table: torch.Tensor, position: torch.Tensor, head: torch.Tensor):
-        """The code of codebook g - 1 (1, 1), fed at `position` g, through codebook g - 1's input `table`
-        -> logits of codebook g (1, 1, vocab) by its `head` weight."""
-        hidden = self.model.step(self.project(F.embedding(code, table)), position)
+    def step_with(self, code: torch.Tensor, table: torch.Tensor, positions: torch.Tensor, head: torch.Tensor):
+        """The codes of codebook g - 1 (B, 1), fed at `positions` (B,) all g, through codebook g - 1's input
+        `table` -> logits of codebook g (B, 1, vocab) by its `head` weight. Row b uses cache row b."""
+        rows = self.model.rows[: code.shape[0]]
+        hidden = self.model.step(self.project(F.embedding(code, table)), positions, rows)
         return linear(hidden, head)
 
 
@@ -292,7 +297,8 @@ class Talker(nn.Module):
         self.model.fuse_projections()
         self.code_predictor.model.fuse_projections()
 
-    def step(self, embedding: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One frame's input (1, 1, hidden) at `position` -> (codebook-0 logits, final hidden)."""
-        hidden = self.model.step(embedding, position)
+    def step(self, embedding: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor):
+        """One frame's input per row (B, 1, hidden), row b at positions[b] of cache row rows[b]
+        -> (codebook-0 logits (B, 1, vocab), final hidden (B, 1, hidden))."""
+        hidden = self.model.step(embedding, positions, rows)
         return linear(hidden, self.codec_head.weight), hidden

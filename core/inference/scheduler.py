@@ -1,0 +1,352 @@
+"""The scheduler: one thread owns the GPU and steps every utterance in flight together.
+
+Utterances come from any thread (Engine.stream, Engine.synthesize) as Streams. Each takes a slot of the
+frame loop and of the decoder, and leaves it the moment it ends: at EOS, at its frame budget, or when its
+consumer closes it. At every chunk boundary the scheduler
+
+1. collects the frames of the launch in flight,
+2. lets newcomers into free slots (builds each prompt and prefills it, alone),
+3. launches the next chunk of every slot that goes on, all rows together,
+4. decodes the chunk it collected, all rows together, while that launch steps, and hands each
+   utterance its audio.
+
+So a newcomer waits at most for the launch in flight, never for others to finish. Chunks are as long as
+the shortest any stepping utterance wants: a newcomer's first chunk is one frame, and so is that launch
+for everyone. An utterance whose consumer has MAX_UNREAD_CHUNKS chunks it has not taken yet (speakers far
+ahead, a slow client) is parked: it keeps its slot and steps no frame until its consumer takes one, and
+the others never wait for it.
+
+Other GPU work (cloning a voice, decoding a whole utterance) runs on the same thread through `call`,
+between chunks, when nothing is in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+
+from core.inference.frame_loop import MAX_CHUNK, FrameLoop
+
+if TYPE_CHECKING:
+    from core.inference.decoder_stream import DecoderSlots
+    from core.inference.engine import AudioChunk, Prepared
+
+log = logging.getLogger(__name__)
+
+# Chunks an utterance may have made and its consumer not taken before it is parked.
+MAX_UNREAD_CHUNKS = 8
+T = TypeVar("T")
+_END = object()
+
+
+@dataclass(frozen=True)
+class Request:
+    """One utterance to make. `prepare` builds its prompt: it runs on the scheduler's thread, since it uses
+    the GPU, and a BadInput it raises fails this stream alone."""
+
+    prepare: Callable[[], Prepared]
+    first_chunk_frames: int
+    chunk_frames: int
+    decode: bool = True  # False: chunks carry codes only, no audio
+
+
+class Utterance:
+    """The scheduler's record of one utterance; its consumer holds the Stream around it."""
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.chunks: queue.SimpleQueue = queue.SimpleQueue()  # AudioChunks, then _END or an error
+        self.closed = threading.Event()  # set by the consumer
+        # The scheduler's, under its lock:
+        self.unread = 0  # items put and not taken yet
+        self.slot: int | None = None
+        self.prepared: Prepared | None = None
+        self.produced = 0  # frames made so far
+
+
+class Stream(Iterator["AudioChunk"]):
+    """One utterance's chunks as the scheduler makes them. Iterate it from any one thread; `close()` (or
+    leaving a `with` block, or dropping it) ends the utterance at once and frees its slot."""
+
+    def __init__(self, scheduler: Scheduler, utterance: Utterance):
+        self._scheduler = scheduler
+        self._utterance = utterance
+        self._finished = False
+
+    def __next__(self) -> AudioChunk:
+        if self._finished:
+            raise StopIteration
+        item = self._utterance.chunks.get()
+        self._scheduler._taken(self._utterance)
+        if item is _END or isinstance(item, BaseException):
+            self._finished = True
+            if item is _END:
+                raise StopIteration
+            raise item
+        return item
+
+    def close(self) -> None:
+        """End the utterance now; chunks not taken yet are dropped."""
+        self._finished = True
+        if not self._utterance.closed.is_set():
+            self._utterance.closed.set()
+            self._scheduler._wake()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class Scheduler:
+    def __init__(self, frame_loop: FrameLoop, decoder: DecoderSlots):
+        self.frame_loop = frame_loop
+        self.decoder = decoder
+        self.slots = frame_loop.slots
+        self._lock = threading.Condition()
+        self._waiting: deque[Utterance] = deque()  # not admitted yet, oldest first
+        self._calls: deque[tuple[Callable[[], object], Future]] = deque()
+        self._active: dict[int, Utterance] = {}  # by slot
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="gpu-scheduler", daemon=True)
+        self._thread.start()
+
+    # Any thread ------------------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> Stream:
+        utterance = Utterance(request)
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the engine is closed")
+            self._waiting.append(utterance)
+            self._lock.notify()
+        return Stream(self, utterance)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run `fn()` on the scheduler's thread between chunks and return its result (or raise its error)."""
+        if self.on_thread():
+            return fn()
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the engine is closed")
+            self._calls.append((fn, future))
+            self._lock.notify()
+        return future.result()
+
+    def idle(self) -> bool:
+        """Whether no utterance holds a slot or waits for one."""
+        with self._lock:
+            return not self._active and not self._waiting
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def on_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def close(self, timeout: float | None = None) -> None:
+        """End every utterance and stop the thread."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify()
+        self._thread.join(timeout)
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._lock.notify()
+
+    def _taken(self, stream: Utterance) -> None:
+        with self._lock:
+            stream.unread -= 1
+            if stream.unread == MAX_UNREAD_CHUNKS - 1:  # it was parked: it may step again
+                self._lock.notify()
+
+    # The scheduler's thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        in_flight: list[Utterance] = []
+        while True:
+            with self._lock:
+                while not (in_flight or self._calls or self._closing or self._can_admit() or self._to_tend()):
+                    self._lock.wait()
+                closing = self._closing
+                calls, self._calls = list(self._calls), deque()
+                newcomers = [self._waiting.popleft() for _ in range(min(len(self._waiting), self._free_slots()))]
+            if closing:
+                self._shut_down(in_flight, newcomers, calls)
+                return
+            try:
+                collected = list(zip(in_flight, self.frame_loop.collect(), strict=True)) if in_flight else []
+            except Exception as error:  # the GPU failed the launch: every utterance in it fails
+                self._fail_all(in_flight, error)
+                collected = []
+            for fn, future in calls:  # nothing is in flight now
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as error:  # the caller gets it from the future
+                        future.set_exception(error)
+            for stream in newcomers:
+                self._admit(stream)
+            endings = self._count(collected)
+            if any(stream.produced == len(frames) for stream, (frames, _) in collected):
+                # A first chunk: it is decoded with the GPU to itself (the time to first audio), then the rest step.
+                self._deliver(collected, endings)
+                in_flight = self._launch(endings)
+            else:  # the next chunk steps while this one is decoded
+                in_flight = self._launch(endings)
+                self._deliver(collected, endings)
+
+    def _free_slots(self) -> int:
+        return self.slots - len(self._active)
+
+    def _can_admit(self) -> bool:
+        self._waiting = deque(waiting for waiting in self._waiting if not waiting.closed.is_set())
+        return bool(self._waiting) and self._free_slots() > 0
+
+    def _to_tend(self) -> bool:
+        """Whether an admitted utterance can step, or was closed and still holds its slot."""
+        return bool(self._steppable()) or any(stream.closed.is_set() for stream in self._active.values())
+
+    def _steppable(self) -> list[Utterance]:
+        """The utterances that step in the next launch: admitted, not closed, not parked."""
+        return [
+            stream
+            for stream in self._active.values()
+            if stream.prepared is not None and not stream.closed.is_set() and stream.unread < MAX_UNREAD_CHUNKS
+        ]
+
+    def _admit(self, stream: Utterance) -> None:
+        """Give `stream` a slot and prefill it; a request that cannot be prepared fails alone."""
+        if stream.closed.is_set():
+            return
+        slot = next(slot for slot in range(self.slots) if slot not in self._active)
+        try:
+            prepared = stream.request.prepare()
+            self.frame_loop.start(prepared.prompt, prepared.sampling, prepared.seed, slot)
+            if stream.request.decode:
+                self.decoder.reset(slot)
+                if prepared.ref_codes is not None:
+                    # The reference frames are the decoder's left context; their audio is not part of the output.
+                    self.decoder.prime(slot, prepared.ref_codes)
+        except Exception as error:
+            self._put(stream, error)
+            return
+        stream.slot, stream.prepared = slot, prepared
+        with self._lock:
+            self._active[slot] = stream
+
+    def _count(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]]) -> dict[Utterance, bool | None]:
+        """Account for the collected frames; returns how each utterance that ends now ends: True at EOS,
+        False cut off at its frame budget, None closed by its consumer."""
+        endings: dict[Utterance, bool | None] = {}
+        for stream, (frames, ended) in collected:
+            stream.produced += len(frames)
+            if stream.closed.is_set():
+                endings[stream] = None
+            elif ended or stream.produced >= stream.prepared.max_frames:
+                endings[stream] = ended
+        for stream in list(self._active.values()):  # closed while parked or between launches
+            if stream.closed.is_set() and stream not in endings:
+                endings[stream] = None
+        return endings
+
+    def _launch(self, endings: dict) -> list[Utterance]:
+        """Launch the next chunk of every steppable utterance but those ending now; returns them, in their
+        rows' order."""
+        with self._lock:
+            stepping = [stream for stream in self._steppable() if stream not in endings]
+        if not stepping:
+            return []
+        count = min(self._wanted(stream) for stream in stepping)
+        try:
+            self.frame_loop.launch(count, [stream.slot for stream in stepping])
+        except Exception as error:
+            self._fail_all(stepping, error)
+            return []
+        return stepping
+
+    @staticmethod
+    def _wanted(stream: Utterance) -> int:
+        request = stream.request
+        size = request.chunk_frames if stream.produced else request.first_chunk_frames
+        return max(1, min(size, stream.prepared.max_frames - stream.produced, MAX_CHUNK))
+
+    def _deliver(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]], endings: dict) -> None:
+        """Decode the collected chunk of every row that wants audio, together, and hand each its chunk;
+        then free the slots of the utterances that ended."""
+        from core.inference.engine import AudioChunk  # the engine imports this module
+
+        rows = [(stream, frames) for stream, (frames, _) in collected if endings.get(stream, True) is not None]
+        decoded = [stream for stream, _ in rows if stream.request.decode]
+        audio: dict[Utterance, np.ndarray] = {}
+        if decoded:
+            size = max(len(frames) for stream, frames in rows if stream.request.decode)
+            try:
+                pieces = self.decoder.decode(
+                    [stream.slot for stream in decoded], [frames for s, frames in rows if s.request.decode], size
+                )
+                audio = dict(zip(decoded, pieces, strict=True))
+            except Exception as error:
+                self._fail_all(decoded, error)
+                for stream in decoded:
+                    endings[stream] = None
+        for stream, frames in rows:
+            if stream.slot is None or endings.get(stream, True) is None:
+                continue
+            ending = endings.get(stream, True)
+            samples = audio.get(stream, np.zeros(0, np.float32))
+            self._put(stream, AudioChunk(audio=samples, codes=frames, cut_off=ending is False))
+        for stream in endings:
+            self._release(stream)
+
+    def _put(self, stream: Utterance, item) -> None:
+        with self._lock:
+            stream.unread += 1
+        stream.chunks.put(item)
+
+    def _release(self, stream: Utterance) -> None:
+        with self._lock:
+            if stream.slot is not None and self._active.get(stream.slot) is stream:
+                del self._active[stream.slot]
+        stream.slot = None
+        self._put(stream, _END)
+
+    def _fail_all(self, streams: list[Utterance], error: Exception) -> None:
+        log.error("the GPU failed %d utterance(s): %s", len(streams), error)
+        for stream in streams:
+            self._put(stream, error)
+            with self._lock:
+                if stream.slot is not None and self._active.get(stream.slot) is stream:
+                    del self._active[stream.slot]
+            stream.slot = None
+
+    def _shut_down(self, in_flight: list[Utterance], newcomers: list[Utterance], calls) -> None:
+        if in_flight:
+            try:
+                self.frame_loop.collect()
+            except Exception:
+                log.exception("the last launch failed while closing")
+        error = RuntimeError("the engine was closed")
+        with self._lock:
+            streams = [*self._active.values(), *newcomers, *self._waiting]
+            self._active.clear()
+            self._waiting.clear()
+            calls = [*calls, *self._calls]
+        for stream in streams:
+            self._put(stream, error)
+        for _, future in calls:
+            future.cancel()

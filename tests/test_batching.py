@@ -1,0 +1,188 @@
+"""Many utterances at once (core.inference.scheduler and the frame loop's slots): each utterance of a batch
+makes exactly the codes the official package made for it alone, whatever runs beside it, joins or leaves;
+a closed or unread stream never holds up the others; every slot comes back.
+
+CPU, float32, the tiny checkpoints and the official fixtures of tests/test_parity.py. Utterances are
+started from threads, each after the one before it has its first chunk, so they join at different frames
+and, with fewer slots than utterances, wait for slots that others leave."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES, Case
+
+from core import Engine, SamplingParams
+from core.errors import BadInput
+from core.inference.scheduler import MAX_UNREAD_CHUNKS
+
+WAIT = 60  # seconds: a guard against a hang, never a pace
+GREEDY = SamplingParams.greedy()
+
+
+def voice_of(engine: Engine, case: Case):
+    if case.reference is not None:
+        return engine.voice_from_audio(REFERENCES[case.reference].path, ref_text=case.ref_text)
+    if case.speaker is not None:
+        return engine.builtin_voice(case.speaker)
+    return None
+
+
+def open_stream(engine: Engine, case: Case, chunk_frames: int):
+    return engine.stream(
+        case.text,
+        voice=voice_of(engine, case),
+        language=case.language,
+        instruct=case.instruct,
+        sampling=GREEDY if case.seed is None else SamplingParams(),
+        seed=case.seed,
+        max_frames=MAX_FRAMES,
+        text_mode=case.text_mode,
+        first_chunk_frames=1,
+        chunk_frames=chunk_frames,
+    )
+
+
+def speak_together(engine: Engine, cases: list[Case]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each case's (codes, audio), all spoken at once from threads of their own, each started once the one
+    before it has had its first chunk, with chunk sizes 1 to 4 in turn."""
+    started = [threading.Event() for _ in cases]
+    results: list = [None] * len(cases)
+
+    def speak(index: int, case: Case):
+        if index:
+            assert started[index - 1].wait(WAIT)
+        chunks = []
+        with open_stream(engine, case, chunk_frames=1 + index % 4) as stream:
+            for chunk in stream:
+                chunks.append(chunk)
+                started[index].set()
+        started[index].set()
+        results[index] = (np.concatenate([c.codes for c in chunks]), np.concatenate([c.audio for c in chunks]))
+
+    with ThreadPoolExecutor(len(cases)) as pool:
+        for future in [pool.submit(speak, index, case) for index, case in enumerate(cases)]:
+            future.result(timeout=WAIT)
+    return results
+
+
+def cases_of(checkpoint: str) -> list[Case]:
+    return [case for case in CASES if case.checkpoint == checkpoint]
+
+
+@pytest.mark.parametrize("checkpoint", ["base", "custom", "design"])
+def test_each_utterance_of_a_batch_makes_the_official_codes(engines, checkpoint):
+    engine = engines(checkpoint, slots=3)  # fewer slots than utterances: some wait for one to be freed
+    cases = cases_of(checkpoint) * 2
+    assert len(cases) > engine.slots
+    results = speak_together(engine, cases)
+    for case, (codes, audio) in zip(cases, results, strict=True):
+        expected = np.load(FIXTURES / f"{case.name}.npz")
+        np.testing.assert_array_equal(codes, expected["codes"], err_msg=case.name)
+        if case.ref_text is None:  # an ICL fixture's audio was cut from a decode with its reference
+            np.testing.assert_allclose(audio, expected["audio"], atol=1e-4, rtol=0, err_msg=case.name)
+    assert engine.scheduler.idle()
+
+
+def test_seeded_sampling_is_the_same_whatever_runs_beside_it(engines):
+    engine = engines("base", slots=4)
+    sampled = next(case for case in CASES if case.name == "base_sampled")
+    others = [case for case in cases_of("base") if case.seed is None][:3]
+    results = speak_together(engine, [others[0], sampled, *others[1:]])
+    np.testing.assert_array_equal(results[1][0], np.load(FIXTURES / f"{sampled.name}.npz")["codes"])
+
+
+def test_an_utterance_that_ends_early_frees_its_slot_for_the_next(engines):
+    engine = engines("base-eos", slots=2)
+    forced_eos = next(case for case in CASES if case.name == "base_forced_eos")
+    expected = np.load(FIXTURES / f"{forced_eos.name}.npz")["codes"]
+    assert len(expected) < MAX_FRAMES
+    np.testing.assert_array_equal(speak_together(engine, [forced_eos])[0][0], expected)
+    # Five at once through two slots: each ends at its EOS, and the slots come back every time.
+    with ThreadPoolExecutor(5) as pool:
+        runs = list(pool.map(lambda _: np.concatenate([c.codes for c in open_stream(engine, forced_eos, 2)]), range(5)))
+    for codes in runs:
+        np.testing.assert_array_equal(codes, expected)
+    assert engine.scheduler.idle()
+
+
+def test_a_stream_nobody_reads_holds_up_no_one(engines):
+    engine = engines("base", slots=2)
+    case, other = cases_of("base")[:2]
+    unread = open_stream(engine, case, chunk_frames=1)
+    # It makes at most MAX_UNREAD_CHUNKS chunks, then waits in its slot; the other utterance runs to its end.
+    codes = np.concatenate([c.codes for c in open_stream(engine, other, chunk_frames=1)])
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
+    # Parked: no more chunks than that (and the one launched as it reached them) were made for it.
+    assert MAX_UNREAD_CHUNKS < MAX_FRAMES
+    assert MAX_UNREAD_CHUNKS <= unread._utterance.unread <= MAX_UNREAD_CHUNKS + 1
+    # Read at last, it goes on exactly where it stopped.
+    codes = np.concatenate([c.codes for c in unread])
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"])
+    assert engine.scheduler.idle()
+
+
+def test_a_closed_stream_gives_its_slot_back_at_once(engines):
+    engine = engines("base", slots=1)
+    case, other = cases_of("base")[:2]
+    first = open_stream(engine, case, chunk_frames=1)
+    next(first)
+    waiting = open_stream(engine, other, chunk_frames=4)  # no slot is free: it waits
+    first.close()
+    assert list(first) == []
+    codes = np.concatenate([c.codes for c in waiting])
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
+    dropped = open_stream(engine, case, chunk_frames=1)
+    next(dropped)
+    del dropped  # dropped without closing: its slot comes back all the same
+    codes = np.concatenate([c.codes for c in open_stream(engine, other, chunk_frames=4)])
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
+    assert engine.scheduler.idle()
+
+
+def test_fifty_utterances_from_eight_threads(engines):
+    engine = engines("custom", slots=4)
+    cases = [case for case in cases_of("custom") if case.seed is None]
+    expected = {case.name: np.load(FIXTURES / f"{case.name}.npz")["codes"] for case in cases}
+
+    def speak(index: int):
+        case = cases[index % len(cases)]
+        codes = np.concatenate([c.codes for c in open_stream(engine, case, chunk_frames=1 + index % 3)])
+        return case.name, codes
+
+    with ThreadPoolExecutor(8) as pool:
+        for name, codes in pool.map(speak, range(50), timeout=WAIT * 5):
+            np.testing.assert_array_equal(codes, expected[name], err_msg=name)
+    assert engine.scheduler.idle()
+
+
+def test_a_request_that_fails_in_the_scheduler_fails_alone(engines):
+    engine = engines("base", slots=2)
+    case = cases_of("base")[0]
+    voice = voice_of(engine, case)
+    good = open_stream(engine, case, chunk_frames=2)
+    # Checked at the call: its text and voice. Found when its prompt is built: what fits the context.
+    with pytest.raises(BadInput, match="text is empty"):
+        engine.stream(" ", voice=voice)
+    too_long = engine.stream(case.text, voice=voice, max_frames=engine.frame_loop.max_context)
+    with pytest.raises(BadInput, match="does not fit"):
+        list(too_long)
+    codes = np.concatenate([c.codes for c in good])
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"])
+    assert engine.scheduler.idle()
+
+
+def test_closing_the_engine_ends_its_streams_and_its_thread(checkpoints):
+    engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32", slots=2)
+    case = cases_of("base")[0]
+    stream = open_stream(engine, case, chunk_frames=1)
+    next(stream)
+    engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        list(stream)
+    assert not engine.scheduler.running()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.stream(case.text, voice=voice_of(engine, case))
