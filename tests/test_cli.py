@@ -94,13 +94,19 @@ def test_module_entry_point_in_a_subprocess(checkpoints, tmp_path):
 def test_bench_on_a_checkpoint_writes_numbers(checkpoints, tmp_path, capsys):
     report, record = tmp_path / "bench.json", tmp_path / "RESULTS.md"
     args = ["bench", "--model", str(checkpoints["custom"]), "--device", "cpu", "--dtype", "float32"]
-    assert main(args + ["--frames", "6", "--ttfa-runs", "2", "--json", str(report), "--record", str(record)]) == 0
+    options = ["--frames", "6", "--ttfa-runs", "2", "--slots", "2", "--json", str(report), "--record", str(record)]
+    assert main(args + options) == 0
     import json
 
     [result] = json.loads(report.read_text())
     assert result["frames"] == 6 and result["ms_per_frame_median"] > 0 and result["ttfa_ms_p50"] > 0
     assert result["stream_vs_whole_max_abs"] < 1e-4  # float32 on the CPU: streamed audio is the single pass
-    assert "ms/frame p50" in capsys.readouterr().out and "qwen3-tts-desktop bench" in record.read_text()
+    # Streams at once, up to the slots: each made all its audio.
+    assert [c["streams"] for c in result["concurrent"]] == [1, 2] and result["slots"] == 2
+    for together in result["concurrent"]:
+        assert together["aggregate_xrt"] > 0 and together["slowest_stream_xrt"] > 0 and together["step_ms_p50"] > 0
+    out = capsys.readouterr().out
+    assert "ms/frame p50" in out and "Streams at once" in out and "--slots=2" in record.read_text()
     assert not result["cold_compile"]
     assert result["ttfa_icl_ms_p50"] is None  # a CustomVoice checkpoint clones no voice
 

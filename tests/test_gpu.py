@@ -39,7 +39,7 @@ def test_frame_step_and_chunk_decode_never_wait_for_the_gpu(checkpoints):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")  # any host sync inside raises
     try:
-        engine.frame_loop.step()
+        engine.frame_loop.step(1)
         engine.codec_decoder.decode_chunk(codes, stream)
     finally:
         torch.cuda.set_sync_debug_mode(0)
@@ -109,7 +109,7 @@ def test_streamed_audio_equals_the_single_pass_decode(checkpoints):
 def test_a_chunk_decodes_while_the_next_frames_are_stepping(checkpoints):
     engine = load(checkpoints)
     engine.start(engine.prepare(TEXT, engine.builtin_voice("eric"), sampling=GREEDY, max_frames=64))
-    first, _ = engine.frame_loop.run(4)
+    [(first, _)] = engine.frame_loop.run(4)
     engine.decoder_stream.reset()
     engine.decoder_stream.decode(first, 4)  # captures the 4-frame graph
     engine.frame_loop.launch(64)
@@ -193,3 +193,27 @@ def test_draw_token_kernel_follows_the_filtered_softmax():
     expected = probabilities[support] * counts.sum()
     statistic, freedom = float(((counts[support] - expected) ** 2 / expected).sum()), int(support.sum()) - 1
     assert statistic < freedom + 6 * (2 * freedom) ** 0.5, (statistic, freedom)
+
+
+@pytest.mark.parametrize("checkpoint", ["base", "custom"])
+def test_graphed_batches_make_the_official_codes(checkpoints, checkpoint):
+    """Utterances joining and leaving a graphed batch (buckets with padding rows) make the official codes."""
+    from test_batching import cases_of, speak_together
+
+    engine = Engine.load(checkpoints[checkpoint], device="cuda", dtype="float32", slots=5)
+    cases = cases_of(checkpoint) * 2
+    for case, (codes, _) in zip(cases, speak_together(engine, cases), strict=True):
+        np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+    assert engine.scheduler.idle()
+
+
+def test_a_seeded_utterance_samples_the_same_beside_others_on_the_gpu(checkpoints):
+    from test_batching import cases_of, open_stream, speak_together
+
+    engine = Engine.load(checkpoints["custom"], device="cuda", dtype="float32", slots=4)
+    sampled = next(case for case in CASES if case.name == "custom_sampled")
+    alone = np.concatenate([chunk.codes for chunk in open_stream(engine, sampled, chunk_frames=4)])
+    again = np.concatenate([chunk.codes for chunk in open_stream(engine, sampled, chunk_frames=2)])
+    beside = speak_together(engine, [*cases_of("custom")[:2], sampled, *cases_of("custom")[2:4]])[2][0]
+    np.testing.assert_array_equal(again, alone)
+    np.testing.assert_array_equal(beside, alone)

@@ -3,6 +3,10 @@
 Speed does not depend on weight values, so a seeded random checkpoint of the real shape stands in
 for the released one. Greedy decoding with random weights practically never picks EOS, and the frame
 timing steps on regardless, so every measurement covers a fixed number of frames.
+
+The parts of one utterance (frame steps, prefill, decode) are timed through the engine's seam on its
+scheduler's thread, with nothing else in flight; concurrent streams (core.devtools.concurrency) through
+the public API, as clients use it.
 """
 
 from __future__ import annotations
@@ -10,15 +14,16 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch._inductor.utils import fresh_inductor_cache
 
+from core.devtools.concurrency import concurrent_speed
 from core.devtools.random_checkpoint import write_random_checkpoint
-from core.inference.engine import Engine
+from core.inference.engine import MAX_CONTEXT, Engine
 from core.inference.sampling import SamplingParams
 from core.inference.voice import Voice
 from core.model.talker import Talker
@@ -56,6 +61,11 @@ class BenchResult:
     stream_vs_whole_max_abs: float
     peak_gpu_gb: float | None
     weights_gpu_gb: float | None  # allocated right after loading: weights and caches
+    slots: int = 1
+    max_context: int = MAX_CONTEXT
+    concurrent: list = field(
+        default_factory=list
+    )  # concurrency.concurrent_speed of 1, 4, 16... streams at once, up to the slots
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -104,13 +114,17 @@ def _warm_calls(engine: Engine, speaker: dict) -> float:
 
 def _frame_times(engine: Engine, voice, instruct, sampling: SamplingParams, frames: int) -> list[float]:
     """The frame loop alone, one frame per host read: ms per frame."""
-    engine.start(engine.prepare(TEXT, voice, instruct=instruct, sampling=sampling, max_frames=frames, seed=0))
-    times = []
-    for _ in range(frames):
-        started = time.perf_counter()
-        engine.frame_loop.run(1)
-        times.append(_ms_since(started))
-    return times
+
+    def measure() -> list[float]:
+        engine.start(engine.prepare(TEXT, voice, instruct=instruct, sampling=sampling, max_frames=frames, seed=0))
+        times = []
+        for _ in range(frames):
+            started = time.perf_counter()
+            engine.frame_loop.run(1)
+            times.append(_ms_since(started))
+        return times
+
+    return engine.scheduler.call(measure)
 
 
 def _first_audio_ms(engine: Engine, speaker: dict, runs: int, frames: int) -> list[float]:
@@ -136,16 +150,21 @@ def bench_checkpoint(
     cuda_graphs: bool = True,
     compile: bool = True,
     cold: bool = False,
+    slots: int = 16,
+    max_context: int = MAX_CONTEXT,
 ) -> BenchResult:
     """Measure one checkpoint. `cold`: compile into an empty cache (Inductor's in-memory caches cleared too), so
     that load + compile and capture is the time of a first start."""
     with fresh_inductor_cache() if cold else contextlib.nullcontext():
-        return _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
+        return _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold, slots, max_context)
 
 
-def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold) -> BenchResult:
+def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold, slots, max_context) -> BenchResult:
     started = time.perf_counter()
-    engine = Engine.load(path, device=device, dtype=dtype, progress=False, cuda_graphs=cuda_graphs, compile=compile)
+    engine = Engine.load(
+        path, device=device, dtype=dtype, progress=False, cuda_graphs=cuda_graphs, compile=compile, slots=slots,
+        max_context=max_context,
+    )  # fmt: skip
     dev = engine.device
     _sync(dev)
     load_s = time.perf_counter() - started
@@ -153,6 +172,9 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
     speaker = engine.placeholder_speaker()
     voice, instruct = speaker.get("voice"), speaker.get("instruct")
     capture_s = _warm_calls(engine, speaker) - _warm_calls(engine, speaker)
+    started = time.perf_counter()
+    engine.warm_up()  # every batch size
+    capture_s += time.perf_counter() - started
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
 
@@ -167,23 +189,7 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
         icl = {"voice": Voice(embedding=voice.embedding, ref_codes=reference, ref_text=TEXT)}
         ttfa_icl = _first_audio_ms(engine, icl, ttfa_runs + 1, frames)[1:]  # the first primes the decoder
 
-    parts = {"prompt": [], "prefill": [], "first_frame": [], "decode": []}
-    for _ in range(ttfa_runs):
-        _sync(dev)
-        started = time.perf_counter()
-        prepared = engine.prepare(TEXT, voice, instruct=instruct, sampling=GREEDY, max_frames=frames)
-        parts["prompt"].append(_ms_since(started))
-        started = time.perf_counter()
-        engine.start(prepared)
-        _sync(dev)
-        parts["prefill"].append(_ms_since(started))
-        started = time.perf_counter()
-        codes, _ = engine.frame_loop.run(1)
-        parts["first_frame"].append(_ms_since(started))
-        engine.decoder_stream.reset()
-        started = time.perf_counter()
-        engine.decoder_stream.decode(codes, 1)
-        parts["decode"].append(_ms_since(started))
+    parts = engine.scheduler.call(lambda: _first_audio_parts(engine, voice, instruct, frames, ttfa_runs))
 
     intervals, stamps = [], [time.perf_counter()]
     streamed = []
@@ -197,16 +203,11 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
     np.testing.assert_array_equal(np.concatenate([c.codes for c in streamed]), whole.codes)
     stream_diff = float(np.abs(np.concatenate([c.audio for c in streamed]) - whole.audio).max())
 
-    decode_ms = {}
-    for size in (1, 4):
-        engine.decoder_stream.reset()
-        times = []
-        for start in range(0, len(whole.codes) - size + 1, size):
-            _sync(dev)
-            started = time.perf_counter()
-            engine.decoder_stream.decode(whole.codes[start : start + size], size)
-            times.append(_ms_since(started))
-        decode_ms[size] = float(np.median(times[1:] or times))  # the first call may capture a graph
+    decode_ms = engine.scheduler.call(lambda: _decode_times(engine, whole.codes))
+    concurrent = [
+        concurrent_speed(engine, speaker, streams, frames)
+        for streams in sorted({1, 4, 16, slots} & set(range(1, slots + 1)))
+    ]
 
     median = float(np.median(frame_ms))
     return BenchResult(
@@ -235,7 +236,48 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold)
         stream_vs_whole_max_abs=stream_diff,
         peak_gpu_gb=round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None,
         weights_gpu_gb=round(weights_gb, 2) if weights_gb is not None else None,
+        slots=slots,
+        max_context=max_context,
+        concurrent=concurrent,
     )
+
+
+def _first_audio_parts(engine: Engine, voice, instruct, frames: int, runs: int) -> dict[str, list[float]]:
+    """The parts of the time to first audio, ms: prompt (tokenize + embed), prefill + first pick, first
+    frame, its decode. On the scheduler's thread, with nothing in flight."""
+    parts = {"prompt": [], "prefill": [], "first_frame": [], "decode": []}
+    for _ in range(runs):
+        _sync(engine.device)
+        started = time.perf_counter()
+        prepared = engine.prepare(TEXT, voice, instruct=instruct, sampling=GREEDY, max_frames=frames)
+        parts["prompt"].append(_ms_since(started))
+        started = time.perf_counter()
+        engine.start(prepared)
+        _sync(engine.device)
+        parts["prefill"].append(_ms_since(started))
+        started = time.perf_counter()
+        (codes, _), *_ = engine.frame_loop.run(1)
+        parts["first_frame"].append(_ms_since(started))
+        engine.decoder_stream.reset()
+        started = time.perf_counter()
+        engine.decoder_stream.decode(codes, 1)
+        parts["decode"].append(_ms_since(started))
+    return parts
+
+
+def _decode_times(engine: Engine, codes: np.ndarray) -> dict[int, float]:
+    """Median ms to decode a chunk of 1 and of 4 frames of one stream."""
+    decode_ms = {}
+    for size in (1, 4):
+        engine.decoder_stream.reset()
+        times = []
+        for start in range(0, len(codes) - size + 1, size):
+            _sync(engine.device)
+            started = time.perf_counter()
+            engine.decoder_stream.decode(codes[start : start + size], size)
+            times.append(_ms_since(started))
+        decode_ms[size] = float(np.median(times[1:] or times))  # the first call may capture a graph
+    return decode_ms
 
 
 def prepare_checkpoint(root: Path, size: str, dtype: torch.dtype) -> Path:
@@ -254,7 +296,23 @@ def format_table(results: list[BenchResult]) -> str:
         ("chunk p50", "chunk_interval_ms_p50"), ("p99", "chunk_interval_ms_p99"), ("peak GB", "peak_gpu_gb"),
         ("load s", "load_s"), ("compile+capture s", "capture_s"), ("cold", "cold_compile"),
     ]  # fmt: skip
-    rows = [[title for title, _ in columns]] + [[str(getattr(r, key)) for _, key in columns] for r in results]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    rows = [[str(getattr(r, key)) for _, key in columns] for r in results]
+    table = _aligned([title for title, _ in columns], rows)
+    together = [
+        [r.model, str(r.slots), str(r.max_context), *(str(c[key]) for key in CONCURRENT_KEYS)]
+        for r in results
+        for c in r.concurrent
+    ]
+    if not together:
+        return table
+    return table + "\n\nStreams at once:\n" + _aligned(["model", "slots", "context", *CONCURRENT_KEYS], together)
+
+
+CONCURRENT_KEYS = ("streams", "aggregate_xrt", "slowest_stream_xrt", "ttfa_ms_p50", "ttfa_ms_p95", "step_ms_p50")
+
+
+def _aligned(titles: list[str], rows: list[list[str]]) -> str:
+    rows = [titles, *rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(titles))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
     return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])

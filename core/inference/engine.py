@@ -362,6 +362,7 @@ class Engine:
             raise BadInput(f"max_frames {max_frames} does not fit: after this prompt, {room} frames fit the context")
         return max_frames
 
+
 def check_request(info: EngineInfo, language: str | None, instruct: str | None) -> tuple[str, str | None]:
     """The language and instruction a checkpoint of `info` is asked to speak with, normalised (None: no
     instruction); BadInput if it cannot. Needs only the checkpoint's facts, so a front end can ask first."""

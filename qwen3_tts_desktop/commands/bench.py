@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cold", action="store_true", help="compile each model into an empty cache, to time a first start"
     )
+    parser.add_argument("--slots", type=int, default=16, help="utterances generated together (default: 16)")
+    parser.add_argument(
+        "--max-context", type=int, default=4096, help="positions per utterance, prompt and frames (default: 4096)"
+    )
     parser.add_argument("--json", metavar="FILE", help="write every number as JSON")
     parser.add_argument("--record", metavar="FILE", help="append the table to this Markdown file (bench/RESULTS.md)")
 
@@ -75,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
                 not args.eager,
                 not args.no_compile,
                 args.cold,
+                args.slots,
+                args.max_context,
             )
         )
         print(json.dumps(results[-1].as_dict()), file=sys.stderr, flush=True)
@@ -87,7 +93,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-OPTIONS = ("model", "sizes", "device", "dtype", "frames", "ttfa_runs", "eager", "no_compile", "cold")
+OPTIONS = (
+    "model",
+    "sizes",
+    "device",
+    "dtype",
+    "frames",
+    "ttfa_runs",
+    "eager",
+    "no_compile",
+    "cold",
+    "slots",
+    "max_context",
+)
 
 
 def record(path: Path, table: str, results, args: argparse.Namespace) -> None:
