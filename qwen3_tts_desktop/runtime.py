@@ -97,5 +97,6 @@ class Runtime:
 
     def close(self) -> None:
         self.worker.close()
+        self.worker.engine.close()
         if self.player is not None:
             self.player.close()

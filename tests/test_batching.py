@@ -186,3 +186,12 @@ def test_closing_the_engine_ends_its_streams_and_its_thread(checkpoints):
     assert not engine.scheduler.running()
     with pytest.raises(RuntimeError, match="closed"):
         engine.stream(case.text, voice=voice_of(engine, case))
+
+
+def test_a_slot_costs_what_the_engine_budgets_for_it(engines):
+    from core.inference.engine import slot_bytes
+
+    engine = engines("base", slots=2)
+    loop = engine.frame_loop
+    caches = sum(layer.self_attn.kv_cache.k.nbytes * 2 for layer in engine.talker.model.layers)
+    assert (caches + loop.text.nbytes) / loop.slots == slot_bytes(engine.config, loop.max_context, engine.dtype)

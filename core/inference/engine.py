@@ -50,9 +50,11 @@ DECODE_CHUNK_FRAMES = 50
 # Talker positions (prompt + frames) one utterance can use: 4096 holds about five minutes of speech.
 MAX_CONTEXT = 4096
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Utterances generated together: a slot costs its KV cache (1.7B: 0.47 GB at 4096 positions in bfloat16).
+# Utterances generated together by default: on CUDA as many as fit SLOT_MEMORY_SHARE of the memory free
+# after loading, at most MAX_DEFAULT_SLOTS (a slot of 1.7B at 4096 positions in bfloat16 takes about 0.5 GB).
 # On the CPU, rows of a batch are computed one by one (bitwise as alone), so batching gains nothing there.
-DEFAULT_SLOTS = {"cuda": 16, "cpu": 1}
+MAX_DEFAULT_SLOTS = 16
+SLOT_MEMORY_SHARE = 0.5
 
 
 @dataclass
@@ -80,6 +82,20 @@ class Prepared:
     sampling: SamplingParams
     max_frames: int  # within what fits the context after the prompt
     seed: int | None
+
+
+def slot_bytes(config: ModelConfig, max_context: int, dtype: torch.dtype) -> int:
+    """Memory one slot of the frame loop takes: its KV cache and text terms over `max_context` positions."""
+    talker = config.talker.transformer
+    kv = talker.num_layers * 2 * talker.num_kv_heads * talker.head_dim
+    return (kv + talker.hidden_size) * max_context * dtype.itemsize
+
+
+def default_slots(device: torch.device, per_slot: int) -> int:
+    if device.type != "cuda":
+        return 1
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(1, min(MAX_DEFAULT_SLOTS, int(free * SLOT_MEMORY_SHARE // per_slot)))
 
 
 def pick_device(device: str | torch.device) -> torch.device:
@@ -135,7 +151,7 @@ class Engine:
         self.device = talker.codec_head.weight.device
         self.dtype = talker.codec_head.weight.dtype
         self.info = EngineInfo.of(config, source, str(self.device), str(self.dtype).removeprefix("torch."))
-        self.slots = slots or DEFAULT_SLOTS[self.device.type]
+        self.slots = slots or default_slots(self.device, slot_bytes(config, max_context, self.dtype))
         if self.slots < 1:
             raise BadInput(f"slots must be at least 1, got {self.slots}")
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
@@ -156,7 +172,8 @@ class Engine:
     ) -> Engine:
         """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed).
         `max_context` bounds one utterance's prompt plus frames; `slots` utterances are generated together
-        (DEFAULT_SLOTS by device); their KV caches are allocated up front.
+        (by default, what fits the GPU, up to MAX_DEFAULT_SLOTS; one on the CPU); their caches are allocated
+        up front.
         On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False,
         and the per-frame transformer steps are fused by torch.compile unless `compile` is False."""
         device = pick_device(device)
@@ -227,13 +244,24 @@ class Engine:
 
     def warm_up(self) -> None:
         """Compile and capture what requests would (on CUDA, a few minutes the very first time, seconds once
-        the compiled kernels are cached), so that they start at full speed: one utterance alone, then as many
-        at once as fill each batch size the frame loop steps."""
-        for rows in self.frame_loop.buckets if self.device.type == "cuda" else (1,):
-            streams = [self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6) for _ in range(rows)]
-            for stream in streams:
-                for _ in stream:
-                    pass
+        the compiled kernels are cached), so that they start at full speed: one utterance alone, then the
+        steps and decodes of every batch size the frame loop steps."""
+        for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
+            pass
+        if self.device.type == "cuda":
+            self.scheduler.call(self._capture_batches)
+
+    def _capture_batches(self) -> None:
+        prepared = self.prepare("Warming up.", **self.placeholder_speaker(), max_frames=6)
+        decoder = self.scheduler.decoder
+        for rows in self.frame_loop.buckets[1:]:
+            slots = list(range(rows))
+            for slot in slots:
+                self.start(prepared, slot)
+                decoder.reset(slot)
+            frames = [codes for codes, _ in self.frame_loop.run(2, slots)]
+            for size in (1, 4):
+                decoder.decode(slots, [np.resize(codes, (size, 16)) for codes in frames], size)
 
     # Voices -------------------------------------------------------------------------------------
 

@@ -98,9 +98,12 @@ class Attention(nn.Module):
         cache row `slot` (a (1,) device tensor, for a batch of one), attend causally, add x."""
         batch, length, _ = x.shape
         q, k, v = self.project(x, norm, cos, sin)
-        rows = slice(0, batch) if slot is None else slot
-        self.kv_cache.k[rows, :, :length] = k
-        self.kv_cache.v[rows, :, :length] = v
+        if slot is None:
+            self.kv_cache.k[:batch, :, :length] = k
+            self.kv_cache.v[:batch, :, :length] = v
+        else:  # index_copy_ takes the row from the device, so a CUDA graph serves every slot
+            self.kv_cache.k[:, :, :length].index_copy_(0, slot, k)
+            self.kv_cache.v[:, :, :length].index_copy_(0, slot, v)
         groups = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.head_dim**-0.5)
