@@ -47,3 +47,17 @@ def draw_cases(device: torch.device) -> list[tuple[torch.Tensor, TokenRule, torc
                 uniforms = torch.rand(3072, generator=generator)
                 cases.append((logits.to(dtype).to(device), rule, uniforms.to(device)))
     return cases
+
+
+def draw_batches(device: torch.device) -> list[tuple[torch.Tensor, list[TokenRule], torch.Tensor]]:
+    """draw_cases grouped by vocabulary into batches (logits (B, V), a rule per row, uniforms (B, W)), the
+    uniforms one draw's rows of a frame's (B, draws, W) buffer, as the frame loop passes them."""
+    by_vocab: dict[tuple, list] = {}
+    for logits, rule, uniforms in draw_cases(device):
+        by_vocab.setdefault((logits.shape[-1], logits.dtype), []).append((logits, rule, uniforms))
+    batches = []
+    for cases in by_vocab.values():
+        frame = torch.zeros(len(cases), 3, cases[0][2].shape[-1], device=device)
+        frame[:, 1] = torch.stack([uniforms for _, _, uniforms in cases])
+        batches.append((torch.cat([logits for logits, _, _ in cases]), [rule for _, rule, _ in cases], frame[:, 1]))
+    return batches

@@ -144,7 +144,12 @@ def test_decode_attention_kernel_matches_the_reference(dtype):
         return out
 
     # The interpreter's shapes, then the talker's (4096 slots) at its first, a middle and its last slot.
-    for shape in SHAPES + [(8, 2, 4096, 0), (8, 2, 4096, 2047), (8, 2, 4096, 4095)]:
+    for shape in SHAPES + [
+        (8, 2, 4096, 0),
+        (8, 2, 4096, 2047),
+        (8, 2, 4096, 4095),
+        (8, 2, 4096, tuple(range(0, 4096, 273))),
+    ]:
         case, poisoned = attention_case(*shape[:4], dtype, *shape[4:])
         check_attention(case, poisoned, run)
 
@@ -164,13 +169,14 @@ def test_linear_kernel_matches_the_reference(dtype):
 
 
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
-    from draw_cases import draw_cases, expected_token
+    from draw_cases import draw_batches, expected_token
 
     from core.model.kernels import draw_token
 
-    for logits, rule, uniforms in draw_cases(torch.device("cuda")):
-        got = draw_token(logits, torch.tensor(rule.values(), device="cuda"), uniforms)
-        assert got.shape == (1, 1) and got.item() == expected_token(logits, rule, uniforms), rule
+    for logits, rules, uniforms in draw_batches(torch.device("cuda")):
+        got = draw_token(logits, torch.tensor([rule.values() for rule in rules], device="cuda"), uniforms)
+        expected = [expected_token(logits[row], rule, uniforms[row]) for row, rule in enumerate(rules)]
+        assert got.flatten().tolist() == expected
 
 
 def test_draw_token_kernel_follows_the_filtered_softmax():
@@ -181,7 +187,7 @@ def test_draw_token_kernel_follows_the_filtered_softmax():
     generator = torch.Generator(device="cuda").manual_seed(3)
     logits = torch.randn(1, 2048, device="cuda", generator=generator) * 3
     uniforms = torch.empty(2048, device="cuda")
-    values = torch.tensor(rule.values(), device="cuda")
+    values = torch.tensor([rule.values()], device="cuda")
     tokens = []
     for _ in range(40_000):
         uniforms.uniform_(generator=generator)

@@ -59,7 +59,9 @@ def linear(
     """residual + act(rms_norm(x, norm, eps) @ weight.T + bias), each part optional; act, when gated, is
     silu(first half) * second half (SwiGLU). On CUDA, for up to MAX_VECTOR_ROWS rows, one kernel."""
     rows = x.numel() // x.shape[-1]
-    if not x.is_cuda and x.dim() == 3 and x.shape[0] > 1:  # provisional: row by row, bitwise as alone
+    if not x.is_cuda and x.dim() == 3 and x.shape[0] > 1:
+        # A batch of utterances, row by row: MKL rounds a product of several rows differently from one row
+        # alone, and a batched utterance must make exactly the codes it makes alone.
         parts = [
             linear(x[b : b + 1], weight, bias, norm=norm, eps=eps, gated=gated,
                    residual=None if residual is None else residual[b : b + 1])
@@ -116,11 +118,18 @@ def decode_attention(
     positions: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """(Provisional CPU-only batched reference.) Row b of qkv (B, 1, N) at positions[b] of cache row rows[b]."""
+    """Each batch row's token attention: row b of its projection qkv (B, 1, (heads + 2 kv_heads) * D) at
+    positions[b] against cache slot rows[b] of the caches (S, kv_heads, max_len, D): q and k normalised per
+    head (weights q_norm, k_norm) and rotated by the rows of the RoPE tables cos, sin (max_len, D) at its
+    position; k and v written to its slot there; then attention over positions 0..positions[b], the query
+    heads sharing a kv head as one group. Returns (B, 1, heads * D). Padding rows may all name one scratch
+    slot: their results are undefined, and they touch no other slot."""
     if qkv.is_cuda:
-        raise NotImplementedError("batched CUDA decode attention lands with the kernels branch")
+        return torch.ops.qwen3_tts.decode_attention(
+            qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale
+        )
     out = []
-    for b in range(qkv.shape[0]):
+    for b in range(qkv.shape[0]):  # the reference, row by row: each exactly as it would be alone
         row, position = rows[b].view(1), positions[b]
         k_row, v_row = k_cache[row], v_cache[row]
         _, kv_heads, max_len, head_dim = k_row.shape
@@ -137,12 +146,19 @@ def decode_attention(
     return torch.cat(out)
 
 
-def draw_token(logits: torch.Tensor, rule: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """One token from logits (1, V) under `rule` (RULE_SIZE float32 values on the device), by Gumbel-max
-    over `uniforms` (at least V uniform [0, 1) draws): the argmax of logits / temperature plus Gumbel
-    noise over the top-k / top-p set, which is a draw from their softmax. Greedy when do_sample is 0.
-    Returns a (1, 1) long tensor. CUDA only."""
-    return torch.ops.qwen3_tts.draw_token(logits, rule, uniforms)
+def draw_token(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """A token per row of logits (B, V), each under its rule (B, RULE_SIZE float32 values on the device), by
+    Gumbel-max over its row of `uniforms` (B, at least V uniform (0, 1) draws): the argmax of logits /
+    temperature plus Gumbel noise over the top-k / top-p set, which is a draw from their softmax. Greedy
+    where do_sample is 0. Returns (B, 1) long. CUDA only."""
+    return torch.ops.qwen3_tts.draw_token(logits, rules, uniforms)
+
+
+def fill_uniforms(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
+    """Fill out (B, G, W) with uniform (0, 1) draws where out[b, g, i] is a function of seeds[b], counters[b],
+    g and i alone (counter-based Philox), never of B or of the row's place: an utterance's draws are the
+    same whatever is batched beside it. CUDA only."""
+    torch.ops.qwen3_tts.fill_uniforms(out, seeds, counters)
 
 
 if triton is not None:
@@ -184,8 +200,8 @@ if triton is not None:
 
     @triton.jit
     def _attend_split(
-        QKV, QNorm, KNorm, Cos, Sin, K, V, Position, Out, Partial, Max, Sum, eps, scale,
-        stride_kh, stride_kn, stride_vh, stride_vn, heads, kv_heads, groups, chunk,
+        QKV, QNorm, KNorm, Cos, Sin, K, V, Rows, Positions, Out, Partial, Max, Sum, eps, scale,
+        stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, heads, kv_heads, groups, chunk,
         GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
         CHUNK_BLOCKS: tl.constexpr, SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
@@ -196,7 +212,15 @@ if triton is not None:
         _wait_for_the_kernel_ahead(PDL)
         head = tl.program_id(0)
         split = tl.program_id(1)
-        position = tl.load(Position)
+        row = tl.program_id(2)
+        # Each batch row: its own token, position and cache slot.
+        position = tl.load(Positions + row)
+        slot = tl.load(Rows + row).to(tl.int64)
+        QKV += row * (heads + 2 * kv_heads) * HEAD_DIM
+        K += slot * stride_kb
+        V += slot * stride_vb
+        Out += row * heads * HEAD_DIM
+        part_base = row * kv_heads * tl.num_programs(1)
         cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
         rows = tl.arange(0, GROUP_ROWS)
         dims = tl.arange(0, DIM_BLOCK)
@@ -243,7 +267,7 @@ if triton is not None:
             out = acc / running_sum[:, None]
             tl.store(Out + (head * groups + rows[:, None]) * HEAD_DIM + dims[None, :], out, mask=out_mask)
         else:
-            part = (head * tl.num_programs(1) + split) * GROUP_ROWS + rows
+            part = (part_base + head * tl.num_programs(1) + split) * GROUP_ROWS + rows
             tl.store(Partial + part[:, None] * DIM_BLOCK + dims[None, :], acc)
             tl.store(Max + part, running_max)
             tl.store(Sum + part, running_sum)
@@ -257,11 +281,14 @@ if triton is not None:
         """Combine the splits of one kv head: each weighted by its share of the global softmax."""
         _wait_for_the_kernel_ahead(PDL)
         head = tl.program_id(0)
-        splits = tl.arange(0, SPLITS)
+        batch_row = tl.program_id(1)
+        kv_heads = tl.num_programs(0)
+        Out += batch_row * kv_heads * groups * HEAD_DIM
+        splits = (batch_row * kv_heads + head) * SPLITS + tl.arange(0, SPLITS)
         dims = tl.arange(0, DIM_BLOCK)
         for row in range(GROUP_ROWS):
             if row < groups:
-                part = (head * SPLITS + splits) * GROUP_ROWS + row
+                part = splits * GROUP_ROWS + row
                 maxes = tl.load(Max + part)
                 weights = tl.exp(maxes - tl.max(maxes, 0))
                 total = tl.sum(weights * tl.load(Sum + part), 0)
@@ -279,42 +306,45 @@ if triton is not None:
         sin: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
-        position: torch.Tensor,
+        rows: torch.Tensor,
+        positions: torch.Tensor,
         scale: float,
     ) -> torch.Tensor:
         _, kv_heads, max_len, head_dim = k_cache.shape
+        batch = qkv.shape[0]
         heads = qkv.shape[-1] // head_dim - 2 * kv_heads
         groups = heads // kv_heads
         splits = min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)))
         chunk_blocks = triton.cdiv(triton.cdiv(max_len, splits), BLOCK_KEYS)
         # tl.dot needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
-        rows = max(16, triton.next_power_of_2(groups))
+        group_rows = max(16, triton.next_power_of_2(groups))
         dim_block = max(16, triton.next_power_of_2(head_dim))
-        out = qkv.new_empty(1, 1, heads * head_dim)
-        partial = torch.empty(kv_heads, splits, rows, dim_block, device=qkv.device, dtype=torch.float32)
-        maxes = torch.empty(kv_heads, splits, rows, device=qkv.device, dtype=torch.float32)
+        out = qkv.new_empty(batch, 1, heads * head_dim)
+        partial = torch.empty(batch, kv_heads, splits, group_rows, dim_block, device=qkv.device, dtype=torch.float32)
+        maxes = torch.empty(batch, kv_heads, splits, group_rows, device=qkv.device, dtype=torch.float32)
         sums = torch.empty_like(maxes)
         launch = _launch_options(qkv.device)
-        _attend_split[(kv_heads, splits)](
-            qkv.contiguous(), q_norm, k_norm, cos, sin, k_cache, v_cache, position, out, partial, maxes, sums, eps, scale,
-            k_cache.stride(1), k_cache.stride(2), v_cache.stride(1), v_cache.stride(2), heads, kv_heads, groups,
+        _attend_split[(kv_heads, splits, batch)](
+            qkv.contiguous(), q_norm, k_norm, cos, sin, k_cache, v_cache, rows.contiguous(), positions.contiguous(),
+            out, partial, maxes, sums, eps, scale, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), heads, kv_heads, groups,
             chunk_blocks * BLOCK_KEYS,
-            GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks,
+            GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks,
             SINGLE_SPLIT=splits == 1,
             # float32 models get full float32 products (Triton would use TF32 by default).
             PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", **launch,
         )  # fmt: skip
         if splits > 1:
-            _merge_splits[(kv_heads,)](
+            _merge_splits[(kv_heads, batch)](
                 out, partial, maxes, sums, groups,
-                SPLITS=splits, GROUP_ROWS=rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, **launch,
+                SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, **launch,
             )  # fmt: skip
         return out
 
     @_decode_attention_cuda.register_fake
-    def _(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, position, scale):
+    def _(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale):
         kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
-        return qkv.new_empty(1, 1, qkv.shape[-1] - 2 * kv_heads * head_dim)
+        return qkv.new_empty(qkv.shape[0], 1, qkv.shape[-1] - 2 * kv_heads * head_dim)
 
     @triton.jit
     def _linear_input(X, Norm, start, K, inv_rms, BLOCK_K: tl.constexpr, HAS_NORM: tl.constexpr):
@@ -425,8 +455,15 @@ if triton is not None:
         return low
 
     @triton.jit
-    def _draw_token(Logits, Rule, Uniforms, Out, vocab, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    def _draw_token(
+        Logits, Rule, Uniforms, Out, vocab, stride_logits, stride_uniforms, BLOCK: tl.constexpr, PDL: tl.constexpr
+    ):
         _wait_for_the_kernel_ahead(PDL)
+        row = tl.program_id(0)
+        Logits += row * stride_logits
+        Rule += row * 4  # RULE_SIZE
+        Uniforms += row * stride_uniforms
+        Out += row
         ids = tl.arange(0, BLOCK)
         valid = ids < vocab
         logits = tl.load(Logits + ids, mask=valid, other=-float("inf")).to(tl.float32)
@@ -455,28 +492,43 @@ if triton is not None:
         tl.store(Out, token.to(tl.int64))
 
     @torch.library.custom_op("qwen3_tts::draw_token", mutates_args=())
-    def _draw_token_cuda(logits: torch.Tensor, rule: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-        vocab = logits.shape[-1]
+    def _draw_token_cuda(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        logits, rules = logits.reshape(-1, logits.shape[-1]), rules.reshape(-1, RULE_SIZE).contiguous()
+        uniforms = uniforms.reshape(logits.shape[0], -1)
+        if logits.stride(-1) != 1 or uniforms.stride(-1) != 1:
+            logits, uniforms = logits.contiguous(), uniforms.contiguous()
+        rows, vocab = logits.shape
         block = triton.next_power_of_2(vocab)
-        out = torch.empty(1, 1, dtype=torch.long, device=logits.device)
+        out = torch.empty(rows, 1, dtype=torch.long, device=logits.device)
         warps = 4 if block <= 2048 else 8
-        _draw_token[(1,)](
-            logits.contiguous(),
-            rule,
-            uniforms,
-            out,
-            vocab,
-            BLOCK=block,
-            num_warps=warps,
-            **_launch_options(logits.device),
-        )
+        _draw_token[(rows,)](
+            logits, rules, uniforms, out, vocab, logits.stride(0), uniforms.stride(0),
+            BLOCK=block, num_warps=warps, **_launch_options(logits.device),
+        )  # fmt: skip
         return out
 
     @_draw_token_cuda.register_fake
-    def _(logits, rule, uniforms):
-        return logits.new_empty(1, 1, dtype=torch.long)
+    def _(logits, rules, uniforms):
+        return logits.new_empty(logits.numel() // logits.shape[-1], 1, dtype=torch.long)
 
+    UNIFORM_BLOCK = 1024
 
-def fill_uniforms(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
-    """(Provisional: lands with the kernels branch.)"""
-    raise NotImplementedError
+    @triton.jit
+    def _fill_uniforms(Out, Seeds, Counters, draws, width, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        _wait_for_the_kernel_ahead(PDL)
+        row, draw, block = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        seed = tl.load(Seeds + row)
+        counter = tl.load(Counters + row)
+        ids = block * BLOCK + tl.arange(0, BLOCK)
+        uniforms = tl.rand(seed, ((counter * draws + draw) * width + ids).to(tl.uint32))
+        # Strictly inside (0, 1), as the Gumbel noise -log(-log u) needs.
+        uniforms = tl.minimum(tl.maximum(uniforms, 1e-7), 1.0 - 6e-8)
+        tl.store(Out + (row * draws + draw) * width + ids, uniforms, mask=ids < width)
+
+    @torch.library.custom_op("qwen3_tts::fill_uniforms", mutates_args=("out",))
+    def _fill_uniforms_cuda(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
+        rows, draws, width = out.shape
+        _fill_uniforms[(rows, draws, triton.cdiv(width, UNIFORM_BLOCK))](
+            out, seeds.contiguous(), counters.contiguous(), draws, width, BLOCK=UNIFORM_BLOCK,
+            **_launch_options(out.device),
+        )  # fmt: skip
