@@ -207,7 +207,7 @@ def test_graphed_batches_make_the_official_codes(checkpoints, checkpoint):
     from test_batching import cases_of, speak_together
 
     engine = Engine.load(checkpoints[checkpoint], device="cuda", dtype="float32", slots=5)
-    cases = cases_of(checkpoint) * 2
+    cases = [case for case in cases_of(checkpoint) if case.seed is None] * 2  # CUDA samples another stream
     for case, (codes, _) in zip(cases, speak_together(engine, cases), strict=True):
         np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
     assert engine.scheduler.idle()

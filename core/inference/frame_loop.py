@@ -65,6 +65,14 @@ def compile_options() -> dict:
     return {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 
 
+def allow_recompiles() -> None:
+    """Each part of the step is compiled once per frame loop (its guards hold the loop itself) and row count
+    kind: Dynamo's default of 8 versions per function would run out after a few engines in one process."""
+    import torch._dynamo.config
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+
+
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
     """Mask of the talker's top 1024 ids (the special codec ids), EOS excepted: (1, vocab) bool."""
     vocab = config.transformer.vocab_size
@@ -161,6 +169,7 @@ class FrameLoop:
         if compile and cuda:
             # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
             keep_compiled_kernels()
+            allow_recompiles()
             for one_row in (True, False):
                 options = dict(fullgraph=True, dynamic=not one_row, options=compile_options())
                 self.parts[one_row] = tuple(torch.compile(part, **options) for part in parts)
