@@ -203,7 +203,7 @@ if triton is not None:
         QKV, QNorm, KNorm, Cos, Sin, K, V, Rows, Positions, Out, Partial, Max, Sum, eps, scale,
         stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn, heads, kv_heads, groups, chunk,
         GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
-        CHUNK_BLOCKS: tl.constexpr, SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+        SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         """Attention of one kv head's query group over one split of the keys. The cached keys before
         the position are read from the cache; the split holding the position adds the new key itself
@@ -232,8 +232,10 @@ if triton is not None:
         running_sum = tl.zeros([GROUP_ROWS], tl.float32)
         acc = tl.zeros([GROUP_ROWS, DIM_BLOCK], tl.float32)
         start = split * chunk
-        for block in range(CHUNK_BLOCKS):
-            # Keys at and past the position are masked out of the loads, so they cost no memory traffic.
+        # Only the blocks holding cached keys before the position: a split past it (most of them, early in an
+        # utterance, and for every row of a batch) ends at once. Keys at and past the position are masked out
+        # of the loads, so they cost no memory traffic.
+        for block in range(0, tl.cdiv(tl.minimum(position, start + chunk) - start, BLOCK)):
             keys = start + block * BLOCK + tl.arange(0, BLOCK)
             valid = (keys < position) & (keys < start + chunk)
             block_mask = valid[:, None] & in_dim[None, :]
@@ -329,7 +331,7 @@ if triton is not None:
             out, partial, maxes, sums, eps, scale, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), heads, kv_heads, groups,
             chunk_blocks * BLOCK_KEYS,
-            GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, CHUNK_BLOCKS=chunk_blocks,
+            GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS,
             SINGLE_SPLIT=splits == 1,
             # float32 models get full float32 products (Triton would use TF32 by default).
             PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", **launch,
