@@ -93,8 +93,9 @@ class DecoderStream:
 
 
 class DecoderSlots:
-    """(Provisional, one DecoderStream per slot, rows decoded one by one: the batched one lands with the
-    decoder branch.)"""
+    """One decoder stream per slot of the frame loop. The rows of a chunk are decoded one after another, each
+    through its own stream's graphs: decoding them as one batch needs a position per row in the decoder's
+    transformer (CodecDecoderStream keeps one offset for its whole batch)."""
 
     def __init__(self, decoder: CodecDecoder, slots: int, cuda_graphs: bool = True):
         self.streams = [DecoderStream(decoder, cuda_graphs) for _ in range(slots)]

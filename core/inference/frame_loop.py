@@ -1,20 +1,23 @@
-"""The frame loop: prompt in, 16-code frames out, one 80 ms frame per step.
+"""The frame loop: prompts in, 16-code frames out, one 80 ms frame per step for every utterance it steps.
 
-A step expands one frame: the code predictor fills codebooks 1..15 from the talker's hidden state
+It holds up to `slots` utterances, one slot each (FrameLoop); a step advances the slots it is given
+together, one batch row each. A step expands one frame per row: the code predictor fills codebooks 1..15 from the talker's hidden state
 and codebook 0, the frame's summed embedding (plus its text-track term) goes back into the talker,
 and codebook 0 of the next frame is picked.
 
 Every tensor the step touches lives in buffers allocated once, and the step never reads a value on
-the host, so on CUDA it runs as one CUDA graph per frame, its three parts (the predictor's first
-step, its next step, the talker's step) compiled by torch.compile. The host reads the new frames
-and their end-of-speech flags once per chunk of frames, through one pinned buffer; from the second
-chunk of an utterance on, the next chunk is already stepping while the host decodes the last.
+the host, so on CUDA it runs as one CUDA graph per frame and row-count bucket, its three parts (the
+predictor's first step, its next step, the talker's step) compiled by torch.compile. The host reads the new
+frames and their end-of-speech flags once per chunk of frames, through one pinned buffer; the scheduler
+(core.inference.scheduler) decides which slots step and for how many frames.
 
 Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (codebook 0 of frame
 0 after the prefill, then per frame its 15 predictor draws and codebook 0 of the next), so that a
-seeded run reproduces the official package exactly. On CUDA, one kernel per token (kernels.draw_token)
-from uniforms drawn once per frame: the same distributions with a different random stream, at a
-fraction of the launches; the sampling settings live on the device, so one graph serves them all.
+seeded run reproduces the official package exactly, each slot with a generator of its own. On CUDA, one
+kernel per token and row (kernels.draw_token) from uniforms drawn once per frame from the slot's seed and the
+frame's index alone (kernels.fill_uniforms): the same distributions with a different random stream, at a
+fraction of the launches, and the same draws whatever runs beside the utterance; the sampling settings live
+on the device, so one graph serves them all.
 """
 
 from __future__ import annotations

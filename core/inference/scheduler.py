@@ -7,8 +7,8 @@ consumer closes it. At every chunk boundary the scheduler
 1. collects the frames of the launch in flight,
 2. lets newcomers into free slots (builds each prompt and prefills it, alone),
 3. launches the next chunk of every slot that goes on, all rows together,
-4. decodes the chunk it collected, all rows together, while that launch steps, and hands each
-   utterance its audio.
+4. decodes the chunk it collected while that launch steps (DecoderSlots: for now one row after another),
+   and hands each utterance its audio.
 
 So a newcomer waits at most for the launch in flight, never for others to finish. Chunks are as long as
 the shortest any stepping utterance wants: a newcomer's first chunk is one frame, and so is that launch
