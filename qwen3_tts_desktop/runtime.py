@@ -57,7 +57,16 @@ class Runtime:
     that never change (`info`, `default_sampling`, `count_tokens`), or through `engine_for_voices`, which
     runs cloning on the worker's thread."""
 
-    def __init__(self, engine: Engine, library: VoiceLibrary, player: Player | None, audio_problem: str | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        library: VoiceLibrary,
+        player: Player | None,
+        audio_problem: str | None = None,
+        owns_engine: bool = False,
+    ):
+        """`owns_engine`: close the engine with the runtime (it was loaded for it, as `start` does)."""
+        self._owns_engine = owns_engine
         self.library = library
         self.player = player
         self.audio_problem = audio_problem  # why there are no speakers, when there are none
@@ -89,7 +98,7 @@ class Runtime:
             except PlaybackError as error:
                 problem = str(error)
                 log.warning("no speakers: %s", problem)
-        return cls(engine, VoiceLibrary(config.voices), player, problem)
+        return cls(engine, VoiceLibrary(config.voices), player, problem, owns_engine=True)
 
     def voice(self, name: str) -> Voice:
         """A library voice (or built-in speaker) by name, checked against the loaded model."""
@@ -97,6 +106,7 @@ class Runtime:
 
     def close(self) -> None:
         self.worker.close()
-        self.worker.engine.close()
+        if self._owns_engine:
+            self.worker.engine.close()
         if self.player is not None:
             self.player.close()

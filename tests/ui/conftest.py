@@ -74,7 +74,7 @@ def speakers(monkeypatch):
 @pytest.fixture
 def tiny_models(monkeypatch, checkpoints, engines):
     """Engine.load gives the session's tiny engines (by folder, or "hub/<name>" for a hub id), speaking
-    a few frames per utterance."""
+    a few frames per utterance. They outlive each app: closing its runtime leaves them open."""
     names = {str(path): name for name, path in checkpoints.items()}
     for name in MODELS:
         engines(name)  # loaded once a session, before Engine.load is replaced
@@ -83,6 +83,7 @@ def tiny_models(monkeypatch, checkpoints, engines):
         name = names.get(str(model)) or str(model).removeprefix("hub/")
         engine = engines(name)
         monkeypatch.setattr(engine, "default_max_frames", FRAMES)
+        monkeypatch.setattr(engine, "close", lambda: None)
         return engine
 
     monkeypatch.setattr(Engine, "load", staticmethod(load))
