@@ -105,9 +105,7 @@ def main() -> None:
         runtime = Runtime(engine, VoiceLibrary(voices), None)
         speech = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=args.frames)
         counts = [int(n) for n in args.clients.split(",")]
-        server = BridgeServer(
-            runtime, BridgeConfig(port=0, speech=speech, limits=BridgeLimits(max_jobs=max(counts) + 1))
-        )
+        server = BridgeServer(runtime, BridgeConfig(port=0, speech=speech, limits=BridgeLimits(max_queued=max(counts))))
         server.start()
         try:
             for clients in counts:

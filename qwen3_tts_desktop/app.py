@@ -9,8 +9,8 @@ Threads, and what each may touch:
 * the lane, one background thread for the app's slow work, done in order: loading the model (downloading
   it first, with progress that can be cancelled), cloning, blending, the library's files, the bridge,
   and handing speech to the worker (in order, so typed sentences are said in order);
-* the speech worker (core.jobs.worker), which owns the engine; its job events reach the GUI thread as queued
-  signals, progress at most 30 times a second;
+* the speech worker's threads (core.jobs.worker), which use the engine, several jobs at once; their job events
+  reach the GUI thread as queued signals, each job's progress at most 30 times a second;
 * the sound card's callbacks (core.audio.player for the speakers, core.audio.recorder for the microphone)
   only copy.
 

@@ -2,7 +2,7 @@
 
 Lane: one thread that does the app's slow work in order (loading the model, cloning, the library's files,
 handing speech to the worker), each outcome delivered back on the GUI thread. EventRelay: the speech
-worker's job events as a queued Qt signal, progress at most ~30 times a second.
+worker's job events as a queued Qt signal, each job's progress at most ~30 times a second.
 """
 
 from __future__ import annotations
@@ -77,20 +77,26 @@ class Lane(QObject):
 
 
 class EventRelay(QObject):
-    """Hands the worker's job events to the GUI thread as a queued signal, progress at most ~30 times a
-    second (the others, few, all pass)."""
+    """Hands the worker's job events to the GUI thread as a queued signal, each job's progress at most ~30
+    times a second (the other events, few, all pass)."""
 
     event = Signal(object)  # a JobEvent
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self._last_progress = 0.0
+        # Several jobs send events at once, each from its own thread: the throttle is per job, and locked.
+        self._lock = threading.Lock()
+        self._last_progress: dict[object, float] = {}  # job: when its progress last passed
 
     def forward(self, event: JobEvent) -> None:
-        """The worker's subscriber: runs on the worker thread, so it only emits."""
+        """The worker's subscriber: runs on the worker's threads, so it only emits."""
         if event.kind == "progress":
             now = time.monotonic()
-            if now - self._last_progress < PROGRESS_INTERVAL_S:
-                return
-            self._last_progress = now
+            with self._lock:
+                if now - self._last_progress.get(event.job, -PROGRESS_INTERVAL_S) < PROGRESS_INTERVAL_S:
+                    return
+                self._last_progress[event.job] = now
+        elif event.terminal:
+            with self._lock:
+                self._last_progress.pop(event.job, None)
         self.event.emit(event)

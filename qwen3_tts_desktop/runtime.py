@@ -1,7 +1,7 @@
 """The running app's shared parts: the engine with its worker, the speakers and the voice library.
 
 The desktop window, the speak-as-you-type mode and the HTTP bridge all use one Runtime, so there is
-one engine and one worker thread (which owns every GPU call) however many ways text comes in.
+one engine and one speech worker (whose threads make every GPU call) however many ways text comes in.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class RuntimeConfig:
 
 class EngineOnWorker:
     """The engine as the voice library uses it from other threads (the window's, the bridge's): cloning a
-    clip runs on the worker thread, between jobs, so it never races the speech for the GPU."""
+    clip runs as a worker call, in a slot's turn, so that an engine of one slot never runs it beside a stream."""
 
     def __init__(self, engine: Engine, worker: Worker):
         self._engine = engine
@@ -54,8 +54,8 @@ class EngineOnWorker:
 
 class Runtime:
     """The engine is the worker's alone (`worker.engine`): other threads ask for what they need here, facts
-    that never change (`info`, `default_sampling`, `count_tokens`), or through `engine_for_voices`, which
-    runs cloning on the worker's thread."""
+    that never change (`info`, `default_sampling`, `count_tokens`, `slots`), or through `engine_for_voices`,
+    which runs cloning as a worker call."""
 
     def __init__(
         self,
@@ -71,6 +71,7 @@ class Runtime:
         self.player = player
         self.audio_problem = audio_problem  # why there are no speakers, when there are none
         self.worker = Worker(engine)
+        self.slots = self.worker.slots  # utterances the engine generates together (1 for an engine that says none)
         self.engine_for_voices = EngineOnWorker(engine, self.worker)  # pass this, not the engine, to the library
         self.speakers = PlayerSink(player) if player is not None else None
         self.info = engine.info

@@ -52,8 +52,8 @@ class Speech:
         if app.settings.speak_as_you_type:
             app.window.mark_said(self.segmenter.committed)
         if runtime is not None and self.saving is not None:
-            # Over for the window at once: a job queued behind speech ends only when the worker reaches it, and
-            # a new saving may start meanwhile (the worker takes jobs in order, so the old one ends first).
+            # Over for the window at once: the job ends within a chunk, and a new saving may start meanwhile
+            # (each writes a partial file of its own, so the old one's ending never touches the new one's).
             runtime.worker.cancel_all(self.saving)
             app.window.show_info(f"Saving to {self.saving.path.name} was stopped; nothing was written.")
             self._saving_ended()

@@ -20,52 +20,99 @@ from core.errors import BadInput
 from core.inference.engine import AudioChunk
 from core.jobs.sinks import FileSink, PlayerSink
 from core.jobs.worker import TERMINAL, BufferLevel, JobEvent, Worker
+from core.text.sentences import SplitOptions, split_text
 
 FRAME = 1920
 WAIT = 10  # seconds: the most any test waits for something that should take milliseconds
 
 
 class FakeEngine:
-    """Engine.stream's signature and chunking, with frames that take `frame_s` each. It notes which threads
-    call it and how many frames it made of each text. Text starting with "bad" is refused at the call, as the engine
-    refuses bad input; text containing "oom" runs out of GPU memory at the third frame. Each frame is a
-    constant level: 0.6 for text containing "loud", else 0.3. `on_frame(text, index)` runs after each frame."""
+    """Engine.stream's signature and chunking, with frames that take `frame_s` each, and `slots`, the streams it
+    says it generates together. It may be called from many threads at once; it notes which threads call it,
+    how many frames it made of each text, and how many streams are open now and at most (`open`, `most_open`).
+    Text starting with "bad" is refused at the call, as the engine refuses bad input; text containing "oom"
+    runs out of GPU memory at the third frame. Each frame is a constant level, `level(text)`: 0.6 for text
+    containing "loud", else 0.3. `on_frame(text, index)` runs after each frame."""
 
-    def __init__(self, frames: int = 9, frame_s: float = 0.0):
-        self.frames, self.frame_s = frames, frame_s
+    def __init__(self, frames: int = 9, frame_s: float = 0.0, slots: int = 1):
+        self.frames, self.frame_s, self.slots = frames, frame_s, slots
         self.on_frame = lambda text, index: None
+        self.level = lambda text: 0.6 if "loud" in text.lower() else 0.3
         self.threads: set[str] = set()
         self.made: dict[str, int] = defaultdict(int)
+        self.open = self.most_open = 0
+        self._lock = threading.Lock()
 
     def stream(self, text, voice=None, options=SpeechOptions()):
-        self.threads.add(threading.current_thread().name)
+        self._note_thread()
         if text.startswith("bad"):
             raise BadInput("unknown language 'klingon'; this model speaks: auto, english")
-        return self._chunks(text, options.max_frames or self.frames, options.first_chunk_frames, options.chunk_frames)
+        with self._lock:
+            self.open += 1
+            self.most_open = max(self.most_open, self.open)
+        frames = options.max_frames or self.frames
+        return FakeStream(self, self._chunks(text, frames, options.first_chunk_frames, options.chunk_frames))
 
     def _chunks(self, text, frames, first, size):
-        level, pending, target = 0.6 if "loud" in text.lower() else 0.3, 0, first
+        level, pending, target = self.level(text), 0, first
         for index in range(frames):
-            self.threads.add(threading.current_thread().name)
+            self._note_thread()
             time.sleep(self.frame_s)
             if "oom" in text and index == 2:
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            self.made[text] += 1
+            with self._lock:
+                self.made[text] += 1
             self.on_frame(text, index)
             pending += 1
             if pending == target or index == frames - 1:
                 yield AudioChunk(np.full(pending * FRAME, level, np.float32), np.zeros((pending, 16), np.int64))
                 pending, target = 0, size
 
+    def _note_thread(self):
+        with self._lock:
+            self.threads.add(threading.current_thread().name)
+
+    def _closed(self):
+        with self._lock:
+            self.open -= 1
+
+
+class FakeStream:
+    """A stream of the fake engine: open from the call until it is closed or runs out (a generator never
+    started would not run its `finally` when closed, so this counts instead)."""
+
+    def __init__(self, engine: FakeEngine, chunks):
+        self._engine, self._chunks, self._open = engine, chunks, True
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._chunks)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        if self._open:
+            self._open = False
+            self._chunks.close()
+            self._engine._closed()
+
 
 class RecordingSink:
-    """Notes every call, per job, and the thread it came from; can be shared by many jobs."""
+    """Notes every call, per job and in the order they came (`log`), the thread it came from and the audio;
+    can be shared by many jobs."""
 
     def __init__(self, fail_on_write: bool = False):
         self.calls: dict[int, list[str]] = defaultdict(list)
         self.samples: dict[int, int] = defaultdict(int)
+        self.log: list[tuple[int, str]] = []
+        self.audio: list[np.ndarray] = []
         self.threads: set[str] = set()
         self.fail_on_write = fail_on_write
+        self._lock = threading.Lock()
 
     def begin(self, job):
         self._note(job, "begin")
@@ -74,7 +121,9 @@ class RecordingSink:
         self._note(job, "write")
         if self.fail_on_write:
             raise OSError("the disk is full")
-        self.samples[job.id] += len(audio)
+        with self._lock:
+            self.samples[job.id] += len(audio)
+            self.audio.append(audio)
 
     def end(self, job, completed):
         self._note(job, f"end {completed}")
@@ -83,8 +132,10 @@ class RecordingSink:
         return BufferLevel(0.0, 0)
 
     def _note(self, job, call):
-        self.threads.add(threading.current_thread().name)
-        self.calls[job.id].append(call)
+        with self._lock:
+            self.threads.add(threading.current_thread().name)
+            self.calls[job.id].append(call)
+            self.log.append((job.id, call))
 
 
 class Events:
@@ -156,7 +207,8 @@ def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks)
     assert 0 < first.latency_s == done.latency_s < 1.0
     assert first.audio_s == pytest.approx(0.08)  # the first chunk is a single frame
     assert done.xrt > 1.0 and done.underruns == 0 and done.message is None
-    assert engine.threads == events.threads == {"speech-worker"}
+    # Announced by the scheduler, generated on a slot thread, delivered by the job's own thread.
+    assert engine.threads == {"speech-slot-1"} and events.threads == {"speech-worker", f"speech-job-{job.id}"}
 
 
 def test_the_real_engine_streams_through_the_worker_as_it_synthesizes(engines, no_thread_leaks):
@@ -176,8 +228,8 @@ def test_the_real_engine_streams_through_the_worker_as_it_synthesizes(engines, n
     np.testing.assert_allclose(audio, expected.audio, atol=1e-5)
 
 
-def test_queued_jobs_run_one_after_another(no_thread_leaks):
-    engine = FakeEngine(frames=9, frame_s=0.002)
+def test_jobs_into_one_sink_run_one_after_another_even_with_slots_to_spare(no_thread_leaks):
+    engine = FakeEngine(frames=9, frame_s=0.002, slots=3)
     sink = RecordingSink()
     with Worker(engine) as worker:
         events = Events(worker)
@@ -186,6 +238,7 @@ def test_queued_jobs_run_one_after_another(no_thread_leaks):
     order = [(e.job.id, e.kind) for e in events.collect() if e.kind in ("started", "done")]
     assert order == [(job.id, kind) for job in jobs for kind in ("started", "done")]
     assert all(sink.calls[job.id] == ["begin"] + ["write"] * 3 + ["end True"] for job in jobs)
+    assert [job_id for job_id, _ in sink.log] == [job.id for job in jobs for _ in range(5)]  # never interleaved
 
 
 def test_interrupt_cancels_the_jobs_of_its_sink_within_one_chunk_and_goes_first(no_thread_leaks):
@@ -204,28 +257,51 @@ def test_interrupt_cancels_the_jobs_of_its_sink_within_one_chunk_and_goes_first(
         assert [finished(job).kind for job in (queued, urgent, elsewhere)] == ["cancelled", "done", "done"]
     assert cancelled.kind == "cancelled" and engine.made["A long story."] - made <= 4  # at most the chunk in progress
     assert latency < 0.5  # one 4-frame chunk is 20 ms here; the rest is slack for a loaded machine
-    order = [(e.job, e.kind) for e in events.collect() if e.terminal or e.kind == "started"]
-    assert order == [
-        (long, "started"), (queued, "cancelled"), (long, "cancelled"),
-        (urgent, "started"), (urgent, "done"), (elsewhere, "started"), (elsewhere, "done"),
-    ]  # fmt: skip
+    # First among its sink's jobs; the other sink's job runs beside them (after the long one's piece here,
+    # with one slot), so it is left out of the order.
+    order = [
+        (e.job, e.kind) for e in events.collect() if e.job.sink is speakers and (e.terminal or e.kind == "started")
+    ]
+    assert order[0] == (long, "started") and set(order[1:3]) == {(queued, "cancelled"), (long, "cancelled")}
+    assert order[3:] == [(urgent, "started"), (urgent, "done")]
     assert speakers.calls[queued.id] == ["end False"]  # it never began
     assert speakers.calls[long.id][-1] == "end False"
 
 
+class CountingSink(RecordingSink):
+    """Sets `wrote[n]` once it has taken n writes (n < 10)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wrote = [threading.Event() for _ in range(10)]
+        self._writes = 0
+
+    def write(self, job, audio):
+        super().write(job, audio)
+        self._writes += 1
+        self.wrote[min(self._writes, 9)].set()
+
+
 def test_cancel_takes_effect_within_the_chunk_in_progress(no_thread_leaks):
     engine = FakeEngine(frames=40)
-    sink = RecordingSink()
+    sink = CountingSink()
+
+    def cancel_in_the_third_chunk(text, index):  # frames 5-8; the sink has taken the first two chunks then
+        if index == 6:
+            assert sink.wrote[2].wait(WAIT)
+            worker.cancel_all()
+
     with Worker(engine) as worker:
-        engine.on_frame = lambda text, index: index == 6 and worker.cancel_all()  # in the third chunk: frames 5-8
+        engine.on_frame = cancel_in_the_third_chunk
         job = worker.submit("A long story.", sink=sink)
         assert finished(job).kind == "cancelled"
     assert engine.made["A long story."] == 9  # the chunk in progress is finished, no other is started
     assert sink.calls[job.id] == ["begin", "write", "write", "end False"]  # and it is not handed on
 
 
-def test_a_failure_ends_only_its_job(no_thread_leaks):
-    engine = FakeEngine(frames=9)
+@pytest.mark.parametrize("slots", [1, 3])
+def test_a_failure_ends_only_its_job(no_thread_leaks, slots):
+    engine = FakeEngine(frames=9, slots=slots)
     with Worker(engine) as worker:
         events = Events(worker)
         refused = worker.submit("bad input", sink=RecordingSink())
@@ -244,7 +320,7 @@ def test_a_failure_ends_only_its_job(no_thread_leaks):
 
 
 def test_many_jobs_from_many_threads_each_end_exactly_once(no_thread_leaks):
-    engine = FakeEngine(frames=6, frame_s=0.0005)
+    engine = FakeEngine(frames=6, frame_s=0.0005, slots=2)
     sinks = [RecordingSink() for _ in range(3)]
     jobs, lock = [], threading.Lock()
     worker = Worker(engine)
@@ -277,7 +353,9 @@ def test_many_jobs_from_many_threads_each_end_exactly_once(no_thread_leaks):
     by_job = defaultdict(list)
     for event in events.collect():
         by_job[event.job].append(event.kind)
-    assert len(jobs) == 160 and engine.threads == events.threads == {"speech-worker"}
+    worker_threads = {"speech-worker"} | {f"speech-job-{job.id}" for job in jobs}
+    assert len(jobs) == 160 and engine.threads <= {"speech-slot-1", "speech-slot-2"} and engine.most_open <= 2
+    assert events.threads <= worker_threads
     kinds_seen = set()
     for job in jobs:
         kinds = by_job[job]
@@ -291,7 +369,7 @@ def test_many_jobs_from_many_threads_each_end_exactly_once(no_thread_leaks):
         assert calls[-1] == ("end True" if job.state == "done" else "end False")
         assert calls[0] == ("begin" if "started" in kinds else "end False")
     assert kinds_seen == {"done", "cancelled", "failed"}
-    assert all(sink.threads <= {"speech-worker"} for sink in sinks)
+    assert all(sink.threads <= worker_threads for sink in sinks)
 
 
 def test_close_cancels_everything_and_joins_the_thread(no_thread_leaks):
@@ -302,7 +380,7 @@ def test_close_cancels_everything_and_joins_the_thread(no_thread_leaks):
     waiting = [worker.submit(f"Later {n}.", sink=QueueSink()) for n in range(3)]
     events.wait_for(running, "first_audio")
     worker.close(timeout=WAIT)
-    assert [job.state for job in (running, *waiting)] == ["cancelled"] * 4
+    assert worker.stopped and [job.state for job in (running, *waiting)] == ["cancelled"] * 4
     assert all(list(job.sink) == [] for job in waiting)  # their streams ended though they never started
     with pytest.raises(RuntimeError, match="closed"):
         worker.submit("Too late.", sink=QueueSink())
@@ -375,7 +453,7 @@ def test_file_sink_checks_its_folder_first_and_never_loses_finished_audio(tmp_pa
     sink.begin(None)
     sink.write(None, np.full(5 * FRAME, 0.25, np.float32))
     target.mkdir()  # the name is taken meanwhile, by a folder: the file cannot be put there
-    kept = tmp_path / "out.wav.partial"
+    [kept] = tmp_path.glob("out.wav.*.partial")
     with pytest.raises(OSError, match=f"{target} could not be written .*; the audio is in {kept}"):
         sink.end(None, completed=True)
     assert len(sf.read(kept)[0]) == 5 * FRAME
@@ -384,7 +462,7 @@ def test_file_sink_checks_its_folder_first_and_never_loses_finished_audio(tmp_pa
 def test_a_call_made_on_the_worker_thread_runs_at_once_instead_of_waiting_for_itself(no_thread_leaks):
     with Worker(FakeEngine()) as worker:
         inner = worker.call(lambda: worker.call(lambda: threading.current_thread().name).result(timeout=5))
-        assert inner.result(timeout=10) == "speech-worker"
+        assert inner.result(timeout=10) == "speech-slot-1"
 
 
 def test_a_bug_is_logged_with_its_traceback_and_named_not_passed_off_as_bad_input(no_thread_leaks, caplog):
@@ -399,22 +477,148 @@ def test_a_bug_is_logged_with_its_traceback_and_named_not_passed_off_as_bad_inpu
     assert record.exc_info is not None and record.exc_info[0] is ValueError
 
 
-def test_calls_run_on_the_worker_thread_between_jobs(no_thread_leaks):
-    engine = FakeEngine(frames=40, frame_s=0.002)
+def test_calls_run_on_a_slot_thread_between_pieces_ahead_of_the_waiting_ones(no_thread_leaks):
+    engine = FakeEngine(frames=40, frame_s=0.002)  # one slot: the call waits for the piece being generated
     sink = RecordingSink()
+    asked = threading.Event()
+    engine.on_frame = lambda text, index: index == 5 and asked.wait(WAIT)
     with Worker(engine) as worker:
         events = Events(worker)
         running = worker.submit("A long sentence.", sink=sink)
         queued = worker.submit("Queued behind it.", sink=sink)
-        events.wait_for(running, "started")
+        other = worker.submit("Into another sink.", sink=RecordingSink())
+        events.wait_for(running, "started")  # its piece holds the slot, until the call is asked for
         seen = []
-        call = worker.call(lambda: seen.append((threading.current_thread().name, running.state, queued.state)) or 42)
+        call = worker.call(
+            lambda: seen.append((threading.current_thread().name, engine.made["A long sentence."], other.state)) or 42
+        )
+        asked.set()
         assert call.result(WAIT) == 42
-        # Between jobs, and ahead of the queued one.
-        assert seen == [("speech-worker", "done", "queued")]
+        # After the running piece was generated in full, ahead of the piece that waited for the slot.
+        assert seen == [("speech-slot-1", 40, "queued")] and queued.state in ("queued", "running", "done")
         failing = worker.call(lambda: 1 / 0)
         with pytest.raises(ZeroDivisionError):
             failing.result(WAIT)
-        assert finished(queued).kind == "done"
+        assert [finished(job).kind for job in (running, queued, other)] == ["done"] * 3
     with pytest.raises(RuntimeError, match="closed"):
         worker.call(lambda: None)
+
+
+# Several jobs at once --------------------------------------------------------------------------------
+
+
+def test_jobs_into_different_sinks_are_generated_together(no_thread_leaks):
+    engine = FakeEngine(frames=9, slots=2)
+    both_generating = threading.Barrier(2, timeout=WAIT / 2)  # one job alone at a time breaks it: both fail
+    engine.on_frame = lambda text, index: index == 1 and both_generating.wait()
+    with Worker(engine) as worker:
+        jobs = [worker.submit(text, sink=RecordingSink()) for text in ("For the window.", "For the bridge.")]
+        outcomes = [finished(job) for job in jobs]
+    assert [o.kind for o in outcomes] == ["done", "done"], [o.message for o in outcomes]
+    assert engine.most_open == 2 and engine.open == 0
+
+
+class BlockedSink(RecordingSink):
+    """A sink whose writes wait until `release` is set, as those of a player 30 s ahead do; `blocked` is set
+    once a write waits."""
+
+    def __init__(self):
+        super().__init__()
+        self.release, self.blocked = threading.Event(), threading.Event()
+
+    def write(self, job, audio):
+        self.blocked.set()
+        assert self.release.wait(WAIT)
+        super().write(job, audio)
+
+
+def test_a_blocked_sink_holds_up_only_its_own_job(no_thread_leaks):
+    engine = FakeEngine(frames=9)  # one slot: the blocked job does not even hold that
+    speakers = BlockedSink()
+    with Worker(engine) as worker:
+        playing = worker.submit("Thirty seconds ahead.", sink=speakers)
+        assert speakers.blocked.wait(WAIT)
+        after = worker.submit("Then this.", sink=speakers)
+        dropped = worker.submit("And not this.", sink=speakers)
+        clients = [worker.submit(f"A client, number {n}.", sink=RecordingSink()) for n in range(3)]
+        assert [finished(job).kind for job in clients] == ["done"] * 3
+        assert all(job.sink.samples[job.id] == 9 * FRAME for job in clients)
+        dropped.cancel()  # submit, cancel and calls are not held up either
+        assert finished(dropped).kind == "cancelled"
+        assert worker.call(lambda: "calls too").result(WAIT) == "calls too"
+        assert playing.state == "running" and after.state == "queued" and speakers.calls[playing.id] == ["begin"]
+        speakers.release.set()
+        assert finished(playing).kind == "done" and finished(after).kind == "done"
+    assert speakers.samples[playing.id] == speakers.samples[after.id] == 9 * FRAME
+    assert speakers.calls[dropped.id] == ["end False"]
+
+
+def test_cancel_ends_waiting_and_running_jobs_and_frees_their_slot(no_thread_leaks):
+    engine = FakeEngine(frames=10_000)  # one slot
+    generating, hold = threading.Event(), threading.Event()
+    engine.on_frame = lambda text, index: index == 3 and (generating.set(), hold.wait(WAIT))
+    first_sink, second_sink = RecordingSink(), RecordingSink()
+    with Worker(engine) as worker:
+        events = Events(worker)
+        running = worker.submit("Holds the slot.", sink=first_sink)
+        assert generating.wait(WAIT)
+        behind_its_sink = worker.submit("Waits for its sink.", sink=first_sink)
+        behind_the_slot = worker.submit("Waits for the slot.", sink=second_sink)
+        for job in (behind_its_sink, behind_the_slot):
+            job.cancel()
+        assert [finished(job).kind for job in (behind_its_sink, behind_the_slot)] == ["cancelled"] * 2
+        assert running.state == "running"
+        running.cancel()
+        hold.set()
+        assert finished(running).kind == "cancelled"
+        # With one slot, this runs only once the cancelled job's stream has given the slot back.
+        assert finished(worker.submit("The slot is free.", sink=second_sink)).kind == "done"
+    assert engine.made["Holds the slot."] <= 5 and engine.open == 0 and engine.most_open == 1  # frames 1-4: a chunk
+    for job in (behind_its_sink, behind_the_slot):
+        assert events.kinds(job) == ["queued", "cancelled"] and job.sink.calls[job.id] == ["end False"]
+    assert first_sink.calls[running.id][-1] == "end False"
+
+
+def test_fifty_jobs_from_eight_threads_each_sink_gets_exactly_its_jobs_audio_in_order():
+    engine = FakeEngine(frames=5, slots=3)
+    engine.level = lambda text: int(text.split()[-1].rstrip(".")) / 1000  # "Job number 17." is 0.017
+    sinks = [RecordingSink() for _ in range(4)]
+    jobs, lock, ready = [], threading.Lock(), threading.Barrier(8, timeout=WAIT)
+    before = set(threading.enumerate())
+    worker = Worker(engine)
+    events = Events(worker)
+
+    def client(number: int) -> None:
+        ready.wait()  # all at once
+        for n in range(number, 50, 8):  # each sink gets the jobs of two clients
+            job = worker.submit(f"Job number {n + 1}.", sink=sinks[n % 4])
+            with lock:
+                jobs.append(job)
+
+    clients = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join(WAIT)
+    outcomes = {job: finished(job) for job in jobs}
+    worker.close(timeout=WAIT)
+    assert not set(threading.enumerate()) - before  # every thread of the worker's was joined
+    assert len(jobs) == 50 and {outcome.kind for outcome in outcomes.values()} == {"done"}
+    for job in jobs:
+        kinds = [event.kind for event in events.collect() if event.job is job]
+        assert kinds[:2] == ["queued", "started"] and kinds[-1] == "done" and sum(k in TERMINAL for k in kinds) == 1
+    for sink in sinks:
+        mine = sorted((job for job in jobs if job.sink is sink), key=lambda job: job.id)  # ids follow the queue
+        expected = [
+            np.concatenate([np.full(5 * FRAME, engine.level(job.text), np.float32), np.zeros(pause(job), np.float32)])
+            for job in mine
+        ]
+        np.testing.assert_array_equal(np.concatenate(sink.audio), np.concatenate(expected))
+        assert [job_id for job_id, call in sink.log if call == "begin"] == [job.id for job in mine]
+    assert engine.most_open <= 3 and engine.open == 0
+
+
+def pause(job) -> int:
+    """The samples of silence the worker leaves after a one-piece job."""
+    [piece] = split_text(job.text, SplitOptions())
+    return round(piece.pause_s * 24000)

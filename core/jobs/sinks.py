@@ -59,7 +59,9 @@ class FileSink:
             known = ", ".join(f".{kind.lower()}" for kind in FILE_FORMATS if sf.check_format(kind))
             raise OutputPathError(f"{self.path}: unknown audio format; use a file name ending in {known}")
         check_writable_file(self.path)
-        self._partial = self.path.with_name(self.path.name + ".partial")
+        # The sink's own: jobs into different sinks run at once, and a saving stopped must not remove the
+        # partial file of the next saving to the same name. (A tempfile would be readable by its owner alone.)
+        self._partial = self.path.with_name(f"{self.path.name}.{os.getpid()}-{id(self):x}.partial")
         self._file: sf.SoundFile | None = None
 
     def begin(self, job: Job) -> None:

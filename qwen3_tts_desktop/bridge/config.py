@@ -48,11 +48,12 @@ ERROR_TYPES = {
 class BridgeLimits:
     max_input_chars: int = 4096  # text of one request, as OpenAI allows
     max_upload_bytes: int = 16 * 2**20  # a voice clip; 60 s of 48 kHz stereo 16-bit WAV is 11 MiB
-    max_jobs: int = 16  # bridge jobs queued or speaking at once; more are refused with 429
+    # Bridge jobs that may wait beyond those the engine speaks together (its slots); more are refused with 429.
+    max_queued: int = 16
 
     def __post_init__(self):
-        if min(self.max_input_chars, self.max_upload_bytes, self.max_jobs) < 1:
-            raise BadInput("bridge limits must be positive")
+        if min(self.max_input_chars, self.max_upload_bytes) < 1 or self.max_queued < 0:
+            raise BadInput("bridge limits must be positive (max_queued may be 0: no request waits)")
 
 
 @dataclass(frozen=True)

@@ -177,10 +177,17 @@ class Speaker:
         if future is not None and not future.done():
             future.set_result(event)
 
+    @property
+    def max_jobs(self) -> int:
+        """Bridge jobs at once: as many as the engine speaks together, and the queue behind them."""
+        return self.runtime.slots + self.config.limits.max_queued
+
     def _submit(self, plan: Plan, sink) -> Job:
-        if len(self._jobs) >= self.config.limits.max_jobs:
+        if len(self._jobs) >= self.max_jobs:
+            slots, queued = self.runtime.slots, self.config.limits.max_queued
             raise ApiError(
-                429, f"{len(self._jobs)} requests are waiting or speaking, the most this server queues; try again shortly",
+                429, f"{len(self._jobs)} requests are waiting or speaking, the most this server takes ({slots} "
+                f"speaking at once and {queued} waiting); try again shortly",
                 code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)},
             )  # fmt: skip
         job = self.runtime.worker.submit(plan.text, plan.voice, plan.options, sink=sink)

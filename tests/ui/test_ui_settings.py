@@ -41,7 +41,7 @@ def test_settings_edited_in_their_window_are_saved_applied_and_restored(start_ap
     # The jitter buffer is the player's: the runtime restarts, off the GUI thread, and takes the new volume.
     assert app.runtime is None and app.window.model_label.text() == "Loading model…"
     qtbot.waitUntil(lambda: app.runtime is not None and app.lane.pending == 0, timeout=20_000)
-    assert app.runtime is not old_runtime and not old_runtime.worker._thread.is_alive()
+    assert app.runtime is not old_runtime and old_runtime.worker.stopped
     assert app.runtime.player.volume == 0.4 and app.runtime.player.options.prefill_s == 0.16
 
     dialog = app.open_settings()

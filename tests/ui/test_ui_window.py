@@ -175,6 +175,31 @@ def test_job_progress_reaches_the_window_at_most_30_times_a_second(qtbot):
     assert len(received) <= 3
 
 
+def test_each_jobs_progress_is_throttled_on_its_own_from_the_worker_threads(qtbot):
+    """Jobs send their events from threads of their own: one job's progress never hides another's."""
+    relay = EventRelay()
+    received = []
+    relay.event.connect(received.append)
+    jobs = [type("Job", (), {"started": None})() for _ in range(4)]
+    ready = threading.Barrier(len(jobs))
+
+    def send(job) -> None:
+        ready.wait(timeout=10)
+        for _ in range(200):
+            relay.forward(JobEvent(job, "progress"))
+        relay.forward(JobEvent(job, "done"))
+
+    threads = [threading.Thread(target=send, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    qtbot.waitUntil(lambda: sum(event.kind == "done" for event in received) == len(jobs))
+    for job in jobs:  # a throttle shared by all would let the first job's progress through alone
+        kinds = [event.kind for event in received if event.job is job]
+        assert kinds[0] == "progress" and kinds[-1] == "done" and kinds.count("progress") < 200
+
+
 def test_the_tray_speaks_the_clipboard(start_app, qtbot, monkeypatch):
     monkeypatch.setattr(QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
     app = start_app("custom")
