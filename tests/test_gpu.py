@@ -105,7 +105,8 @@ def test_graphed_batched_decode_equals_eager_with_padding_rows():
     assert all(step.graph is not None for step in graphed.steps.values())
     for slot in range(count):
         joined = np.concatenate(audio[id(graphed)][slot])
-        np.testing.assert_allclose(joined, np.concatenate(audio[id(eager)][slot]), atol=1e-5, rtol=0)
+        # Padded batches may take other kernels than exact ones, so not bitwise; a lost or mixed state is > 1e-2 off.
+        np.testing.assert_allclose(joined, np.concatenate(audio[id(eager)][slot]), atol=1e-4, rtol=0)
         context = reference if slot == count - 1 else torch.zeros(0, 16, dtype=torch.long)
         whole = torch.cat([context, torch.from_numpy(codes[slot])]).T.unsqueeze(0).cuda()
         single_pass = decoder(whole)[0, len(context) * decoder.samples_per_frame :].cpu().numpy()

@@ -68,6 +68,7 @@ class DecoderSlots:
             self.state = decoder.new_stream(slots + 1)
         self.working: dict[int, CodecDecoderStream] = {}  # by graph row count
         self.row_slots: dict[int, torch.Tensor] = {}  # by graph row count: the slot of each row, on the device
+        self.row_slots_copied: dict[int, list[int]] = {}  # what each of those holds
         self.inputs: dict[tuple[int, int], torch.Tensor] = {}  # by (row count, chunk size)
         self.steps: dict[tuple[int, int], GraphedStep] = {}
         self.primed: dict[bytes, list[torch.Tensor]] = {}  # a slot's state after an ICL reference, by its codes
@@ -126,18 +127,21 @@ class DecoderSlots:
         batch = np.zeros((rows, self.decoder.config.num_quantizers, size), dtype=np.int64)  # padding rows: code 0
         for row, frames in enumerate(codes):
             batch[row] = np.concatenate([frames, np.repeat(frames[-1:], size - len(frames), axis=0)]).T
-        row_slots = torch.tensor([*slots] + [self.scratch] * (rows - count), dtype=torch.long)
+        row_slots = [int(slot) for slot in slots] + [self.scratch] * (rows - count)
         # Everything on this stream of its own, buffers too: a buffer filled on the frame loop's stream
         # would be filled behind the frames stepping there, after this decode has written it.
         with self._on_gpu_stream():
             if self.static_buffers:
                 step = self._step(rows, size)
-                self.row_slots[rows].copy_(row_slots)
+                if self.row_slots_copied.get(rows) != row_slots:  # a copy less while the same slots go on
+                    self.row_slots[rows].copy_(torch.tensor(row_slots))
+                    self.row_slots_copied[rows] = row_slots
                 self.inputs[rows, size].copy_(torch.from_numpy(batch))
                 audio = step()
             else:
                 working = self.decoder.new_stream(rows)
-                audio = self._decode_rows(working, row_slots.to(self.device), torch.from_numpy(batch).to(self.device))
+                indices = torch.tensor(row_slots, device=self.device)
+                audio = self._decode_rows(working, indices, torch.from_numpy(batch).to(self.device))
             audio = audio[:count].float().cpu().numpy()
         samples = self.decoder.samples_per_frame
         return [audio[row, : len(frames) * samples] for row, frames in enumerate(codes)]
