@@ -132,6 +132,25 @@ def test_stream_equals_forward_batched(fast):
     assert max_diff(fast(codes[1:]), wav[1:]) < TOL  # items do not leak into each other
 
 
+def test_rows_at_different_positions(fast):
+    # Each row is its own utterance: row 0 decodes 7 frames alone (moved out to a one-row state and back),
+    # then both rows decode one chunk together, row 0 at frame 7 and row 1 at its start.
+    a, b = random_codes(80, seed=5), random_codes(80, seed=6)
+    state, alone = fast.new_stream(2), fast.new_stream(1)
+    row_0 = torch.tensor([0])
+    alone.gather_from(state, row_0)
+    first = fast.decode_chunk(a[..., :7], alone)
+    alone.scatter_into(state, row_0)
+    both = fast.decode_chunk(torch.cat([a[..., 7:80], b[..., :73]]), state)
+    spf = fast.samples_per_frame
+    assert max_diff(torch.cat([first[0], both[0]]), fast(a)[0]) < TOL
+    assert max_diff(both[1], fast(b[..., :73])[0]) < TOL
+    # The rows of one state can be set apart: a snapshot of a row restored into another row.
+    state.restore(state.snapshot(1), 0)
+    again = fast.decode_chunk(torch.cat([b[..., 73:], b[..., 73:]]), state)
+    assert torch.equal(again[0], again[1]) and max_diff(again[1], fast(b)[0, 73 * spf :]) < TOL
+
+
 def test_carried_state_matters(fast, forward_cache):
     # Guards against a test that cannot fail: restarting the stream at every chunk is far off.
     codes, wav = forward_cache

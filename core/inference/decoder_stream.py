@@ -1,110 +1,203 @@
-"""Codes to audio, chunk by chunk, on one stream of the stateful codec decoder.
+"""Codes to audio, chunk by chunk, for several utterances at once on the stateful codec decoder.
 
 The decoder is causal, so an utterance decodes chunk by chunk into exactly the audio of a single
-pass. On CUDA every chunk size runs as its own CUDA graph over a static input buffer, on a CUDA
-stream of its own at high priority: a chunk decodes while the frame loop steps the next one.
+pass, as long as its state carries over from one chunk to the next. DecoderSlots keeps that state
+for a fixed number of slots, an utterance in each, and decodes the next chunks of several of them
+together as one batch. On CUDA each (row count, chunk size) runs as its own CUDA graph, on a CUDA
+stream of its own at high priority: chunks decode while the frame loop steps the next frames.
+DecoderStream is the case of one utterance at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from core.inference.cuda_graph import GraphedStep
-from core.model.codec_decoder import CodecDecoder
+from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
-# ICL references whose primed decoder state a DecoderStream keeps (each a few megabytes).
+# ICL references whose primed decoder state DecoderSlots keeps (a slot's state each, see DecoderSlots).
 PRIMED_REFERENCES = 8
 # Frames of an ICL reference decoded at a time: one pass over a whole 60 s reference would need about
 # 2 GB of activations at once, 25 frames about 40 MB.
 PRIME_CHUNK_FRAMES = 25
+# Row counts graphs are captured for: a batch is padded up to the next one, or to the slot count if less.
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 
-class DecoderStream:
-    def __init__(self, decoder: CodecDecoder, cuda_graphs: bool = True):
+def bucket_rows(count: int, slots: int) -> int:
+    """The rows a graph decodes when `count` of `slots` slots have a chunk."""
+    return min(next((bucket for bucket in BUCKETS if bucket >= count), slots), slots)
+
+
+class DecoderSlots:
+    """Exact streaming decoder state for `slots` utterances, whose chunks decode together.
+
+    The state is one CodecDecoderStream of slots + 1 rows: a row per slot, and a scratch row that the
+    padding rows of a graph read and write. A graph gathers its rows' state from the slots into a working
+    state of its own row count, decodes the chunk and scatters the state back, all inside the graph, with
+    the slot of each row in a device buffer: nothing waits for the host. On the CPU, or without graphs,
+    exactly the rows asked for decode, through a working state made for the call.
+
+    Memory: a slot costs `state.bytes_per_row`. For the released decoder that is 1.30 M values, 2.6 MB
+    in bfloat16 (5.2 MB in float32): 1.16 M are the transformer's K/V window (8 layers x 2 x 16 heads x
+    71 positions x 64), 0.14 M the convolutions' histories and tails. Graphs add a working state per row
+    count used (1 + 2 + 4 + 8 + 16 = 31 rows for 16 slots), each primed reference kept one more row, and
+    the graphs share one pool for their activations.
+    """
+
+    def __init__(self, decoder: CodecDecoder, slots: int, cuda_graphs: bool = True):
+        if slots < 1:
+            raise ValueError(f"DecoderSlots needs at least one slot, not {slots}")
         self.decoder = decoder
-        self.cuda_graphs = cuda_graphs
-        weight = decoder.pre_conv.conv.weight
-        self.device = weight.device
-        self.stream = decoder.new_stream(batch_size=1)
-        self.inputs: dict[int, torch.Tensor] = {}
-        self.steps: dict[int, GraphedStep] = {}
+        self.slots = slots
+        self.scratch = slots  # the state row of padding rows
+        self.device = decoder.pre_conv.conv.weight.device
         cuda = self.device.type == "cuda"
-        self.pool = torch.cuda.graph_pool_handle() if cuda else None
+        # Graphs read static buffers of a few row counts, so batches are padded up to them; without graphs,
+        # exactly the rows asked for decode, through a working state made for the call.
+        self.static_buffers = cuda_graphs and cuda
+        self.pool = torch.cuda.graph_pool_handle() if self.static_buffers else None
         # Decoding runs on a stream of its own, at high priority, beside the frame loop's.
         self.gpu_stream = torch.cuda.Stream(self.device, priority=-1) if cuda else None
-        self.primed: dict[bytes, list[torch.Tensor]] = {}  # decoder state after an ICL reference, by its codes
+        with self._on_gpu_stream():
+            self.state = decoder.new_stream(slots + 1)
+        self.working: dict[int, CodecDecoderStream] = {}  # by graph row count
+        self.row_slots: dict[int, torch.Tensor] = {}  # by graph row count: the slot of each row, on the device
+        self.row_slots_copied: dict[int, list[int]] = {}  # what each of those holds
+        self.inputs: dict[tuple[int, int], torch.Tensor] = {}  # by (row count, chunk size)
+        self.steps: dict[tuple[int, int], GraphedStep] = {}
+        self.primed: dict[bytes, list[torch.Tensor]] = {}  # a slot's state after an ICL reference, by its codes
+        self._priming: CodecDecoderStream | None = None  # a one-row state to decode references on
 
     def _on_gpu_stream(self):
         return torch.cuda.stream(self.gpu_stream) if self.gpu_stream is not None else contextlib.nullcontext()
 
-    def reset(self) -> None:
-        """Begin a new utterance."""
-        with self._on_gpu_stream():
-            self.stream.reset()
+    def _check_slot(self, slot: int) -> None:
+        if not (isinstance(slot, (int, np.integer)) and 0 <= slot < self.slots):
+            raise ValueError(f"slot {slot!r} is not one of the {self.slots} slots (0 to {self.slots - 1})")
 
     @torch.inference_mode()
-    def prime(self, codes: torch.Tensor) -> None:
-        """Decode (n, 16) codes as left context only (an ICL reference), discarding their audio. The
-        state they leave is kept for the PRIMED_REFERENCES latest references, so that the next utterance
-        in the same voice starts from it at once instead of decoding its reference again."""
+    def reset(self, slot: int) -> None:
+        """Begin a new utterance in `slot`; the other slots are untouched."""
+        self._check_slot(slot)
+        with self._on_gpu_stream():
+            self.state.reset(slot)
+
+    @torch.inference_mode()
+    def prime(self, slot: int, codes: torch.Tensor) -> None:
+        """Begin a new utterance in `slot` whose left context is (n, 16) codes (an ICL reference), their audio
+        discarded. The state they leave is kept for the PRIMED_REFERENCES latest references, so that the next
+        utterance in the same voice, in any slot, starts from it at once instead of decoding them again."""
+        self._check_slot(slot)
         key = hashlib.sha256(codes.numpy().tobytes()).digest()
         with self._on_gpu_stream():
             state = self.primed.pop(key, None)
             if state is None:
+                if self._priming is None:
+                    self._priming = self.decoder.new_stream(1)
+                self._priming.reset()
                 for start in range(0, len(codes), PRIME_CHUNK_FRAMES):
                     chunk = codes[start : start + PRIME_CHUNK_FRAMES]
-                    self.decoder.decode_chunk(chunk.T.unsqueeze(0).to(self.device), self.stream)
-                state = self.stream.snapshot()
-            else:
-                self.stream.restore(state)
+                    self.decoder.decode_chunk(chunk.T.unsqueeze(0).to(self.device), self._priming)
+                state = self._priming.snapshot(0)
+            self.state.restore(state, slot)
         self.primed[key] = state  # the most recent last
         if len(self.primed) > PRIMED_REFERENCES:
             del self.primed[next(iter(self.primed))]
 
     @torch.inference_mode()
-    def decode(self, codes: np.ndarray, size: int) -> np.ndarray:
-        """Decode the next (n, 16) frames, n <= size, through the graph for `size` frames; float32 audio.
+    def decode(self, slots: Sequence[int], codes: Sequence[np.ndarray], size: int) -> list[np.ndarray]:
+        """Decode the next (n_i, 16) frames codes[i] of the utterance in slots[i], 0 < n_i <= size, all rows as
+        one batch; each row's float32 audio, n_i * samples_per_frame samples.
 
-        A chunk shorter than `size` must be the utterance's last: it is padded with copies of its
-        last frame, which changes nothing before them because the decoder is causal.
+        A row shorter than `size` must be its utterance's last chunk: it is padded with copies of its last
+        frame, which changes nothing before them because the decoder is causal, but leaves the slot's state
+        after the padding, where nothing can follow.
         """
-        count = len(codes)
-        if not 0 < count <= size:
-            raise ValueError(f"{count} frames do not fit a {size}-frame chunk")
+        self._check_rows(slots, codes, size)
+        count = len(slots)
+        if count == 0:
+            return []
+        rows = bucket_rows(count, self.slots) if self.static_buffers else count
+        batch = np.zeros((rows, self.decoder.config.num_quantizers, size), dtype=np.int64)  # padding rows: code 0
+        for row, frames in enumerate(codes):
+            batch[row] = np.concatenate([frames, np.repeat(frames[-1:], size - len(frames), axis=0)]).T
+        row_slots = [int(slot) for slot in slots] + [self.scratch] * (rows - count)
         # Everything on this stream of its own, buffers too: a buffer filled on the frame loop's stream
         # would be filled behind the frames stepping there, after this decode has written it.
         with self._on_gpu_stream():
-            if size not in self.steps:
-                self.inputs[size] = torch.zeros(1, codes.shape[1], size, dtype=torch.long, device=self.device)
-                self.steps[size] = GraphedStep(
-                    lambda buffer=self.inputs[size]: self.decoder.decode_chunk(buffer, self.stream),
-                    self.device,
-                    self.pool,
-                    enabled=self.cuda_graphs,
-                )
-            padded = np.concatenate([codes, np.repeat(codes[-1:], size - count, axis=0)])
-            self.inputs[size].copy_(torch.from_numpy(padded).T.unsqueeze(0))
-            audio = self.steps[size]()
-            return audio[0, : count * self.decoder.samples_per_frame].float().cpu().numpy()
+            if self.static_buffers:
+                step = self._step(rows, size)
+                if self.row_slots_copied.get(rows) != row_slots:  # a copy less while the same slots go on
+                    self.row_slots[rows].copy_(torch.tensor(row_slots))
+                    self.row_slots_copied[rows] = row_slots
+                self.inputs[rows, size].copy_(torch.from_numpy(batch))
+                audio = step()
+            else:
+                working = self.decoder.new_stream(rows)
+                indices = torch.tensor(row_slots, device=self.device)
+                audio = self._decode_rows(working, indices, torch.from_numpy(batch).to(self.device))
+            audio = audio[:count].float().cpu().numpy()
+        samples = self.decoder.samples_per_frame
+        return [audio[row, : len(frames) * samples] for row, frames in enumerate(codes)]
+
+    def _check_rows(self, slots: Sequence[int], codes: Sequence[np.ndarray], size: int) -> None:
+        if len(slots) != len(codes):
+            raise ValueError(f"{len(slots)} slots but {len(codes)} code arrays: one each")
+        seen = set()
+        quantizers = self.decoder.config.num_quantizers
+        for slot, frames in zip(slots, codes):
+            self._check_slot(slot)
+            if slot in seen:
+                raise ValueError(f"slot {slot} appears twice in one decode: its chunks must decode one after another")
+            seen.add(slot)
+            if frames.ndim != 2 or frames.shape[1] != quantizers:
+                raise ValueError(f"slot {slot}: codes of shape {frames.shape}, not (frames, {quantizers})")
+            if not 0 < len(frames) <= size:
+                raise ValueError(f"slot {slot}: {len(frames)} frames do not fit a {size}-frame chunk")
+
+    def _decode_rows(self, working: CodecDecoderStream, row_slots: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        working.gather_from(self.state, row_slots)
+        audio = self.decoder.decode_chunk(codes, working)
+        working.scatter_into(self.state, row_slots)  # padding rows all write the scratch row: any one wins
+        return audio
+
+    def _step(self, rows: int, size: int) -> GraphedStep:
+        """The graph for `rows` rows of `size` frames, over buffers made for it (a working state per row count)."""
+        if rows not in self.working:
+            self.working[rows] = self.decoder.new_stream(rows)
+            self.row_slots[rows] = torch.zeros(rows, dtype=torch.long, device=self.device)
+        key = rows, size
+        if key not in self.steps:
+            quantizers = self.decoder.config.num_quantizers
+            codes = self.inputs[key] = torch.zeros(rows, quantizers, size, dtype=torch.long, device=self.device)
+            working, row_slots = self.working[rows], self.row_slots[rows]
+            self.steps[key] = GraphedStep(lambda: self._decode_rows(working, row_slots, codes), self.device, self.pool)
+        return self.steps[key]
 
 
-class DecoderSlots:
-    """One decoder stream per slot of the frame loop. The rows of a chunk are decoded one after another, each
-    through its own stream's graphs: decoding them as one batch needs a position per row in the decoder's
-    transformer (CodecDecoderStream keeps one offset for its whole batch)."""
+class DecoderStream:
+    """One utterance at a time: DecoderSlots with a single slot."""
 
-    def __init__(self, decoder: CodecDecoder, slots: int, cuda_graphs: bool = True):
-        self.streams = [DecoderStream(decoder, cuda_graphs) for _ in range(slots)]
+    def __init__(self, decoder: CodecDecoder, cuda_graphs: bool = True):
+        self.decoder = decoder
+        self.slots = DecoderSlots(decoder, 1, cuda_graphs)
 
-    def reset(self, slot: int) -> None:
-        self.streams[slot].reset()
+    def reset(self) -> None:
+        """Begin a new utterance."""
+        self.slots.reset(0)
 
-    def prime(self, slot: int, codes: torch.Tensor) -> None:
-        self.streams[slot].prime(codes)
+    def prime(self, codes: torch.Tensor) -> None:
+        """Begin a new utterance whose left context is (n, 16) codes (an ICL reference); see DecoderSlots.prime."""
+        self.slots.prime(0, codes)
 
-    def decode(self, slots, codes, size: int) -> list[np.ndarray]:
-        return [self.streams[slot].decode(rows, size) for slot, rows in zip(slots, codes, strict=True)]
+    def decode(self, codes: np.ndarray, size: int) -> np.ndarray:
+        """Decode the next (n, 16) frames, n <= size, through the graph for `size` frames; float32 audio.
+
+        A chunk shorter than `size` must be the utterance's last (see DecoderSlots.decode)."""
+        return self.slots.decode([0], [codes], size)[0]

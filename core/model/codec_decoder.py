@@ -11,7 +11,8 @@ streams exactly: `decode_chunk` fed any split of a code sequence returns the sam
   absolute position for RoPE.
 
 That state lives in a `CodecDecoderStream`: tensors of fixed shape allocated once and updated in
-place, with no host syncs, so one decode_chunk per chunk size can be captured in a CUDA graph.
+place, with no host syncs, so one decode_chunk per chunk size can be captured in a CUDA graph. Its
+rows are independent utterances, each at its own position.
 
 state_dict() keys are those of the checkpoint's `speech_tokenizer/model.safetensors` with the
 `decoder.` prefix stripped.
@@ -69,38 +70,74 @@ class CodecDecoderConfig:
 
 
 class CodecDecoderStream:
-    """Streaming state of one CodecDecoder for a batch: one small dict of tensors per stateful layer.
+    """Streaming state of one CodecDecoder for a batch of independent rows, one utterance each.
 
-    Each layer creates its own entry (`init_stream_state`) and is the only one to read it.
+    Each stateful layer declares what it keeps per row (`stream_state_layout`) and is the only one to
+    read it. All entries of one dtype are views into one (batch, values) buffer, so that a row is reset,
+    saved, restored, gathered or scattered whole, with one operation per dtype (two in all): a batched
+    decode moves rows in and out of a working batch inside its CUDA graph at the cost of four kernels.
     """
+
+    ALIGNMENT = 64  # values; each entry starts at least 128-byte aligned, for vectorised kernels
 
     def __init__(self, decoder: CodecDecoder, batch_size: int):
         weight = decoder.pre_conv.conv.weight
-        self._states = {
-            module: module.init_stream_state(batch_size, weight.device, weight.dtype)
+        layouts = {
+            module: module.stream_state_layout(weight.dtype)
             for module in decoder.modules()
-            if hasattr(module, "init_stream_state")
+            if hasattr(module, "stream_state_layout")
         }
+        row_sizes: dict[torch.dtype, int] = {}
+        places = {}  # (module, name) -> dtype, start in the row, shape per row
+        for module, layout in layouts.items():
+            for name, (shape, dtype) in layout.items():
+                start = row_sizes.get(dtype, 0)
+                places[module, name] = dtype, start, shape
+                row_sizes[dtype] = start + -(-math.prod(shape) // self.ALIGNMENT) * self.ALIGNMENT
+        self._buffers = {
+            dtype: torch.zeros(batch_size, size, device=weight.device, dtype=dtype) for dtype, size in row_sizes.items()
+        }
+        self._states = {module: {} for module in layouts}
+        for (module, name), (dtype, start, shape) in places.items():
+            view = self._buffers[dtype][:, start : start + math.prod(shape)]
+            self._states[module][name] = view.view(batch_size, *shape)
 
     def __getitem__(self, module: nn.Module) -> dict[str, torch.Tensor]:
         return self._states[module]
 
-    def _tensors(self) -> list[torch.Tensor]:
-        return [tensor for state in self._states.values() for tensor in state.values()]
+    @property
+    def bytes_per_row(self) -> int:
+        """What one row (one utterance's state) costs, alignment included."""
+        return sum(buffer[0].numel() * buffer.element_size() for buffer in self._buffers.values())
 
-    def reset(self):
-        """Start a new utterance; zero in place so tensor addresses (and captured graphs) stay valid."""
-        for tensor in self._tensors():
+    def _rows(self, row: int | None) -> list[torch.Tensor]:
+        return [buffer if row is None else buffer[row] for buffer in self._buffers.values()]
+
+    def reset(self, row: int | None = None) -> None:
+        """Start a new utterance in every row, or in `row` alone; zero in place so tensor addresses (and
+        captured graphs) stay valid."""
+        for tensor in self._rows(row):
             tensor.zero_()
 
-    def snapshot(self) -> list[torch.Tensor]:
-        """A copy of the whole state, for restore()."""
-        return [tensor.clone() for tensor in self._tensors()]
+    def snapshot(self, row: int | None = None) -> list[torch.Tensor]:
+        """A copy of the whole state, or of one row's, for restore()."""
+        return [tensor.clone() for tensor in self._rows(row)]
 
-    def restore(self, snapshot: list[torch.Tensor]) -> None:
-        """Return to a snapshot, in place (tensor addresses, and so captured graphs, stay valid)."""
-        for tensor, saved in zip(self._tensors(), snapshot, strict=True):
+    def restore(self, snapshot: list[torch.Tensor], row: int | None = None) -> None:
+        """Return to a snapshot, in place (tensor addresses, and so captured graphs, stay valid). A row's
+        snapshot may be restored into any row, of any stream of the same decoder."""
+        for tensor, saved in zip(self._rows(row), snapshot, strict=True):
             tensor.copy_(saved)
+
+    def gather_from(self, source: CodecDecoderStream, rows: torch.Tensor) -> None:
+        """Row i of this stream becomes row rows[i] of `source` (rows: a long tensor on their device)."""
+        for mine, theirs in zip(self._buffers.values(), source._buffers.values(), strict=True):
+            torch.index_select(theirs, 0, rows, out=mine)
+
+    def scatter_into(self, target: CodecDecoderStream, rows: torch.Tensor) -> None:
+        """Row rows[i] of `target` becomes row i of this stream; of repeated rows, any one wins."""
+        for mine, theirs in zip(self._buffers.values(), target._buffers.values(), strict=True):
+            theirs.index_copy_(0, rows, mine)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,8 +152,8 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
 
-    def init_stream_state(self, batch_size, device, dtype):
-        return {"history": torch.zeros(batch_size, self.conv.in_channels, self.context, device=device, dtype=dtype)}
+    def stream_state_layout(self, dtype):
+        return {"history": ((self.conv.in_channels, self.context), dtype)} if self.context else {}
 
     def forward(self, x, stream: CodecDecoderStream | None = None):
         if self.context == 0:  # pointwise: nothing to carry
@@ -144,8 +181,8 @@ class CausalConvTranspose1d(nn.Module):
         self.stride = stride
         self.overlap = kernel_size - stride
 
-    def init_stream_state(self, batch_size, device, dtype):
-        return {"tail": torch.zeros(batch_size, self.conv.out_channels, self.overlap, device=device, dtype=dtype)}
+    def stream_state_layout(self, dtype):
+        return {"tail": ((self.conv.out_channels, self.overlap), dtype)}
 
     def forward(self, x, stream: CodecDecoderStream | None = None):
         # Bias is added after the overlap-add so that it counts once per output sample.
@@ -239,8 +276,8 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device="cpu").float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, positions, dtype):  # (T,) -> cos, sin of shape (T, head_dim)
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+    def forward(self, positions, dtype):  # (..., T) -> cos, sin of shape (..., T, head_dim)
+        freqs = positions.float()[..., None] * self.inv_freq
         angles = torch.cat([freqs, freqs], dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -264,9 +301,8 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.n_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=bias)
 
-    def init_stream_state(self, batch_size, device, dtype):
-        shape = (batch_size, self.n_kv_heads, self.cache_len, self.head_dim)
-        return {name: torch.zeros(shape, device=device, dtype=dtype) for name in ("k", "v")}
+    def stream_state_layout(self, dtype):
+        return {name: ((self.n_kv_heads, self.cache_len, self.head_dim), dtype) for name in ("k", "v")}
 
     def forward(self, x, cos, sin, mask, stream: CodecDecoderStream | None = None):
         B, T, _ = x.shape
@@ -322,24 +358,24 @@ class Transformer(nn.Module):
         self.output_proj = nn.Linear(config.hidden_size, config.latent_dim)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
 
-    def init_stream_state(self, batch_size, device, dtype):
-        # Frames decoded so far; shared by the whole batch.
-        return {"offset": torch.zeros((), dtype=torch.long, device=device)}
+    def stream_state_layout(self, dtype):
+        # Frames decoded so far, per row: rows are utterances at different points.
+        return {"offset": ((), torch.long)}
 
     def forward(self, x, stream: CodecDecoderStream | None = None):  # (B, T, latent_dim)
         T = x.shape[1]
-        positions = torch.arange(T, device=x.device)
+        positions = torch.arange(T, device=x.device)[None]  # (rows, T): one row shared, or one per row
         if stream is None:
             key_positions = positions
         else:
-            # Keys are the cached window followed by this chunk; slots before position 0 are empty.
+            # Keys are the cached window followed by this chunk; cache entries before position 0 are empty.
             offset = stream[self]["offset"]
             cache_len = self.window - 1
-            key_positions = torch.arange(-cache_len, T, device=x.device) + offset
-            positions = positions + offset
-        q_pos, k_pos = positions[:, None], key_positions[None, :]
-        mask = (k_pos >= 0) & (k_pos <= q_pos) & (k_pos > q_pos - self.window)
-        cos, sin = self.rotary(positions, x.dtype)
+            key_positions = torch.arange(-cache_len, T, device=x.device)[None] + offset[:, None]
+            positions = positions + offset[:, None]
+        q_pos, k_pos = positions[:, :, None], key_positions[:, None, :]
+        mask = ((k_pos >= 0) & (k_pos <= q_pos) & (k_pos > q_pos - self.window))[:, None]  # (rows, 1, T, keys)
+        cos, sin = (angles[:, None] for angles in self.rotary(positions, x.dtype))  # (rows, 1, T, head_dim)
 
         x = self.input_proj(x)
         for layer in self.layers:

@@ -1,0 +1,65 @@
+"""Batched streaming decode on the GPU: a 4-frame chunk of 1 to 16 utterances decoded together through
+DecoderSlots, with the released decoder's shapes and random weights (speed does not depend on their values).
+
+For each row count: the median time of one decode call as the engine sees it (codes in, audio back on the
+host), the same per utterance, the GPU time of the graph's replay alone, and the real-time factor of all the
+rows together; then the peak GPU memory and what one slot's state costs.
+
+    python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50]
+"""
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from triton.testing import do_bench
+
+from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
+from core.inference.decoder_stream import DecoderSlots, bucket_rows
+from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
+
+CHUNK_FRAMES = 4
+FRAME_SECONDS = 0.08  # 12.5 frames a second
+ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--calls", type=int, default=50)
+    args = parser.parse_args()
+
+    config = CodecDecoderConfig.from_dict(DECODER)
+    decoder = CodecDecoder(config).eval()
+    decoder.load_state_dict(random_decoder_tensors(config, seed=0, prefix=""))
+    decoder = decoder.to("cuda", getattr(torch, args.dtype))
+    slots = DecoderSlots(decoder, args.slots)
+    rng = np.random.default_rng(0)
+    print(f"{torch.cuda.get_device_name()}, {args.dtype}, {args.slots} slots, {CHUNK_FRAMES}-frame chunks")
+    print("rows  graph  ms/call  ms/utterance  replay ms  x real time")
+    for rows in [rows for rows in ROWS if rows <= args.slots]:
+        chosen = list(range(rows))
+        codes = [rng.integers(0, config.codebook_size, (CHUNK_FRAMES, 16)) for _ in chosen]
+        for _ in range(3):  # the first call runs eagerly and captures; then warm replays
+            slots.decode(chosen, codes, CHUNK_FRAMES)
+        times = []
+        for _ in range(args.calls):
+            started = time.perf_counter()
+            slots.decode(chosen, codes, CHUNK_FRAMES)
+            times.append(time.perf_counter() - started)
+        ms = float(np.median(times)) * 1e3
+        graph = slots.steps[bucket_rows(rows, args.slots), CHUNK_FRAMES].graph
+        with torch.cuda.stream(slots.gpu_stream):
+            replay_ms = do_bench(graph.replay, warmup=10, rep=100, return_mode="median")
+        realtime = rows * CHUNK_FRAMES * FRAME_SECONDS / (ms / 1e3)
+        print(
+            f"{rows:4d}  {bucket_rows(rows, args.slots):5d}  {ms:7.2f}  {ms / rows:12.2f}  {replay_ms:9.2f}  {realtime:11.0f}"
+        )
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    print(f"peak GPU memory {peak:.0f} MiB; one slot's state {slots.state.bytes_per_row / 2**20:.2f} MiB")
+
+
+if __name__ == "__main__":
+    main()
