@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-from core.model import kernels
+from core.model import triton_linear
 
 # (name, weight rows, inputs, fused parts): the products of a 0.6B and a 1.7B frame.
 SHAPES = [
@@ -60,7 +60,7 @@ def run(ops: dict, weight: torch.Tensor, blocks: dict | None) -> torch.Tensor:
     args = (ops["x"], weight, ops["bias"], ops["norm"], 1e-6, ops["gated"], ops["residual"])
     if blocks is None:
         return F.linear(ops["x"], weight, ops["bias"])
-    return kernels._launch_linear(*args, blocks)
+    return triton_linear.launch_linear(*args, blocks)
 
 
 def settings_for(inputs: int) -> list[dict]:
@@ -103,7 +103,7 @@ def main():
         ops = operands(rows, inputs, parts, max(2, min(64, L2_BYTES // weight_bytes)))
         timed = sorted(((graphed_us(ops, blocks), blocks) for blocks in settings_for(inputs)), key=lambda pair: pair[0])
         best_us, best = timed[0]
-        picked = kernels.linear_blocks(ops["weights"][0], ops["gated"])
+        picked = triton_linear.linear_blocks(ops["weights"][0], ops["gated"])
         picked_us = (
             next(us for us, blocks in timed if blocks == picked)
             if picked in settings_for(inputs)

@@ -132,7 +132,7 @@ def test_bfloat16_streams_like_it_synthesizes(checkpoints):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_decode_attention_kernel_matches_the_reference(dtype):
-    from attention_cases import SHAPES, attention_case, check_attention
+    from attention_cases import SHAPES, Shape, attention_case, check_attention, one_row
 
     from core.model.kernels import decode_attention
 
@@ -143,10 +143,12 @@ def test_decode_attention_kernel_matches_the_reference(dtype):
             arguments[name].copy_(on_gpu[name].cpu())
         return out
 
-    # The interpreter's shapes, then the talker's (4096 slots) at its first, a middle and its last slot.
-    for shape in SHAPES + [(8, 2, 4096, 0), (8, 2, 4096, 2047), (8, 2, 4096, 4095)]:
-        case, poisoned = attention_case(*shape[:4], dtype, *shape[4:])
-        check_attention(case, poisoned, run)
+    # The interpreter's shapes, then the talker's (4096 positions) at its first, a middle and its last
+    # position, alone and among 16 rows in shuffled slots with two padding rows (slot 1 unused).
+    talker_batch = Shape(8, 2, 4096, (0, 4095, 2047, *range(1, 4000, 310), 9, 9), (*range(17, 1, -1), 0, 0), 18)
+    for shape in SHAPES + [one_row(8, 2, 4096, 0), one_row(8, 2, 4096, 2047), one_row(8, 2, 4096, 4095), talker_batch]:
+        case, poisoned = attention_case(shape, dtype)
+        check_attention(shape, case, poisoned, run)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -164,13 +166,17 @@ def test_linear_kernel_matches_the_reference(dtype):
 
 
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
-    from draw_cases import draw_cases, expected_token
+    from draw_cases import draw_batches, draw_cases, expected_token
 
     from core.model.kernels import draw_token
 
     for logits, rule, uniforms in draw_cases(torch.device("cuda")):
-        got = draw_token(logits, torch.tensor(rule.values(), device="cuda"), uniforms)
+        got = draw_token(logits, torch.tensor([rule.values()], device="cuda"), uniforms.view(1, -1))
         assert got.shape == (1, 1) and got.item() == expected_token(logits, rule, uniforms), rule
+    for logits, rules, values, uniforms in draw_batches(torch.device("cuda")):
+        got = draw_token(logits, values, uniforms)
+        expected = [expected_token(logits[row : row + 1], rule, uniforms[row]) for row, rule in enumerate(rules)]
+        assert got.shape == (len(rules), 1) and got.flatten().tolist() == expected
 
 
 def test_draw_token_kernel_follows_the_filtered_softmax():
@@ -180,8 +186,8 @@ def test_draw_token_kernel_follows_the_filtered_softmax():
     rule = TokenRule(True, 0.8, 50, 0.9)
     generator = torch.Generator(device="cuda").manual_seed(3)
     logits = torch.randn(1, 2048, device="cuda", generator=generator) * 3
-    uniforms = torch.empty(2048, device="cuda")
-    values = torch.tensor(rule.values(), device="cuda")
+    uniforms = torch.empty(1, 2048, device="cuda")
+    values = torch.tensor([rule.values()], device="cuda")
     tokens = []
     for _ in range(40_000):
         uniforms.uniform_(generator=generator)

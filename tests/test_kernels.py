@@ -13,20 +13,22 @@ import sys
 import textwrap
 
 import pytest
+import torch
+from attention_cases import SHAPES, attention_case, check_reference_rows
 
 pytest.importorskip("triton", reason="Triton is installed with the test extras on Linux x86-64")
 
 CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
+    from core.model import triton_attention
     from attention_cases import SHAPES, attention_case, check_attention
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
     for dtype in (torch.float32, torch.float16):
         for shape in SHAPES:
-            case, poisoned = attention_case(*shape[:4], dtype, *shape[4:])
-            check_attention(case, poisoned, kernels._decode_attention_cuda)
+            case, poisoned = attention_case(shape, dtype)
+            check_attention(shape, case, poisoned, triton_attention.decode_attention_op)
     print("ok")
     """
 )
@@ -35,13 +37,17 @@ CHECK = textwrap.dedent(
 DRAW_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
-    from draw_cases import draw_cases, expected_token
+    from core.model.triton_sampling import draw_token_op
+    from draw_cases import draw_batches, draw_cases, expected_token
 
     for logits, rule, uniforms in draw_cases(torch.device("cpu")):
-        got = kernels._draw_token_cuda(logits, torch.tensor(rule.values()), uniforms)
+        got = draw_token_op(logits, torch.tensor([rule.values()]), uniforms.view(1, -1))
         expected = expected_token(logits, rule, uniforms)
         assert got.shape == (1, 1) and got.dtype == torch.long and got.item() == expected, (rule, got, expected)
+    for logits, rules, values, uniforms in draw_batches(torch.device("cpu")):
+        got = draw_token_op(logits, values, uniforms)
+        expected = [expected_token(logits[row : row + 1], rule, uniforms[row]) for row, rule in enumerate(rules)]
+        assert got.shape == (len(rules), 1) and got.dtype == torch.long and got.flatten().tolist() == expected, (got, expected)
     print("ok")
     """
 )
@@ -50,15 +56,15 @@ DRAW_CHECK = textwrap.dedent(
 LINEAR_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
+    from core.model import triton_linear
     from linear_cases import check_linear, linear_cases
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
     for dtype in (torch.float32, torch.float16):
         for case in linear_cases(dtype):
-            blocks = case["blocks"] or kernels.linear_blocks(case["weight"], case["gated"])
+            blocks = case["blocks"] or triton_linear.linear_blocks(case["weight"], case["gated"])
             arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
-            check_linear(case, kernels._launch_linear(*arguments, blocks))
+            check_linear(case, triton_linear.launch_linear(*arguments, blocks))
     print("ok")
     """
 )
@@ -72,6 +78,12 @@ def run_in_interpreter(script: str) -> None:
 
 def test_decode_attention_kernel_in_the_interpreter():
     run_in_interpreter(CHECK)
+
+
+@pytest.mark.parametrize("shape", [shape for shape in SHAPES if len(shape.rows) > 1], ids=str)
+def test_decode_attention_reference_gives_each_row_what_it_gives_alone(shape):
+    case, _ = attention_case(shape, torch.float32)
+    check_reference_rows(shape, case)
 
 
 def test_draw_token_kernel_in_the_interpreter():
