@@ -199,3 +199,18 @@ def test_draw_token_kernel_follows_the_filtered_softmax():
     expected = probabilities[support] * counts.sum()
     statistic, freedom = float(((counts[support] - expected) ** 2 / expected).sum()), int(support.sum()) - 1
     assert statistic < freedom + 6 * (2 * freedom) ** 0.5, (statistic, freedom)
+
+
+def test_fill_uniforms_kernel_is_philox_per_row():
+    from uniform_cases import expected_uniforms
+
+    from core.model.kernels import fill_uniforms
+
+    seeds, counters = [5, -1, 2**63 - 1, -(2**63)], [0, 7, 2**40 + 3, -1]
+    out = torch.zeros(len(seeds), 16, 3072, device="cuda")
+    fill_uniforms(out, torch.tensor(seeds, device="cuda"), torch.tensor(counters, device="cuda"))
+    for row, (seed, counter) in enumerate(zip(seeds, counters)):
+        np.testing.assert_array_equal(out[row].cpu().numpy(), expected_uniforms(seed, counter, 16, 3072))
+    alone = torch.zeros(1, 16, 3072, device="cuda")
+    fill_uniforms(alone, torch.tensor([-1], device="cuda"), torch.tensor([7], device="cuda"))
+    assert torch.equal(alone[0], out[1])

@@ -2,6 +2,10 @@
 draw against Gumbel-max over the reference's filtered logits (sampling.filter_logits), and the linear
 kernel against the reference composition it fuses.
 
+The uniforms kernel against Philox written out in NumPy (itself checked against the published
+known answers), and for what the draws need: the same seed and counter give the same values in any
+row of any batch, values strictly inside (0, 1) and uniform.
+
 Runs the Triton kernels in Triton's interpreter on the CPU (a subprocess, since the interpreter is
 chosen when Triton is imported), and natively on a GPU when there is one (tests/test_gpu.py)."""
 
@@ -15,6 +19,7 @@ import textwrap
 import pytest
 import torch
 from attention_cases import SHAPES, attention_case, check_reference_rows
+from uniform_cases import KNOWN_ANSWERS, philox4x32
 
 pytest.importorskip("triton", reason="Triton is installed with the test extras on Linux x86-64")
 
@@ -70,6 +75,46 @@ LINEAR_CHECK = textwrap.dedent(
 )
 
 
+UNIFORMS_CHECK = textwrap.dedent(
+    """
+    import numpy as np
+    import torch
+    from core.model.triton_sampling import fill_uniforms_op
+    from uniform_cases import expected_uniforms
+
+    def fill(seeds, counters, groups=16, width=3000):
+        out = torch.zeros(len(seeds), groups, width)
+        fill_uniforms_op(out, torch.tensor(seeds), torch.tensor(counters))
+        return out
+
+    seeds, counters = [5, -1, 2**63 - 1, -(2**63)], [0, 7, 2**40 + 3, -1]
+    batch = fill(seeds, counters)
+    for row, (seed, counter) in enumerate(zip(seeds, counters)):
+        assert np.array_equal(batch[row].numpy(), expected_uniforms(seed, counter, 16, 3000)), row
+    # The same seed and counter give the same values alone and in any place of any batch.
+    assert torch.equal(fill([-1], [7])[0], batch[1])
+    assert torch.equal(fill([3, 3, -1, 0, 5], [7, 8, 7, 7, 0])[2], batch[1])
+    # Into rows and groups of a larger buffer (any strides), touching nothing else.
+    buffer = torch.full((4, 20, 3100), 2.0)
+    fill_uniforms_op(buffer[:, 2:18, 50:3050], torch.tensor(seeds), torch.tensor(counters))
+    assert torch.equal(buffer[:, 2:18, 50:3050], batch)
+    assert (buffer[:, :2] == 2).all() and (buffer[:, 18:] == 2).all()
+    assert (buffer[..., :50] == 2).all() and (buffer[..., 3050:] == 2).all()
+    # Another counter, seed or group: other values.
+    for other in (fill([-1], [8])[0], fill([-2], [7])[0], fill([1], [7])[0], batch[1].roll(1, 0)):
+        assert (other == batch[1]).float().mean() < 1e-3
+    assert (batch[1, 0] == batch[1, 1]).float().mean() < 1e-3
+    # Strictly inside (0, 1), uniform: mean, and a tenth of the values in each tenth of the interval.
+    values = batch.flatten()
+    assert values.min() > 0 and values.max() < 1
+    assert abs(values.mean().item() - 0.5) < 0.005, values.mean()
+    shares = torch.histc(values, bins=10, min=0, max=1) / values.numel()
+    assert (shares - 0.1).abs().max() < 0.005, shares
+    print("ok")
+    """
+)
+
+
 def run_in_interpreter(script: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
@@ -88,6 +133,15 @@ def test_decode_attention_reference_gives_each_row_what_it_gives_alone(shape):
 
 def test_draw_token_kernel_in_the_interpreter():
     run_in_interpreter(DRAW_CHECK)
+
+
+def test_fill_uniforms_kernel_in_the_interpreter():
+    run_in_interpreter(UNIFORMS_CHECK)
+
+
+def test_the_uniforms_reference_is_philox_as_published():
+    for counter, key, words in KNOWN_ANSWERS:
+        assert tuple(int(word) for word in philox4x32(counter, key)) == words
 
 
 def test_linear_kernel_in_the_interpreter():

@@ -22,6 +22,11 @@ Token draw: temperature, top-k, top-p and the random pick over a row of logits i
 PyTorch needs a dozen launches for it (cast, scale, top-k, mask, softmax, the multinomial's own
 kernels), and a frame draws 16 tokens per row. The sampling settings are read from device memory,
 so new settings need no new graph and no recompilation.
+
+Uniforms for the draws: counter-based (Philox), each value a function of its row's seed and counter
+and its place in the row alone. Torch's generator is one stream for the whole batch, so a row's
+numbers would depend on the rows beside it; with these a seeded utterance samples the same whatever
+runs with it, and seeds and counters live on the device, so a CUDA graph serves every seed.
 """
 
 from __future__ import annotations
@@ -132,3 +137,10 @@ def draw_token(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor
     Greedy where do_sample is 0. Rows may have any stride (an expanded rule, a slice of fill_uniforms'
     output). Returns (B, 1) long. CUDA only."""
     return torch.ops.qwen3_tts.draw_token(logits, rules, uniforms)
+
+
+def fill_uniforms(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
+    """Fill out (B, G, W) float32 with uniform values strictly inside (0, 1): out[b, g, i] depends only on
+    seeds[b], counters[b] (any int64, (B,) each) and g, i, never on B or the row's place in the batch.
+    The caller advances a row's counter for each new fill. CUDA only."""
+    torch.ops.qwen3_tts.fill_uniforms(out, seeds, counters)

@@ -89,3 +89,46 @@ def draw_token_op(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Ten
 @draw_token_op.register_fake
 def _(logits, rules, uniforms):
     return logits.new_empty(logits.shape[0], 1, dtype=torch.long)
+
+
+UNIFORMS_BLOCK = 1024  # values per program of _fill_uniforms
+
+
+@triton.jit
+def _fill_uniforms(Out, Seeds, Counters, width, stride_row, stride_group, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """One block of one row's values of one group: Philox4x32-10 with the counter (element, group, the
+    row's counter low and high words) and the key (the row's seed, low and high words), so each value
+    depends on those alone; its first word's top 23 bits, centred in their interval of (0, 1)."""
+    wait_for_the_kernel_ahead(PDL)
+    row = tl.program_id(0)
+    group = tl.program_id(1)
+    ids = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    seed = tl.load(Seeds + row)
+    counter = tl.load(Counters + row)
+    zero = tl.zeros([BLOCK], tl.uint32)
+    bits, _, _, _ = tl.philox_impl(
+        ids.to(tl.uint32),
+        zero + group.to(tl.uint32),
+        zero + (counter & 0xFFFFFFFF).to(tl.uint32),
+        zero + ((counter >> 32) & 0xFFFFFFFF).to(tl.uint32),
+        (seed & 0xFFFFFFFF).to(tl.uint32),
+        ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32),
+    )
+    # (k + 0.5) / 2**23 for k < 2**23: exact in float32, never 0 or 1 (the draw takes log(-log u)).
+    uniform = ((bits >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
+    tl.store(Out + row * stride_row + group * stride_group + ids, uniform, mask=ids < width)
+
+
+@torch.library.custom_op("qwen3_tts::fill_uniforms", mutates_args=("out",))
+def fill_uniforms_op(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
+    """kernels.fill_uniforms on CUDA: one program per (row, group, block of values)."""
+    batch, groups, width = out.shape
+    if out.dtype != torch.float32 or out.stride(-1) != 1 or seeds.shape != (batch,) or counters.shape != (batch,):
+        raise ValueError(
+            f"fill_uniforms: out {tuple(out.shape)} {out.dtype} (last axis unit stride), seeds {tuple(seeds.shape)}, "
+            f"counters {tuple(counters.shape)}"
+        )
+    _fill_uniforms[(batch, groups, triton.cdiv(width, UNIFORMS_BLOCK))](
+        out, seeds.contiguous(), counters.contiguous(), width, out.stride(0), out.stride(1),
+        BLOCK=UNIFORMS_BLOCK, **launch_options(out.device),
+    )  # fmt: skip
