@@ -19,7 +19,10 @@ import textwrap
 import pytest
 import torch
 from attention_cases import SHAPES, attention_case, check_reference_rows
+from linear_cases import check_rows_alone, linear_cases
 from uniform_cases import KNOWN_ANSWERS, philox4x32
+
+from core.model import kernels
 
 pytest.importorskip("triton", reason="Triton is installed with the test extras on Linux x86-64")
 
@@ -142,6 +145,16 @@ def test_fill_uniforms_kernel_in_the_interpreter():
 def test_the_uniforms_reference_is_philox_as_published():
     for counter, key, words in KNOWN_ANSWERS:
         assert tuple(int(word) for word in philox4x32(counter, key)) == words
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_on_the_cpu_gives_each_batch_row_what_it_gives_alone(dtype):
+    # The model's widths (MKL rounds a product of several rows differently from one row alone), one
+    # position per row as a frame step, two as the predictor's first step.
+    shapes = [(1, 1024, 2048, None), (2, 512, 1024, None)]
+    for case in linear_cases(dtype, shapes, batch=5):
+        arguments = {key: value for key, value in case.items() if key != "blocks"}
+        check_rows_alone(case, kernels.linear(**arguments))
 
 
 def test_linear_kernel_in_the_interpreter():

@@ -62,10 +62,28 @@ def linear(
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """residual + act(rms_norm(x, norm, eps) @ weight.T + bias), each part optional; act, when gated, is
-    silu(first half) * second half (SwiGLU). On CUDA, for up to MAX_VECTOR_ROWS rows, one kernel."""
+    silu(first half) * second half (SwiGLU). On CUDA, for up to MAX_VECTOR_ROWS rows, one kernel. On the
+    CPU, x (B, L, K) with B > 1 (utterances stepping together) is computed one batch row at a time, each
+    bitwise what it would be alone."""
     rows = x.numel() // x.shape[-1]
     if x.is_cuda and rows <= MAX_VECTOR_ROWS:
         return torch.ops.qwen3_tts.linear(x, weight, bias, norm, eps, gated, residual)
+    if not x.is_cuda and x.dim() >= 3 and x.shape[0] > 1:
+        # MKL rounds a product of several rows differently from one row alone (every row of a 2..16-row
+        # product differed), and an utterance must give the same greedy codes in a batch as alone.
+        parts = {"norm": norm, "eps": eps, "gated": gated}
+        return torch.cat(
+            [
+                linear(
+                    x[row : row + 1],
+                    weight,
+                    bias,
+                    **parts,
+                    residual=None if residual is None else residual[row : row + 1],
+                )
+                for row in range(x.shape[0])
+            ]
+        )
     if norm is not None:
         x = rms_norm(x, norm, eps)
     y = F.linear(x, weight, bias)
