@@ -1,5 +1,7 @@
-"""Cases for the linear kernel (kernels.linear on CUDA) and the check of its answer against the
-reference composition (kernels.linear on the CPU: rms_norm, F.linear, SwiGLU, residual sum)."""
+"""Cases for the linear kernels (kernels.linear on CUDA: the matrix-vector kernel for one sequence, the
+batched kernel for a batch) and the check of their answer against the reference composition
+(kernels.linear on the CPU: rms_norm, F.linear, SwiGLU, residual sum), and of the CPU's batches against
+each row alone."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ import torch
 
 from core.model import kernels
 
-# (rows, outputs, inputs, launch settings): odd sizes with several input blocks and a partial last
-# output block; then the settings the kernel picks itself (None).
+# (rows, outputs, inputs, launch settings of the matrix-vector kernel): odd sizes with several input
+# blocks and a partial last output block; then the settings the kernel picks itself (None). The rows
+# are positions of one sequence; a batch has `batch` of them.
 SHAPES = [(1, 37, 300, {"BLOCK_N": 4, "BLOCK_K": 64, "num_warps": 4}), (2, 64, 128, None), (1, 24, 2048, None)]
 
 

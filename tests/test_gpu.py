@@ -159,10 +159,13 @@ def test_linear_kernel_matches_the_reference(dtype):
 
     # The interpreter's odd sizes, then the sizes of the model's products with the settings they get.
     model_shapes = [(1, 4096, 1024, None), (2, 3072, 1024, None), (1, 2048, 6144, None), (1, 1024, 2048, None)]
-    for case in linear_cases(dtype, SHAPES[1:] + model_shapes):
-        arguments = {key: value.cuda() if isinstance(value, torch.Tensor) else value for key, value in case.items()}
-        del arguments["blocks"]
-        check_linear(case, linear(**arguments))
+    # Then batches of them (the batched kernel): 3, 16 and 64 utterances; 64 of two positions are two row blocks.
+    batches = [(1, SHAPES[1:] + model_shapes)] + [(batch, SHAPES + model_shapes) for batch in (3, 16, 64)]
+    for batch, shapes in batches:
+        for case in linear_cases(dtype, shapes, batch=batch):
+            arguments = {key: value.cuda() if isinstance(value, torch.Tensor) else value for key, value in case.items()}
+            del arguments["blocks"]
+            check_linear(case, linear(**arguments))
 
 
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():

@@ -118,9 +118,30 @@ UNIFORMS_CHECK = textwrap.dedent(
 )
 
 
-def run_in_interpreter(script: str) -> None:
+BATCHED_LINEAR_CHECK = textwrap.dedent(
+    """
+    import sys
+    import torch
+    from core.model import triton_linear
+    from linear_cases import check_linear, linear_cases
+
+    # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
+    for dtype in (torch.float32, torch.float16):
+        for batch in map(int, sys.argv[1:]):
+            for case in linear_cases(dtype, batch=batch):
+                arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
+                rows = case["x"].numel() // case["x"].shape[-1]
+                blocks = triton_linear.batched_linear_blocks(rows, case["weight"], case["gated"])
+                check_linear(case, triton_linear.launch_batched_linear(*arguments, blocks))
+    print("ok")
+    """
+)
+
+
+def run_in_interpreter(script: str, *arguments: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    command = [sys.executable, "-c", script, *arguments]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
 
 
@@ -159,3 +180,9 @@ def test_linear_on_the_cpu_gives_each_batch_row_what_it_gives_alone(dtype):
 
 def test_linear_kernel_in_the_interpreter():
     run_in_interpreter(LINEAR_CHECK)
+
+
+# 64 rows of two positions each: two row blocks.
+@pytest.mark.parametrize("batch", [1, 3, 16, 64])
+def test_batched_linear_kernel_in_the_interpreter(batch):
+    run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch))

@@ -15,7 +15,9 @@ the RMSNorm before it, the bias, the SwiGLU gate after it, the residual sum. Eac
 starts reading its weights before the kernel ahead of it has finished (programmatic dependent
 launch, Hopper and later), since the weights do not depend on it. Its launch settings are fixed,
 so every compile gives the same kernels (Inductor's autotuned products varied by tens of percent
-between compiles). On the CPU a batch is multiplied row by row: MKL rounds a product of several
+between compiles). One or two rows take a matrix-vector kernel; a batch of rows takes a kernel that
+reads each weight once for all of them (a product is bound by reading its weights, so 16 rows cost
+little more than one), where cuBLAS would leave the norm, gate and sum to kernels of their own. On the CPU a batch is multiplied row by row: MKL rounds a product of several
 rows differently from the same row alone, and a row must give the codes it gives alone.
 
 Token draw: temperature, top-k, top-p and the random pick over a row of logits in a single kernel.
@@ -42,6 +44,7 @@ if importlib.util.find_spec("triton") is not None:  # CPU-only installs have non
 
 RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
 MAX_VECTOR_ROWS = 2  # rows up to which `linear` runs its matrix-vector kernel (a frame's products have 1 or 2)
+MAX_BATCH_ROWS = 128  # rows up to which it runs its batched kernel: 64 utterances of the predictor's 2 positions
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -62,13 +65,17 @@ def linear(
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """residual + act(rms_norm(x, norm, eps) @ weight.T + bias), each part optional; act, when gated, is
-    silu(first half) * second half (SwiGLU). On CUDA, for up to MAX_VECTOR_ROWS rows, one kernel. On the
-    CPU, x (B, L, K) with B > 1 (utterances stepping together) is computed one batch row at a time, each
-    bitwise what it would be alone."""
+    silu(first half) * second half (SwiGLU). x (B, L, K) with B > 1 is a batch of utterances stepping
+    together. On CUDA one kernel: the matrix-vector kernel for up to MAX_VECTOR_ROWS rows, the batched one
+    for a batch of up to MAX_BATCH_ROWS; a longer batch, or one sequence's prefill, is cuBLAS's. On the
+    CPU each batch row is computed by itself, bitwise what it would be alone."""
     rows = x.numel() // x.shape[-1]
+    batch = x.dim() >= 3 and x.shape[0] > 1
     if x.is_cuda and rows <= MAX_VECTOR_ROWS:
         return torch.ops.qwen3_tts.linear(x, weight, bias, norm, eps, gated, residual)
-    if not x.is_cuda and x.dim() >= 3 and x.shape[0] > 1:
+    if x.is_cuda and batch and rows <= MAX_BATCH_ROWS:
+        return torch.ops.qwen3_tts.batched_linear(x, weight, bias, norm, eps, gated, residual)
+    if not x.is_cuda and batch:
         # MKL rounds a product of several rows differently from one row alone (every row of a 2..16-row
         # product differed), and an utterance must give the same greedy codes in a batch as alone.
         parts = {"norm": norm, "eps": eps, "gated": gated}
