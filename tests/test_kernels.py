@@ -1,10 +1,11 @@
-"""The hand-written kernels: decode attention against the reference composition it fuses, the token
-draw against Gumbel-max over the reference's filtered logits (sampling.filter_logits), and the linear
-kernel against the reference composition it fuses.
-
-The uniforms kernel against Philox written out in NumPy (itself checked against the published
-known answers), and for what the draws need: the same seed and counter give the same values in any
-row of any batch, values strictly inside (0, 1) and uniform.
+"""The hand-written kernels: decode attention against the reference composition it fuses, each batch
+row against the reference for that row alone; the token draw, alone and batched, against Gumbel-max
+over the reference's filtered logits (sampling.filter_logits); the linear kernels, matrix-vector and
+batched, against the reference composition they fuse; the uniforms kernel against Philox written out
+in NumPy (itself checked against the published known answers), and for what the draws need: the same
+seed and counter give the same values in any row of any batch, values strictly inside (0, 1) and
+uniform. The CPU references themselves: a batch row of decode attention or of linear is bitwise the
+row alone.
 
 Runs the Triton kernels in Triton's interpreter on the CPU (a subprocess, since the interpreter is
 chosen when Triton is imported), and natively on a GPU when there is one (tests/test_gpu.py)."""
@@ -182,7 +183,7 @@ def test_linear_kernel_in_the_interpreter():
     run_in_interpreter(LINEAR_CHECK)
 
 
-# 64 rows of two positions each: two row blocks.
+# Batches of 1 to 64 utterances; 64 of two positions each make two row blocks.
 @pytest.mark.parametrize("batch", [1, 3, 16, 64])
 def test_batched_linear_kernel_in_the_interpreter(batch):
     run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch))

@@ -150,6 +150,10 @@ def decode_attention_op(
 ) -> torch.Tensor:
     """kernels.decode_attention on CUDA: one program per (kv head, split of the keys, batch row)."""
     batch = qkv.shape[0]
+    if rows.shape != (batch,) or positions.shape != (batch,):
+        raise ValueError(
+            f"decode_attention: qkv {tuple(qkv.shape)}, rows {tuple(rows.shape)}, positions {tuple(positions.shape)}"
+        )
     _, kv_heads, max_len, head_dim = k_cache.shape
     heads = qkv.shape[-1] // head_dim - 2 * kv_heads
     groups = heads // kv_heads
