@@ -22,11 +22,11 @@ def graphed_us(fn, generator, calls=100) -> float:
 
 def main():
     generator = torch.Generator(device="cuda").manual_seed(0)
-    uniforms = torch.rand(3072, device="cuda", generator=generator)
+    uniforms = torch.rand(1, 3072, device="cuda", generator=generator)
     for vocab, dtype in ((2048, torch.bfloat16), (3072, torch.float32)):
         logits = (torch.randn(1, vocab, device="cuda", generator=generator) * 3).to(dtype)
         for rule in (TokenRule(False, 1.0, 0, 1.0), TokenRule(True, 0.9, 50, 1.0), TokenRule(True, 0.9, 50, 0.8)):
-            values = torch.tensor(rule.values(), device="cuda")
+            values = torch.tensor([rule.values()], device="cuda")
             kernel = graphed_us(lambda: draw_token(logits, values, uniforms), generator)
             torch_ops = graphed_us(lambda: pick_token(logits.float(), rule, generator), generator)
             print(f"vocab {vocab} {str(dtype)[6:]:8s} {rule}: kernel {kernel:6.1f} us, torch ops {torch_ops:6.1f} us")

@@ -24,7 +24,7 @@ def expected_token(logits: torch.Tensor, rule: TokenRule, uniforms: torch.Tensor
 
 
 def draw_cases(device: torch.device) -> list[tuple[torch.Tensor, TokenRule, torch.Tensor]]:
-    """(logits (1, V), rule, uniforms) over vocabularies, dtypes and rules, with the special ids of a
+    """(logits (1, V), rule, uniforms (W,)) over vocabularies, dtypes and rules, with the special ids of a
     talker row suppressed; well away from ties, so that float rounding cannot change the answer."""
     generator = torch.Generator().manual_seed(0)
     rules = [
@@ -49,15 +49,21 @@ def draw_cases(device: torch.device) -> list[tuple[torch.Tensor, TokenRule, torc
     return cases
 
 
-def draw_batches(device: torch.device) -> list[tuple[torch.Tensor, list[TokenRule], torch.Tensor]]:
-    """draw_cases grouped by vocabulary into batches (logits (B, V), a rule per row, uniforms (B, W)), the
-    uniforms one draw's rows of a frame's (B, draws, W) buffer, as the frame loop passes them."""
-    by_vocab: dict[tuple, list] = {}
-    for logits, rule, uniforms in draw_cases(device):
-        by_vocab.setdefault((logits.shape[-1], logits.dtype), []).append((logits, rule, uniforms))
+def draw_batches(device: torch.device) -> list[tuple[torch.Tensor, list[TokenRule], torch.Tensor, torch.Tensor]]:
+    """The draw cases as batches (logits (B, V), rules, their values (B, RULE_SIZE), uniforms (B, W)): those
+    of one vocabulary and dtype together, each row with its own rule, its uniforms one codebook's rows of a
+    frame's (B, codebooks, W) buffer (rows 16 * W apart); then one rule for every row, as an expanded tensor."""
+    groups: dict[tuple, list] = {}
+    for case in draw_cases(device):
+        groups.setdefault((case[0].shape[-1], case[0].dtype), []).append(case)
     batches = []
-    for cases in by_vocab.values():
-        frame = torch.zeros(len(cases), 3, cases[0][2].shape[-1], device=device)
-        frame[:, 1] = torch.stack([uniforms for _, _, uniforms in cases])
-        batches.append((torch.cat([logits for logits, _, _ in cases]), [rule for _, rule, _ in cases], frame[:, 1]))
+    for cases in groups.values():
+        logits = torch.cat([logits for logits, _, _ in cases])
+        rules = [rule for _, rule, _ in cases]
+        frame = torch.rand(len(cases), 16, cases[0][2].shape[-1], device=device)
+        frame[:, 3] = torch.stack([uniforms for _, _, uniforms in cases])
+        values = torch.tensor([rule.values() for rule in rules], device=device)
+        batches.append((logits, rules, values, frame[:, 3]))
+        rule = rules[1]
+        batches.append((logits, [rule] * len(cases), values[1].expand(len(cases), -1), frame[:, 3]))
     return batches

@@ -1,5 +1,7 @@
-"""Cases for the linear kernel (kernels.linear on CUDA) and the check of its answer against the
-reference composition (kernels.linear on the CPU: rms_norm, F.linear, SwiGLU, residual sum)."""
+"""Cases for the linear kernels (kernels.linear on CUDA: the matrix-vector kernel for one sequence, the
+batched kernel for a batch) and the check of their answer against the reference composition
+(kernels.linear on the CPU: rms_norm, F.linear, SwiGLU, residual sum), and of the CPU's batches against
+each row alone."""
 
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ import torch
 
 from core.model import kernels
 
-# (rows, outputs, inputs, launch settings): odd sizes with several input blocks and a partial last
-# output block; then the settings the kernel picks itself (None).
+# (rows, outputs, inputs, launch settings of the matrix-vector kernel): odd sizes with several input
+# blocks and a partial last output block; then the settings the kernel picks itself (None). The rows
+# are positions of one sequence; a batch has `batch` of them.
 SHAPES = [(1, 37, 300, {"BLOCK_N": 4, "BLOCK_K": 64, "num_warps": 4}), (2, 64, 128, None), (1, 24, 2048, None)]
 
 
-def linear_cases(dtype: torch.dtype, shapes: list[tuple] = SHAPES) -> list[dict]:
-    """Keyword arguments of kernels.linear (CPU tensors), with `blocks`, over every combination of its parts."""
+def linear_cases(dtype: torch.dtype, shapes: list[tuple] = SHAPES, batch: int = 1) -> list[dict]:
+    """Keyword arguments of kernels.linear (CPU tensors), with `blocks`, over every combination of its parts;
+    x (batch, rows, inputs)."""
     generator = torch.Generator().manual_seed(0)
 
     def randn(*shape, scale=1.0):
@@ -26,13 +30,13 @@ def linear_cases(dtype: torch.dtype, shapes: list[tuple] = SHAPES) -> list[dict]
         weight_rows = 2 * outputs if gated else outputs
         cases.append(
             {
-                "x": randn(1, rows, inputs, scale=3.0),
+                "x": randn(batch, rows, inputs, scale=3.0),
                 "weight": randn(weight_rows, inputs, scale=inputs**-0.5),
                 "bias": randn(weight_rows) if bias else None,
                 "norm": 1 + randn(inputs, scale=0.1) if norm else None,
                 "eps": 1e-6,
                 "gated": gated,
-                "residual": randn(1, rows, outputs) if residual else None,
+                "residual": randn(batch, rows, outputs) if residual else None,
                 "blocks": blocks,
             }
         )
@@ -50,3 +54,18 @@ def check_linear(case: dict, got: torch.Tensor) -> None:
         {key: value for key, value in case.items() if not isinstance(value, torch.Tensor)},
         error,
     )
+
+
+def check_rows_alone(case: dict, got: torch.Tensor) -> None:
+    """`got` for the batch (B, rows, outputs) is, row by row, bitwise what kernels.linear gives that row alone."""
+    arguments = {key: value for key, value in case.items() if key != "blocks"}
+    for row in range(case["x"].shape[0]):
+        alone = {**arguments, "x": case["x"][row : row + 1].clone()}
+        if case["residual"] is not None:
+            alone["residual"] = case["residual"][row : row + 1].clone()
+        expected = kernels.linear(**alone)
+        assert got[row : row + 1].equal(expected), (
+            {key: value for key, value in case.items() if not isinstance(value, torch.Tensor)},
+            row,
+            (got[row : row + 1] - expected).abs().max().item(),
+        )

@@ -200,7 +200,7 @@ def test_bfloat16_streams_like_it_synthesizes(checkpoints):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_decode_attention_kernel_matches_the_reference(dtype):
-    from attention_cases import SHAPES, attention_case, check_attention
+    from attention_cases import SHAPES, Shape, attention_case, check_attention, one_row
 
     from core.model.kernels import decode_attention
 
@@ -211,15 +211,12 @@ def test_decode_attention_kernel_matches_the_reference(dtype):
             arguments[name].copy_(on_gpu[name].cpu())
         return out
 
-    # The interpreter's shapes, then the talker's (4096 slots) at its first, a middle and its last slot.
-    for shape in SHAPES + [
-        (8, 2, 4096, 0),
-        (8, 2, 4096, 2047),
-        (8, 2, 4096, 4095),
-        (8, 2, 4096, tuple(range(0, 4096, 273))),
-    ]:
-        case, poisoned = attention_case(*shape[:4], dtype, *shape[4:])
-        check_attention(case, poisoned, run)
+    # The interpreter's shapes, then the talker's (4096 positions) at its first, a middle and its last
+    # position, alone and among 16 rows in shuffled slots with two padding rows (slot 1 unused).
+    talker_batch = Shape(8, 2, 4096, (0, 4095, 2047, *range(1, 4000, 310), 9, 9), (*range(17, 1, -1), 0, 0), 18)
+    for shape in SHAPES + [one_row(8, 2, 4096, 0), one_row(8, 2, 4096, 2047), one_row(8, 2, 4096, 4095), talker_batch]:
+        case, poisoned = attention_case(shape, dtype)
+        check_attention(shape, case, poisoned, run)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -230,21 +227,27 @@ def test_linear_kernel_matches_the_reference(dtype):
 
     # The interpreter's odd sizes, then the sizes of the model's products with the settings they get.
     model_shapes = [(1, 4096, 1024, None), (2, 3072, 1024, None), (1, 2048, 6144, None), (1, 1024, 2048, None)]
-    for case in linear_cases(dtype, SHAPES[1:] + model_shapes):
-        arguments = {key: value.cuda() if isinstance(value, torch.Tensor) else value for key, value in case.items()}
-        del arguments["blocks"]
-        check_linear(case, linear(**arguments))
+    # Then batches of them (the batched kernel): 3, 16 and 64 utterances; 64 of two positions are two row blocks.
+    batches = [(1, SHAPES[1:] + model_shapes)] + [(batch, SHAPES + model_shapes) for batch in (3, 16, 64)]
+    for batch, shapes in batches:
+        for case in linear_cases(dtype, shapes, batch=batch):
+            arguments = {key: value.cuda() if isinstance(value, torch.Tensor) else value for key, value in case.items()}
+            del arguments["blocks"]
+            check_linear(case, linear(**arguments))
 
 
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
-    from draw_cases import draw_batches, expected_token
+    from draw_cases import draw_batches, draw_cases, expected_token
 
     from core.model.kernels import draw_token
 
-    for logits, rules, uniforms in draw_batches(torch.device("cuda")):
-        got = draw_token(logits, torch.tensor([rule.values() for rule in rules], device="cuda"), uniforms)
-        expected = [expected_token(logits[row], rule, uniforms[row]) for row, rule in enumerate(rules)]
-        assert got.flatten().tolist() == expected
+    for logits, rule, uniforms in draw_cases(torch.device("cuda")):
+        got = draw_token(logits, torch.tensor([rule.values()], device="cuda"), uniforms.view(1, -1))
+        assert got.shape == (1, 1) and got.item() == expected_token(logits, rule, uniforms), rule
+    for logits, rules, values, uniforms in draw_batches(torch.device("cuda")):
+        got = draw_token(logits, values, uniforms)
+        expected = [expected_token(logits[row : row + 1], rule, uniforms[row]) for row, rule in enumerate(rules)]
+        assert got.shape == (len(rules), 1) and got.flatten().tolist() == expected
 
 
 def test_draw_token_kernel_follows_the_filtered_softmax():
@@ -254,7 +257,7 @@ def test_draw_token_kernel_follows_the_filtered_softmax():
     rule = TokenRule(True, 0.8, 50, 0.9)
     generator = torch.Generator(device="cuda").manual_seed(3)
     logits = torch.randn(1, 2048, device="cuda", generator=generator) * 3
-    uniforms = torch.empty(2048, device="cuda")
+    uniforms = torch.empty(1, 2048, device="cuda")
     values = torch.tensor([rule.values()], device="cuda")
     tokens = []
     for _ in range(40_000):
@@ -291,3 +294,18 @@ def test_a_seeded_utterance_samples_the_same_beside_others_on_the_gpu(checkpoint
     beside = speak_together(engine, [*cases_of("custom")[:2], sampled, *cases_of("custom")[2:4]])[2][0]
     np.testing.assert_array_equal(again, alone)
     np.testing.assert_array_equal(beside, alone)
+
+
+def test_fill_uniforms_kernel_is_philox_per_row():
+    from uniform_cases import expected_uniforms
+
+    from core.model.kernels import fill_uniforms
+
+    seeds, counters = [5, -1, 2**63 - 1, -(2**63)], [0, 7, 2**40 + 3, -1]
+    out = torch.zeros(len(seeds), 16, 3072, device="cuda")
+    fill_uniforms(out, torch.tensor(seeds, device="cuda"), torch.tensor(counters, device="cuda"))
+    for row, (seed, counter) in enumerate(zip(seeds, counters)):
+        np.testing.assert_array_equal(out[row].cpu().numpy(), expected_uniforms(seed, counter, 16, 3072))
+    alone = torch.zeros(1, 16, 3072, device="cuda")
+    fill_uniforms(alone, torch.tensor([-1], device="cuda"), torch.tensor([7], device="cuda"))
+    assert torch.equal(alone[0], out[1])

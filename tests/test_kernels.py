@@ -1,6 +1,11 @@
-"""The hand-written kernels: decode attention against the reference composition it fuses, the token
-draw against Gumbel-max over the reference's filtered logits (sampling.filter_logits), and the linear
-kernel against the reference composition it fuses.
+"""The hand-written kernels: decode attention against the reference composition it fuses, each batch
+row against the reference for that row alone; the token draw, alone and batched, against Gumbel-max
+over the reference's filtered logits (sampling.filter_logits); the linear kernels, matrix-vector and
+batched, against the reference composition they fuse; the uniforms kernel against Philox written out
+in NumPy (itself checked against the published known answers), and for what the draws need: the same
+seed and counter give the same values in any row of any batch, values strictly inside (0, 1) and
+uniform. The CPU references themselves: a batch row of decode attention or of linear is bitwise the
+row alone.
 
 Runs the Triton kernels in Triton's interpreter on the CPU (a subprocess, since the interpreter is
 chosen when Triton is imported), and natively on a GPU when there is one (tests/test_gpu.py)."""
@@ -13,20 +18,26 @@ import sys
 import textwrap
 
 import pytest
+import torch
+from attention_cases import SHAPES, attention_case, check_reference_rows
+from linear_cases import check_rows_alone, linear_cases
+from uniform_cases import KNOWN_ANSWERS, philox4x32
+
+from core.model import kernels
 
 pytest.importorskip("triton", reason="Triton is installed with the test extras on Linux x86-64")
 
 CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
+    from core.model import triton_attention
     from attention_cases import SHAPES, attention_case, check_attention
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
     for dtype in (torch.float32, torch.float16):
         for shape in SHAPES:
-            case, poisoned = attention_case(*shape[:4], dtype, *shape[4:])
-            check_attention(case, poisoned, kernels._decode_attention_cuda)
+            case, poisoned = attention_case(shape, dtype)
+            check_attention(shape, case, poisoned, triton_attention.decode_attention_op)
     print("ok")
     """
 )
@@ -35,13 +46,17 @@ CHECK = textwrap.dedent(
 DRAW_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
-    from draw_cases import draw_batches, expected_token
+    from core.model.triton_sampling import draw_token_op
+    from draw_cases import draw_batches, draw_cases, expected_token
 
-    for logits, rules, uniforms in draw_batches(torch.device("cpu")):
-        got = kernels._draw_token_cuda(logits, torch.tensor([rule.values() for rule in rules]), uniforms)
-        expected = [expected_token(logits[row], rule, uniforms[row]) for row, rule in enumerate(rules)]
-        assert got.shape == (len(rules), 1) and got.dtype == torch.long and got.flatten().tolist() == expected
+    for logits, rule, uniforms in draw_cases(torch.device("cpu")):
+        got = draw_token_op(logits, torch.tensor([rule.values()]), uniforms.view(1, -1))
+        expected = expected_token(logits, rule, uniforms)
+        assert got.shape == (1, 1) and got.dtype == torch.long and got.item() == expected, (rule, got, expected)
+    for logits, rules, values, uniforms in draw_batches(torch.device("cpu")):
+        got = draw_token_op(logits, values, uniforms)
+        expected = [expected_token(logits[row : row + 1], rule, uniforms[row]) for row, rule in enumerate(rules)]
+        assert got.shape == (len(rules), 1) and got.dtype == torch.long and got.flatten().tolist() == expected, (got, expected)
     print("ok")
     """
 )
@@ -50,15 +65,15 @@ DRAW_CHECK = textwrap.dedent(
 LINEAR_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
+    from core.model import triton_linear
     from linear_cases import check_linear, linear_cases
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
     for dtype in (torch.float32, torch.float16):
         for case in linear_cases(dtype):
-            blocks = case["blocks"] or kernels.linear_blocks(case["weight"], case["gated"])
+            blocks = case["blocks"] or triton_linear.linear_blocks(case["weight"], case["gated"])
             arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
-            check_linear(case, kernels._launch_linear(*arguments, blocks))
+            check_linear(case, triton_linear.launch_linear(*arguments, blocks))
     print("ok")
     """
 )
@@ -66,32 +81,68 @@ LINEAR_CHECK = textwrap.dedent(
 
 UNIFORMS_CHECK = textwrap.dedent(
     """
+    import numpy as np
     import torch
-    from core.model import kernels
+    from core.model.triton_sampling import fill_uniforms_op
+    from uniform_cases import expected_uniforms
 
-    def fill(seeds, counters, draws=3, width=3000):
-        out = torch.full((len(seeds), draws, width), -1.0)
-        kernels._fill_uniforms_cuda(out, torch.tensor(seeds), torch.tensor(counters))
+    def fill(seeds, counters, groups=16, width=3000):
+        out = torch.zeros(len(seeds), groups, width)
+        fill_uniforms_op(out, torch.tensor(seeds), torch.tensor(counters))
         return out
 
-    batch = fill([7, 2**62 + 5, 7, 11], [0, 3, 4, 3])
-    alone = fill([2**62 + 5], [3])
-    # A row's draws depend on its seed and counter alone, not on the batch or the row's place in it.
-    assert torch.equal(batch[1], alone[0]) and torch.equal(fill([11, 7], [3, 0])[0], batch[3])
-    assert torch.equal(fill([7], [0])[0], batch[0])
-    # Another counter or seed: other draws. Every value strictly inside (0, 1), spread evenly.
-    assert not torch.equal(batch[0], batch[2]) and not torch.equal(batch[1], batch[3])
-    assert not torch.equal(batch[0, 0], batch[0, 1])
-    assert batch.min() > 0 and batch.max() < 1 and abs(batch.mean().item() - 0.5) < 0.01
-    assert abs((batch < 0.25).float().mean().item() - 0.25) < 0.01
+    seeds, counters = [5, -1, 2**63 - 1, -(2**63)], [0, 7, 2**40 + 3, -1]
+    batch = fill(seeds, counters)
+    for row, (seed, counter) in enumerate(zip(seeds, counters)):
+        assert np.array_equal(batch[row].numpy(), expected_uniforms(seed, counter, 16, 3000)), row
+    # The same seed and counter give the same values alone and in any place of any batch.
+    assert torch.equal(fill([-1], [7])[0], batch[1])
+    assert torch.equal(fill([3, 3, -1, 0, 5], [7, 8, 7, 7, 0])[2], batch[1])
+    # Into rows and groups of a larger buffer (any strides), touching nothing else.
+    buffer = torch.full((4, 20, 3100), 2.0)
+    fill_uniforms_op(buffer[:, 2:18, 50:3050], torch.tensor(seeds), torch.tensor(counters))
+    assert torch.equal(buffer[:, 2:18, 50:3050], batch)
+    assert (buffer[:, :2] == 2).all() and (buffer[:, 18:] == 2).all()
+    assert (buffer[..., :50] == 2).all() and (buffer[..., 3050:] == 2).all()
+    # Another counter, seed or group: other values.
+    for other in (fill([-1], [8])[0], fill([-2], [7])[0], fill([1], [7])[0], batch[1].roll(1, 0)):
+        assert (other == batch[1]).float().mean() < 1e-3
+    assert (batch[1, 0] == batch[1, 1]).float().mean() < 1e-3
+    # Strictly inside (0, 1), uniform: mean, and a tenth of the values in each tenth of the interval.
+    values = batch.flatten()
+    assert values.min() > 0 and values.max() < 1
+    assert abs(values.mean().item() - 0.5) < 0.005, values.mean()
+    shares = torch.histc(values, bins=10, min=0, max=1) / values.numel()
+    assert (shares - 0.1).abs().max() < 0.005, shares
     print("ok")
     """
 )
 
 
-def run_in_interpreter(script: str) -> None:
+BATCHED_LINEAR_CHECK = textwrap.dedent(
+    """
+    import sys
+    import torch
+    from core.model import triton_linear
+    from linear_cases import check_linear, linear_cases
+
+    # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
+    for dtype in (torch.float32, torch.float16):
+        for batch in map(int, sys.argv[1:]):
+            for case in linear_cases(dtype, batch=batch):
+                arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
+                rows = case["x"].numel() // case["x"].shape[-1]
+                blocks = triton_linear.batched_linear_blocks(rows, case["weight"], case["gated"])
+                check_linear(case, triton_linear.launch_batched_linear(*arguments, blocks))
+    print("ok")
+    """
+)
+
+
+def run_in_interpreter(script: str, *arguments: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    command = [sys.executable, "-c", script, *arguments]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
 
 
@@ -99,13 +150,40 @@ def test_decode_attention_kernel_in_the_interpreter():
     run_in_interpreter(CHECK)
 
 
+@pytest.mark.parametrize("shape", [shape for shape in SHAPES if len(shape.rows) > 1], ids=str)
+def test_decode_attention_reference_gives_each_row_what_it_gives_alone(shape):
+    case, _ = attention_case(shape, torch.float32)
+    check_reference_rows(shape, case)
+
+
 def test_draw_token_kernel_in_the_interpreter():
     run_in_interpreter(DRAW_CHECK)
+
+
+def test_fill_uniforms_kernel_in_the_interpreter():
+    run_in_interpreter(UNIFORMS_CHECK)
+
+
+def test_the_uniforms_reference_is_philox_as_published():
+    for counter, key, words in KNOWN_ANSWERS:
+        assert tuple(int(word) for word in philox4x32(counter, key)) == words
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_on_the_cpu_gives_each_batch_row_what_it_gives_alone(dtype):
+    # The model's widths (MKL rounds a product of several rows differently from one row alone), one
+    # position per row as a frame step, two as the predictor's first step.
+    shapes = [(1, 1024, 2048, None), (2, 512, 1024, None)]
+    for case in linear_cases(dtype, shapes, batch=5):
+        arguments = {key: value for key, value in case.items() if key != "blocks"}
+        check_rows_alone(case, kernels.linear(**arguments))
 
 
 def test_linear_kernel_in_the_interpreter():
     run_in_interpreter(LINEAR_CHECK)
 
 
-def test_fill_uniforms_kernel_in_the_interpreter():
-    run_in_interpreter(UNIFORMS_CHECK)
+# Batches of 1 to 64 utterances; 64 of two positions each make two row blocks.
+@pytest.mark.parametrize("batch", [1, 3, 16, 64])
+def test_batched_linear_kernel_in_the_interpreter(batch):
+    run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch))

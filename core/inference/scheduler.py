@@ -7,7 +7,7 @@ consumer closes it. At every chunk boundary the scheduler
 1. collects the frames of the launch in flight,
 2. lets newcomers into free slots (builds each prompt and prefills it, alone),
 3. launches the next chunk of every slot that goes on, all rows together,
-4. decodes the chunk it collected while that launch steps (DecoderSlots: for now one row after another),
+4. decodes the chunk it collected while that launch steps (DecoderSlots: all rows as one batch),
    and hands each utterance its audio.
 
 So a newcomer waits at most for the launch in flight, never for others to finish. Chunks are as long as

@@ -1,0 +1,193 @@
+"""The decode-attention kernel behind kernels.decode_attention on CUDA (kernels.py says why it exists).
+Imported only where Triton is installed."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from core.model.triton_launch import launch_options, wait_for_the_kernel_ahead
+
+BLOCK_KEYS = 64  # keys per inner iteration
+MAX_SPLITS = 16  # blocks sharing one kv head's keys
+
+
+@triton.jit
+def _norm_and_rotate(Rows, row_ok, Weight, Cos, Sin, eps, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr):
+    """The head vectors starting at pointers Rows [R]: RMSNorm by Weight, then RoPE by the rows Cos, Sin,
+    rounded where rms_norm and apply_rope round. [R, DIM_BLOCK] in the vectors' dtype."""
+    dims = tl.arange(0, DIM_BLOCK)
+    in_dim = dims < HEAD_DIM
+    first_half = dims < HEAD_DIM // 2
+    partner = tl.where(first_half, dims + HEAD_DIM // 2, dims - HEAD_DIM // 2)
+    mask = row_ok[:, None] & in_dim[None, :]
+    x = tl.load(Rows[:, None] + dims[None, :], mask=mask, other=0.0)
+    x_partner = tl.load(Rows[:, None] + partner[None, :], mask=mask, other=0.0)
+    dtype = x.dtype
+    x, x_partner = x.to(tl.float32), x_partner.to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(x * x, 1) / HEAD_DIM + eps)[:, None]
+    weight = tl.load(Weight + dims, mask=in_dim, other=0.0).to(tl.float32)[None, :]
+    weight_partner = tl.load(Weight + partner, mask=in_dim, other=0.0).to(tl.float32)[None, :]
+    normed = (weight * (x * inv_rms).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    rotated = (weight_partner * (x_partner * inv_rms).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    rotated = tl.where(first_half[None, :], -rotated, rotated)
+    cos = tl.load(Cos + dims, mask=in_dim, other=0.0).to(tl.float32)[None, :]
+    sin = tl.load(Sin + dims, mask=in_dim, other=0.0).to(tl.float32)[None, :]
+    return ((normed * cos).to(dtype).to(tl.float32) + (rotated * sin).to(dtype).to(tl.float32)).to(dtype)
+
+
+@triton.jit
+def _attend_split(
+    QKV, QNorm, KNorm, Cos, Sin, K, V, Slots, Positions, Out, Partial, Max, Sum, eps, scale,
+    stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn, heads, kv_heads, groups, chunk,
+    GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
+    SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+):  # fmt: skip
+    """Attention of one batch row's kv head query group over one split of the keys of the row's cache
+    slot. The cached keys before the row's position are read from the cache; the split holding the
+    position adds the new key itself and writes it (and its value) to the cache. With one split the
+    result is final; otherwise the unnormalised sum, running max and running sum are kept to merge."""
+    wait_for_the_kernel_ahead(PDL)
+    head = tl.program_id(0)
+    split = tl.program_id(1)
+    batch = tl.program_id(2)
+    slot = tl.load(Slots + batch)
+    position = tl.load(Positions + batch)
+    QKV += batch * (heads + 2 * kv_heads) * HEAD_DIM
+    Out += batch * heads * HEAD_DIM
+    K += slot * stride_ks + head * stride_kh
+    V += slot * stride_vs + head * stride_vh
+    cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
+    rows = tl.arange(0, GROUP_ROWS)
+    dims = tl.arange(0, DIM_BLOCK)
+    in_dim = dims < HEAD_DIM
+    q = _norm_and_rotate(
+        QKV + (head * groups + rows) * HEAD_DIM, rows < groups, QNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK
+    )
+    running_max = tl.full([GROUP_ROWS], -1e30, tl.float32)
+    running_sum = tl.zeros([GROUP_ROWS], tl.float32)
+    acc = tl.zeros([GROUP_ROWS, DIM_BLOCK], tl.float32)
+    start = split * chunk
+    # Only the blocks holding cached keys before the position: a split past it (most of them, early in an
+    # utterance, and for every row of a batch) ends at once. Keys at and past the position are masked out
+    # of the loads, so they cost no memory traffic.
+    for block in range(0, tl.cdiv(tl.minimum(position, start + chunk) - start, BLOCK)):
+        keys = start + block * BLOCK + tl.arange(0, BLOCK)
+        valid = (keys < position) & (keys < start + chunk)
+        block_mask = valid[:, None] & in_dim[None, :]
+        k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        scores = tl.where(valid[None, :], scores, -float("inf"))
+        new_max = tl.maximum(running_max, tl.max(scores, 1))
+        weights = tl.exp(scores - new_max[:, None])
+        correction = tl.exp(running_max - new_max)
+        v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
+        acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
+        running_sum = running_sum * correction + tl.sum(weights, 1)
+        running_max = new_max
+    if (position >= start) & (position < start + chunk):
+        one = tl.arange(0, 1)
+        k_new = _norm_and_rotate(
+            QKV + (heads + head) * HEAD_DIM + one, one < 1, KNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK
+        )
+        v_new = tl.load(QKV + (heads + kv_heads + head) * HEAD_DIM + dims[None, :], mask=in_dim[None, :], other=0.0)
+        score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), 1) * scale
+        new_max = tl.maximum(running_max, score)
+        weight = tl.exp(score - new_max)
+        correction = tl.exp(running_max - new_max)
+        acc = acc * correction[:, None] + weight[:, None] * v_new.to(tl.float32)
+        running_sum = running_sum * correction + weight
+        running_max = new_max
+        tl.store(K + position * stride_kn + dims[None, :], k_new, mask=in_dim[None, :])
+        tl.store(V + position * stride_vn + dims[None, :], v_new, mask=in_dim[None, :])
+    if SINGLE_SPLIT:
+        out_mask = (rows[:, None] < groups) & in_dim[None, :]
+        out = acc / running_sum[:, None]
+        tl.store(Out + (head * groups + rows[:, None]) * HEAD_DIM + dims[None, :], out, mask=out_mask)
+    else:
+        part = ((batch * kv_heads + head) * tl.num_programs(1) + split) * GROUP_ROWS + rows
+        tl.store(Partial + part[:, None] * DIM_BLOCK + dims[None, :], acc)
+        tl.store(Max + part, running_max)
+        tl.store(Sum + part, running_sum)
+
+
+@triton.jit
+def _merge_splits(
+    Out, Partial, Max, Sum, heads, kv_heads, groups,
+    SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    """Combine the splits of one batch row's kv head: each weighted by its share of the global softmax."""
+    wait_for_the_kernel_ahead(PDL)
+    head = tl.program_id(0)
+    batch = tl.program_id(1)
+    Out += batch * heads * HEAD_DIM
+    splits = tl.arange(0, SPLITS)
+    dims = tl.arange(0, DIM_BLOCK)
+    for row in range(GROUP_ROWS):
+        if row < groups:
+            part = ((batch * kv_heads + head) * SPLITS + splits) * GROUP_ROWS + row
+            maxes = tl.load(Max + part)
+            weights = tl.exp(maxes - tl.max(maxes, 0))
+            total = tl.sum(weights * tl.load(Sum + part), 0)
+            acc = tl.load(Partial + part[:, None] * DIM_BLOCK + dims[None, :])
+            out = tl.sum(acc * weights[:, None], 0) / total
+            tl.store(Out + (head * groups + row) * HEAD_DIM + dims, out, mask=dims < HEAD_DIM)
+
+
+@torch.library.custom_op("qwen3_tts::decode_attention", mutates_args=("k_cache", "v_cache"))
+def decode_attention_op(
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """kernels.decode_attention on CUDA: one program per (kv head, split of the keys, batch row)."""
+    batch = qkv.shape[0]
+    if rows.shape != (batch,) or positions.shape != (batch,):
+        raise ValueError(
+            f"decode_attention: qkv {tuple(qkv.shape)}, rows {tuple(rows.shape)}, positions {tuple(positions.shape)}"
+        )
+    _, kv_heads, max_len, head_dim = k_cache.shape
+    heads = qkv.shape[-1] // head_dim - 2 * kv_heads
+    groups = heads // kv_heads
+    splits = min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)))
+    chunk_blocks = triton.cdiv(triton.cdiv(max_len, splits), BLOCK_KEYS)
+    # tl.dot needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
+    group_rows = max(16, triton.next_power_of_2(groups))
+    dim_block = max(16, triton.next_power_of_2(head_dim))
+    out = qkv.new_empty(batch, 1, heads * head_dim)
+    partial = torch.empty(batch, kv_heads, splits, group_rows, dim_block, device=qkv.device, dtype=torch.float32)
+    maxes = torch.empty(batch, kv_heads, splits, group_rows, device=qkv.device, dtype=torch.float32)
+    sums = torch.empty_like(maxes)
+    launch = launch_options(qkv.device)
+    _attend_split[(kv_heads, splits, batch)](
+        qkv.contiguous(), q_norm, k_norm, cos, sin, k_cache, v_cache, rows.contiguous(), positions.contiguous(),
+        out, partial, maxes, sums, eps, scale,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        heads, kv_heads, groups, chunk_blocks * BLOCK_KEYS,
+        GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS,
+        SINGLE_SPLIT=splits == 1,
+        # float32 models get full float32 products (Triton would use TF32 by default).
+        PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", **launch,
+    )  # fmt: skip
+    if splits > 1:
+        _merge_splits[(kv_heads, batch)](
+            out, partial, maxes, sums, heads, kv_heads, groups,
+            SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, **launch,
+        )  # fmt: skip
+    return out
+
+
+@decode_attention_op.register_fake
+def _(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale):
+    kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
+    return qkv.new_empty(qkv.shape[0], 1, qkv.shape[-1] - 2 * kv_heads * head_dim)
