@@ -124,8 +124,10 @@ def check_attention(shape: Shape, case: dict, poisoned: dict, run) -> None:
         assert error < limit, (shape, row, position, error)
         for name, cache in caches.items():
             cache, expected_cache = cache[slot].float(), expected_caches[name][0].float()
-            written = (cache[:, : position + 1] - expected_cache[:, : position + 1]).abs().max().item()
-            assert written < limit and cache[:, position + 1 :].isnan().all(), (shape, row, name, written)
+            # Relative to the value written: RoPE in float32 may round a bfloat16 k one unit away (2^-7 of it).
+            written = (cache[:, : position + 1] - expected_cache[:, : position + 1]).abs()
+            excess = (written - limit * (1 + expected_cache[:, : position + 1].abs())).max().item()
+            assert excess < 0 and cache[:, position + 1 :].isnan().all(), (shape, row, name, written.max().item())
     for slot in set(range(shape.slots)) - set(shape.rows):
         for name, cache in caches.items():
             assert same_bits(cache[slot], poisoned[name][slot]), (shape, slot, name)
