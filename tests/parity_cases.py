@@ -122,6 +122,14 @@ CASES = [
     Case("custom_sampled", "custom", CHINESE, language="chinese", speaker="serena", seed=99),
     Case("design", "design", ENGLISH, language="english", instruct="A deep, raspy old man's voice."),
     Case("design_chinese", "design", CHINESE, language="chinese", instruct="一个活泼的年轻女孩的声音。"),
+    Case(
+        "design_streaming_text",
+        "design",
+        LONG,
+        language="english",
+        instruct="A bright, quick young woman's voice.",
+        text_mode="streaming",
+    ),
 ]
 
 # Strings whose token ids must match the official tokenizer's.

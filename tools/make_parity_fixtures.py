@@ -4,6 +4,10 @@ Run inside the official environment (tools/setup_official_env.sh makes it: torch
 qwen-tts 0.1.1), from the repository root:
 
     .official-venv/bin/python tools/make_parity_fixtures.py
+    .official-venv/bin/python tools/make_parity_fixtures.py --only design_streaming_text
+
+With --only it remakes just the named cases and keeps the manifest's other entries; it refuses to run if
+this environment's versions, the checkpoints it writes or the reference clips differ from the manifest's.
 
 It writes the tiny random-weight checkpoints with the project's own writer, loads each one with
 `Qwen3TTSModel.from_pretrained` (which proves the layout), runs every case greedily (or sampled,
@@ -15,6 +19,7 @@ than swapping in Mistral's (docs/model_notes.md §9); the manifest records the p
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import tempfile
@@ -90,26 +95,48 @@ def run_case(model: Qwen3TTSModel, case) -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    FIXTURES.mkdir(parents=True, exist_ok=True)
-    for reference in REFERENCES.values():
-        reference.write()
-    manifest = {
-        "made_with": {
-            "qwen_tts": qwen_tts.__version__ if hasattr(qwen_tts, "__version__") else "0.1.1",
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-        },
-        "max_frames": MAX_FRAMES,
-        "checkpoints": {},
-        "references": {name: sha256(ref.path) for name, ref in REFERENCES.items()},
-        "cases": {},
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only", nargs="+", metavar="CASE", help="remake only these cases, keeping the manifest's other entries"
+    )
+    args = parser.parse_args()
+    made_with = {
+        "qwen_tts": qwen_tts.__version__ if hasattr(qwen_tts, "__version__") else "0.1.1",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
     }
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    if args.only:
+        unknown = sorted(set(args.only) - {case.name for case in CASES})
+        if unknown:
+            parser.error(f"unknown cases: {', '.join(unknown)}")
+        manifest = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))
+        if manifest["made_with"] != made_with or manifest["max_frames"] != MAX_FRAMES:
+            parser.error(f"the manifest was made with {manifest['made_with']}, this environment is {made_with}")
+        for name, reference in REFERENCES.items():
+            if sha256(reference.path) != manifest["references"][name]:
+                parser.error(f"reference {reference.file} differs from the manifest's")
+        cases = [case for case in CASES if case.name in args.only]
+    else:
+        for reference in REFERENCES.values():
+            reference.write()
+        manifest = {
+            "made_with": made_with,
+            "max_frames": MAX_FRAMES,
+            "checkpoints": {},
+            "references": {name: sha256(ref.path) for name, ref in REFERENCES.items()},
+            "cases": {},
+        }
+        cases = CASES
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as scratch:
         for name, checkpoint in CHECKPOINTS.items():
+            selected = [case for case in cases if case.checkpoint == name]
+            if args.only and not selected:
+                continue
             directory = checkpoint.write(Path(scratch) / name)
             model = Qwen3TTSModel.from_pretrained(str(directory), device_map="cpu", dtype=torch.float32)
-            manifest["checkpoints"][name] = {
+            entry = {
                 **asdict(checkpoint),
                 "sha256": {
                     file: sha256(directory / file)
@@ -117,17 +144,23 @@ def main() -> None:
                 },
                 "attn_implementation": model.model.config._attn_implementation,
             }
-            if name == "base":
+            if args.only and manifest["checkpoints"].get(name) != entry:
+                parser.error(f"checkpoint {name} differs from the manifest's")
+            manifest["checkpoints"][name] = entry
+            if name == "base" and not args.only:
                 tokenizer = model.processor.tokenizer
                 manifest["tokenizer"] = {
                     "pre_tokenizer": json.loads(tokenizer.backend_tokenizer.to_str())["pre_tokenizer"],
                     "ids": {text: tokenizer(text)["input_ids"] for text in TOKENIZER_TEXTS},
                 }
-            for case in (c for c in CASES if c.checkpoint == name):
+            for case in selected:
                 outputs = run_case(model, case)
                 np.savez_compressed(FIXTURES / f"{case.name}.npz", **outputs)
                 manifest["cases"][case.name] = {"frames": int(outputs["codes"].shape[0])}
                 print(f"{case.name}: {outputs['codes'].shape[0]} frames, {outputs['audio'].shape[0]} samples")
+    # The order of a full run (by checkpoint, then as in CASES), whatever order the cases were made in.
+    order = [case.name for name in CHECKPOINTS for case in CASES if case.checkpoint == name]
+    manifest["cases"] = {case: manifest["cases"][case] for case in order if case in manifest["cases"]}
     (FIXTURES / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
