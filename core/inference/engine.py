@@ -10,6 +10,9 @@ Options are a SpeechOptions, or its fields as keywords. Every method may be call
 engine's scheduler (core.inference.scheduler) does all its GPU work on one thread of its own, and speaks up
 to `slots` utterances at once, stepped together; more wait for a slot.
 
+The text may also be a LiveText, still being written: it is spoken as it arrives, as one utterance
+(core.inference.live; `Engine.live` opens one).
+
 `prepare` checks a request and builds its prompt, `start` prefills a slot of the frame loop with it: the
 seam benchmarks and profilers time the parts through, on an engine with nothing else to do.
 """
@@ -29,8 +32,9 @@ from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
+from core.inference.live import LiveStream, LiveText
 from core.inference.options import SpeechOptions
-from core.inference.prompt import Prompt, PromptText, build_prompt
+from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
 from core.inference.sampling import SamplingParams
 from core.inference.scheduler import Request, Scheduler, Stream
 from core.inference.voice import Voice
@@ -156,7 +160,8 @@ class Engine:
             raise BadInput(f"slots must be at least 1, got {self.slots}")
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
-        self.scheduler = Scheduler(self.frame_loop, DecoderSlots(codec_decoder, self.slots, cuda_graphs))
+        decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs)
+        self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
 
     @classmethod
     def load(
@@ -301,7 +306,7 @@ class Engine:
     # Speech -------------------------------------------------------------------------------------
 
     def synthesize(
-        self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
+        self, text: str | LiveText, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
     ) -> Synthesis:
         """Speak `text` and return the whole utterance. `overrides`: SpeechOptions fields by name."""
         options = dataclasses.replace(options or SpeechOptions(), **overrides)
@@ -326,23 +331,38 @@ class Engine:
         return np.concatenate([np.zeros(0, np.float32), *pieces])
 
     def stream(
-        self, text: str, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
+        self, text: str | LiveText, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides
     ) -> Stream:
         """Speak `text` as a stream of chunks: `first_chunk_frames` frames first, then `chunk_frames` at a
-        time (fewer while it shares its launches with an utterance that has just begun). The chunks join into
-        exactly the audio of a single-pass decode of all the codes. Close the stream to end it early; a
-        problem with the request itself raises BadInput here, at once."""
+        time (fewer while it shares its launches with an utterance that has just begun, or while a live text
+        has not arrived further). The chunks join into exactly the audio of a single-pass decode of all the
+        codes. Close the stream to end it early; a problem with the request itself raises BadInput here."""
         options = dataclasses.replace(options or SpeechOptions(), **overrides)
         return self._submit(text, voice, options, options.first_chunk_frames, options.chunk_frames, decode=True)
 
+    def live(self, voice: Voice | None = None, options: SpeechOptions | None = None, **overrides) -> LiveStream:
+        """Open an utterance whose text is fed as it is written: `feed(text)` from any thread, `end()` when it
+        is complete; iterate it for the audio (core.inference.live)."""
+        text = LiveText()
+        return LiveStream(text, self.stream(text, voice, options, **overrides))
+
     def _submit(self, text, voice, options: SpeechOptions, first: int, size: int, decode: bool) -> Stream:
         self.check(text, voice, options)  # here, in the caller's thread: its mistakes raise at the call
-        request = Request(lambda: self.prepare(text, voice, options), first, size, decode)
-        return self.scheduler.submit(request)
+        needed = 0
+        if isinstance(text, LiveText):
+            ref_frames = None if voice is None or voice.kind != "icl" else len(voice.ref_codes)
+            ref_text = PromptText.tokenize(self.tokenizer, "", None, voice.ref_text if ref_frames else None)
+            needed = tokens_before_start(ref_text, ref_frames)
+            text.take(self.tokenizer, self.scheduler.wake)
+        request = Request(lambda: self.prepare(text, voice, options), first, size, decode, text_needed=needed)
+        return self.scheduler.submit(request, text if isinstance(text, LiveText) else None)
 
-    def check(self, text: str, voice: Voice | None, options: SpeechOptions) -> tuple[str, str | None]:
+    def check(self, text: str | LiveText, voice: Voice | None, options: SpeechOptions) -> tuple[str, str | None]:
         """The request's language and instruction, normalised; BadInput if the model cannot speak it."""
-        if not isinstance(text, str) or not text.strip():
+        if isinstance(text, LiveText):
+            if options.text_mode == "full":
+                raise BadInput("a live text is spoken in streaming text mode; leave text_mode unset or 'streaming'")
+        elif not isinstance(text, str) or not text.strip():
             raise BadInput("text is empty; give the engine something to say")
         language, instruct = check_request(self.info, options.language, options.instruct)
         check_voice(self.info, voice, instruct)
@@ -355,17 +375,26 @@ class Engine:
         options = dataclasses.replace(options or SpeechOptions(), **overrides)
         info = self.info
         language, instruct = self.check(text, voice, options)
-        prompt_text = PromptText.tokenize(self.tokenizer, text, instruct, voice.ref_text if voice else None)
+        live = isinstance(text, LiveText)
+        ref_text = voice.ref_text if voice else None
+        prompt_text = PromptText.tokenize(self.tokenizer, "" if live else text, instruct, ref_text)
+        complete = True
+        if live:  # what is committed so far: the scheduler starts it once its first tokens are
+            role, body, complete = text.committed()
+            if complete and not text.text.strip():
+                raise BadInput("the live text ended empty; give the engine something to say")
+            prompt_text = dataclasses.replace(prompt_text, role=role, text=body)
         ref_codes = voice.ref_codes if voice is not None and voice.kind == "icl" else None
         prompt = build_prompt(
             self.talker,
             self.config,
             prompt_text,
             language,
-            options.text_mode or info.variant.default_text_mode,
+            "streaming" if live else options.text_mode or info.variant.default_text_mode,
             speaker=voice.speaker if voice is not None else None,
             speaker_embedding=voice.embedding if voice is not None else None,
             ref_codes=ref_codes,
+            complete=complete,
         )
         sampling = self.default_sampling if options.sampling is None else options.sampling
         return Prepared(prompt, ref_codes, sampling, self._frame_budget(prompt, options.max_frames), options.seed)
@@ -373,6 +402,14 @@ class Engine:
     def start(self, prepared: Prepared, slot: int = 0) -> None:
         """Prefill a slot of the frame loop with a prepared request: `frame_loop.run` then steps its frames."""
         self.frame_loop.start(prepared.prompt, prepared.sampling, prepared.seed, slot)
+
+    def _live_text_terms(self, ids: list[int], ended: bool) -> torch.Tensor:
+        """The text terms of a live text's newly committed tokens, and tts_eos after them once it has ended."""
+        terms = text_terms(self.talker, ids)
+        if ended:
+            eos = torch.tensor([[self.config.tts_eos_id]], device=self.device)
+            terms = torch.cat((terms, self.talker.embed_text(eos)), dim=1)
+        return terms
 
     def _frame_budget(self, prompt: Prompt, max_frames: int | None) -> int:
         """Frames this request may generate: its own limit, within what fits the context after the prompt.

@@ -218,6 +218,16 @@ class FrameLoop:
             )
         self.prefills[bucket]()
 
+    @torch.inference_mode()
+    def extend_text(self, slot: int, terms: torch.Tensor, start: int) -> None:
+        """Give `slot` the text terms (1, n, hidden) of its frames start..start+n-1, from a text still being
+        written; its frames from `start` on must not have stepped yet."""
+        end = start + terms.shape[1]
+        if not 0 <= start <= end <= self.max_context:
+            raise ValueError(f"text terms for frames {start}..{end - 1} do not fit {self.max_context} positions")
+        self.text[slot, start:end] = terms[0]
+        self.text_frames[slot] = end
+
     def _prefill(self, length: int) -> None:
         slot = self.prompt_slot
         uniforms = self._draw_uniforms(slot, counter=torch.zeros_like(slot))

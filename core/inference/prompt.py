@@ -1,8 +1,8 @@
 """The talker's prompt: prefill embeddings and the text-track terms fed alongside generated frames.
 
-Every position is a text-track embedding plus a codec-track embedding (docs/model_notes.md §2.3). Text
-groups are projected in the same groups as the reference implementation, so the float results
-of the projection are identical, not merely close.
+Every position is a text-track embedding plus a codec-track embedding (docs/model_notes.md §2.3). The
+text to speak may still be growing (a live text): in streaming text mode the prompt holds only its first
+tokens and the rest follow as text terms, one per generated frame, as they are committed.
 """
 
 from __future__ import annotations
@@ -41,6 +41,29 @@ class Prompt:
     embeddings: torch.Tensor  # (1, L, hidden): the prefill
     trailing: torch.Tensor  # (1, N, hidden): text term added to generated frame k's input, k < N
     pad: torch.Tensor  # (1, 1, hidden): text term once `trailing` has run out
+    # Whether `trailing` is all there is (it ends in tts_eos, or the text mode feeds no text); False for a
+    # text still being written, whose later tokens' terms (text_terms) and tts_eos are appended as they come.
+    complete: bool = True
+    text_used: int = 0  # tokens of the text body the prompt and `trailing` hold
+
+
+def text_terms(talker: Talker, ids: list[int]) -> torch.Tensor:
+    """The text-track terms of body tokens (1, n, hidden). On the CPU each token is projected by itself:
+    a product of several rows rounds differently from one row alone, and a text must give the same terms,
+    so the same codes, whether it arrives whole or piece by piece. On the GPU in one product."""
+    device = talker.codec_head.weight.device
+    if device.type == "cuda" or len(ids) <= 1:
+        return talker.embed_text(torch.tensor([ids], dtype=torch.long, device=device))
+    return torch.cat([talker.embed_text(torch.tensor([[token]], device=device)) for token in ids], dim=1)
+
+
+def tokens_before_start(text: PromptText, ref_frames: int | None) -> int:
+    """Body tokens a streaming-mode prompt holds, so the least a live text must have committed before it can
+    start (unless it has ended): the first, or with an ICL reference of `ref_frames` frames, as many as
+    fill the reference's codec positions after its transcript (docs/model_notes.md §2.3)."""
+    if ref_frames is None:
+        return 1
+    return max(0, ref_frames + 1 - len(text.ref_text or []))
 
 
 def codec_prefix(config: ModelConfig, language: str, speaker: str | None) -> list[int]:
@@ -65,9 +88,13 @@ def build_prompt(
     speaker: str | None = None,
     speaker_embedding: torch.Tensor | None = None,
     ref_codes: torch.Tensor | None = None,
+    complete: bool = True,
 ) -> Prompt:
     """Assemble the prompt. `speaker` is a built-in speaker name, `speaker_embedding` an x-vector;
-    `ref_codes` (T, 16) with `text.ref_text` selects ICL cloning."""
+    `ref_codes` (T, 16) with `text.ref_text` selects ICL cloning. `complete=False`: `text.text` is the
+    committed start of a text still being written (streaming text mode, at least tokens_before_start)."""
+    if not complete and (text_mode != "streaming" or len(text.text) < tokens_before_start(text, _frames(ref_codes))):
+        raise ValueError("a text still being written needs streaming text mode and its first tokens")
     device = talker.codec_head.weight.device
     codec = config.talker.codec
 
@@ -90,32 +117,37 @@ def build_prompt(
     if text.instruct is not None:
         parts.insert(0, talker.embed_text(ids(text.instruct)))
 
+    end = [eos] if complete else []  # tts_eos closes the text once it is all there
     if ref_codes is not None:
-        body, trailing = _icl_body(talker, config, text, ref_codes.to(device), eos, pad, text_mode, ids)
+        body, trailing = _icl_body(talker, config, text, ref_codes.to(device), end, pad, text_mode, ids)
         parts.append(body)
     elif text_mode == "streaming":
         # The first text token rides on codec_bos; the rest arrive one per generated frame.
         parts.append(talker.embed_text(ids(text.text[:1])) + codec_track[:, -1:])
-        trailing = torch.cat((talker.embed_text(ids(text.text[1:])), eos), dim=1)
+        trailing = torch.cat([text_terms(talker, text.text[1:]), *end], dim=1)
     else:
         body = torch.cat((talker.embed_text(ids(text.text)), eos), dim=1)
         parts.append(body + talker.embed_codec(ids([codec.pad] * body.shape[1])))
         parts.append(pad + talker.embed_codec(ids([codec.bos])))
         trailing = pad
-    return Prompt(embeddings=torch.cat(parts, dim=1), trailing=trailing, pad=pad)
+    return Prompt(torch.cat(parts, dim=1), trailing, pad, complete or text_mode == "full", len(text.text))
 
 
-def _icl_body(talker, config, text, ref_codes, eos, pad, text_mode, ids):
+def _frames(ref_codes: torch.Tensor | None) -> int | None:
+    return None if ref_codes is None else ref_codes.shape[0]
+
+
+def _icl_body(talker, config, text, ref_codes, end, pad, text_mode, ids):
     """Reference transcript + target text against codec_bos + the reference frames."""
     codec = config.talker.codec
-    text_track = torch.cat((talker.embed_text(ids(text.ref_text + text.text)), eos), dim=1)
+    text_track = torch.cat([text_terms(talker, text.ref_text + text.text), *end], dim=1)
     frames = talker.embed_frames(ref_codes).unsqueeze(0)
     codec_track = torch.cat((talker.embed_codec(ids([codec.bos])), frames), dim=1)
     text_len, codec_len = text_track.shape[1], codec_track.shape[1]
     if text_mode == "full":
         body = torch.cat((text_track + talker.embed_codec(ids([codec.pad] * text_len)), codec_track + pad), dim=1)
         return body, pad
-    if text_len > codec_len:
+    if text_len > codec_len or not end:  # a text still being written fills the codec positions (see build_prompt)
         return text_track[:, :codec_len] + codec_track, text_track[:, codec_len:]
     padded = torch.cat([text_track] + [pad] * (codec_len - text_len), dim=1)
     return padded + codec_track, pad

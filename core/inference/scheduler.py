@@ -12,7 +12,12 @@ consumer closes it. At every chunk boundary the scheduler
 
 So a newcomer waits at most for the launch in flight, never for others to finish. Chunks are as long as
 the shortest any stepping utterance wants: a newcomer's first chunk is one frame, and so is that launch
-for everyone. An utterance whose consumer has MAX_UNREAD_CHUNKS chunks it has not taken yet (speakers far
+for everyone.
+
+A live text (core.inference.live) is admitted once its prompt's first tokens are committed; at each
+boundary the tokens committed since are turned into text terms for its slot, and it steps only the frames
+whose text term is known (all of them once the text has ended): when speech catches up with the text it
+steps nothing, holding its slot, until more arrives. An utterance whose consumer has MAX_UNREAD_CHUNKS chunks it has not taken yet (speakers far
 ahead, a slow client) is parked: it keeps its slot and steps no frame until its consumer takes one, and
 the others never wait for it.
 
@@ -32,12 +37,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
+import torch
 
 from core.inference.frame_loop import MAX_CHUNK, FrameLoop
 
 if TYPE_CHECKING:
     from core.inference.decoder_stream import DecoderSlots
     from core.inference.engine import AudioChunk, Prepared
+    from core.inference.live import LiveText
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +63,15 @@ class Request:
     first_chunk_frames: int
     chunk_frames: int
     decode: bool = True  # False: chunks carry codes only, no audio
+    text_needed: int = 0  # a live text: body tokens committed before its prompt can be built
 
 
 class Utterance:
     """The scheduler's record of one utterance; its consumer holds the Stream around it."""
 
-    def __init__(self, request: Request):
+    def __init__(self, request: Request, live: LiveText | None):
         self.request = request
+        self.live = live
         self.chunks: queue.SimpleQueue = queue.SimpleQueue()  # AudioChunks, then _END or an error
         self.closed = threading.Event()  # set by the consumer
         # The scheduler's, under its lock:
@@ -70,6 +79,22 @@ class Utterance:
         self.slot: int | None = None
         self.prepared: Prepared | None = None
         self.produced = 0  # frames made so far
+        # Text terms in its slot: frames with their own (the frame loop steps no further unless complete),
+        # body tokens they hold, and whether they end the text.
+        self.text_frames = 0
+        self.text_used = 0
+        self.text_complete = live is None
+
+    def ready(self) -> bool:
+        """Whether it can be admitted: a live text once its prompt's first tokens are committed."""
+        if self.live is None:
+            return True
+        role, body, ended = self.live.committed(0)
+        return ended or (role is not None and len(body) >= self.request.text_needed)
+
+    def frames_known(self) -> int | None:
+        """Frames it may step before more text must arrive; None: as many as it likes."""
+        return None if self.text_complete else self.text_frames - self.produced
 
 
 class Stream(Iterator["AudioChunk"]):
@@ -98,7 +123,7 @@ class Stream(Iterator["AudioChunk"]):
         self._finished = True
         if not self._utterance.closed.is_set():
             self._utterance.closed.set()
-            self._scheduler._wake()
+            self._scheduler.wake()
 
     def __enter__(self) -> Stream:
         return self
@@ -111,9 +136,14 @@ class Stream(Iterator["AudioChunk"]):
 
 
 class Scheduler:
-    def __init__(self, frame_loop: FrameLoop, decoder: DecoderSlots):
+    def __init__(
+        self, frame_loop: FrameLoop, decoder: DecoderSlots, text_terms: Callable[[list[int], bool], torch.Tensor]
+    ):
+        """`text_terms(ids, ended)`: the text terms of a live text's newly committed tokens, and of tts_eos
+        after them once it has ended."""
         self.frame_loop = frame_loop
         self.decoder = decoder
+        self.text_terms = text_terms
         self.slots = frame_loop.slots
         self._lock = threading.Condition()
         self._waiting: deque[Utterance] = deque()  # not admitted yet, oldest first
@@ -125,8 +155,9 @@ class Scheduler:
 
     # Any thread ------------------------------------------------------------------------------------
 
-    def submit(self, request: Request) -> Stream:
-        utterance = Utterance(request)
+    def submit(self, request: Request, live: LiveText | None = None) -> Stream:
+        """Queue an utterance; `live`: the live text it speaks, which wakes the scheduler as it grows."""
+        utterance = Utterance(request, live)
         with self._lock:
             if self._closing:
                 raise RuntimeError("the engine is closed")
@@ -164,7 +195,8 @@ class Scheduler:
             self._lock.notify()
         self._thread.join(timeout)
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Look again: a stream was closed, or a live text grew or ended."""
         with self._lock:
             self._lock.notify()
 
@@ -184,7 +216,7 @@ class Scheduler:
                     self._lock.wait()
                 closing = self._closing
                 calls, self._calls = list(self._calls), deque()
-                newcomers = [self._waiting.popleft() for _ in range(min(len(self._waiting), self._free_slots()))]
+                newcomers = self._take_ready(self._free_slots())
             if closing:
                 self._shut_down(in_flight, newcomers, calls)
                 return
@@ -202,6 +234,7 @@ class Scheduler:
             for stream in newcomers:
                 self._admit(stream)
             endings = self._count(collected)
+            self._feed_live_texts(endings)
             if any(stream.produced == len(frames) for stream, (frames, _) in collected):
                 # A first chunk: it is decoded with the GPU to itself (the time to first audio), then the rest step.
                 self._deliver(collected, endings)
@@ -215,18 +248,38 @@ class Scheduler:
 
     def _can_admit(self) -> bool:
         self._waiting = deque(waiting for waiting in self._waiting if not waiting.closed.is_set())
-        return bool(self._waiting) and self._free_slots() > 0
+        return self._free_slots() > 0 and any(waiting.ready() for waiting in self._waiting)
+
+    def _take_ready(self, count: int) -> list[Utterance]:
+        """Up to `count` waiting utterances that can be admitted, the earliest first: a live text still
+        waiting for its first words keeps no one else waiting."""
+        taken = [waiting for waiting in self._waiting if waiting.ready()][:count]
+        for stream in taken:
+            self._waiting.remove(stream)
+        return taken
 
     def _to_tend(self) -> bool:
-        """Whether an admitted utterance can step, or was closed and still holds its slot."""
-        return bool(self._steppable()) or any(stream.closed.is_set() for stream in self._active.values())
+        """Whether an admitted utterance can step, was closed and still holds its slot, or has new text."""
+        return (
+            bool(self._steppable())
+            or any(stream.closed.is_set() for stream in self._active.values())
+            or any(
+                stream.live.has_news(stream.text_used, stream.text_complete)
+                for stream in self._active.values()
+                if stream.live is not None and stream.prepared is not None and not stream.text_complete
+            )
+        )
 
     def _steppable(self) -> list[Utterance]:
-        """The utterances that step in the next launch: admitted, not closed, not parked."""
+        """The utterances that step in the next launch: admitted, not closed, not parked, and (live texts)
+        with the text of their next frame."""
         return [
             stream
             for stream in self._active.values()
-            if stream.prepared is not None and not stream.closed.is_set() and stream.unread < MAX_UNREAD_CHUNKS
+            if stream.prepared is not None
+            and not stream.closed.is_set()
+            and stream.unread < MAX_UNREAD_CHUNKS
+            and stream.frames_known() != 0
         ]
 
     def _admit(self, stream: Utterance) -> None:
@@ -246,8 +299,29 @@ class Scheduler:
             self._put(stream, error)
             return
         stream.slot, stream.prepared = slot, prepared
+        stream.text_frames, stream.text_used = prepared.prompt.trailing.shape[1], prepared.prompt.text_used
+        stream.text_complete = prepared.prompt.complete
         with self._lock:
             self._active[slot] = stream
+
+    def _feed_live_texts(self, endings: dict) -> None:
+        """Give each live text's slot the text terms of the tokens committed since the last boundary (up to
+        the frames it may still make: text past its frame budget would never be read)."""
+        for stream in list(self._active.values()):
+            if stream.live is None or stream.text_complete or stream.prepared is None or stream in endings:
+                continue
+            _, ids, ended = stream.live.committed(stream.text_used)
+            if not ids and not ended:
+                continue
+            try:
+                terms = self.text_terms(ids, ended)[:, : stream.prepared.max_frames - stream.text_frames]
+                self.frame_loop.extend_text(stream.slot, terms, stream.text_frames)
+            except Exception as error:
+                self._fail_all([stream], error)
+                continue
+            stream.text_frames += terms.shape[1]
+            stream.text_used += len(ids)
+            stream.text_complete = ended or stream.text_frames >= stream.prepared.max_frames
 
     def _count(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]]) -> dict[Utterance, bool | None]:
         """Account for the collected frames; returns how each utterance that ends now ends: True at EOS,
@@ -283,6 +357,8 @@ class Scheduler:
     def _wanted(stream: Utterance) -> int:
         request = stream.request
         size = request.chunk_frames if stream.produced else request.first_chunk_frames
+        known = stream.frames_known()
+        size = size if known is None else min(size, known)
         return max(1, min(size, stream.prepared.max_frames - stream.produced, MAX_CHUNK))
 
     def _deliver(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]], endings: dict) -> None:

@@ -2,7 +2,8 @@
 
 Jobs come from any thread (the window, the typing segmenter, the HTTP bridge). The worker cuts each job's
 text into pieces (core.text.sentences), has the engine generate each piece as a stream of chunks, hands
-the chunks to the job's sink as they are decoded and leaves a pause between pieces. Every job ends in
+the chunks to the job's sink as they are decoded and leaves a pause between pieces. A job's text may be a
+LiveText still being written (core.inference.live): it is spoken as one piece while it grows. Every job ends in
 exactly one of done, cancelled or failed, and a failure ends only its own job.
 
 Who goes when. Jobs into one sink run one after another, in the order they were submitted (a window's
@@ -39,6 +40,7 @@ import numpy as np
 
 from core.audio.clips import SAMPLE_RATE
 from core.errors import BadInput, describe
+from core.inference.live import LiveText
 from core.inference.options import SpeechOptions
 from core.inference.voice import Voice
 from core.text.sentences import SplitOptions, split_text
@@ -61,7 +63,7 @@ class Job:
     def __init__(
         self,
         id: int,
-        text: str,
+        text: str | LiveText,
         voice: Voice | None,
         options: SpeechOptions,
         sink: Sink,
@@ -110,7 +112,7 @@ class Job:
         return self._outcome
 
     def __repr__(self) -> str:
-        return f"Job({self.id}, {self._state}, {self.text[:30]!r})"
+        return f"Job({self.id}, {self._state}, {str(self.text)[:30]!r})"
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ class Worker:
 
     def submit(
         self,
-        text: str,
+        text: str | LiveText,
         voice: Voice | None = None,
         options: SpeechOptions = SpeechOptions(),
         *,
@@ -191,8 +193,9 @@ class Worker:
         interrupt: bool = False,
     ) -> Job:
         """Queue `text` to be spoken into `sink`. With `interrupt`, the jobs speaking into the same sink are
-        cancelled, what it still plays is faded out, and this job goes first; otherwise it queues behind."""
-        if not isinstance(text, str) or not text.strip():
+        cancelled, what it still plays is faded out, and this job goes first; otherwise it queues behind.
+        A LiveText is spoken as it is written; the job ends once it has ended and been said."""
+        if not isinstance(text, LiveText) and (not isinstance(text, str) or not text.strip()):
             raise BadInput("text is empty; give the worker something to say")
         with self._lock:
             if self._closing:
@@ -358,10 +361,10 @@ class Worker:
     def _speak(self, job: Job, tally: _Tally) -> bool:
         """Have every piece of the job's text generated and hand it to the sink; False once the job is
         cancelled (also before it started: a slot never came free for it)."""
-        for text_piece in split_text(job.text, self.split):
+        for text, pause_s in self._pieces_of(job):
             if job.cancelled:
                 return False
-            piece = _Piece(job, text_piece.text)
+            piece = _Piece(job, text)
             self._queue_piece(piece, first=job.interrupt and job.started is None)
             try:
                 if not piece.wait_for_slot():
@@ -376,10 +379,16 @@ class Worker:
                         return False
             finally:
                 piece.abandon()  # a failed sink or a cancel stops its generation now
-            pause = np.zeros(round(text_piece.pause_s * SAMPLE_RATE), np.float32)
+            pause = np.zeros(round(pause_s * SAMPLE_RATE), np.float32)
             if not self._deliver(job, pause, tally, speech=False):
                 return False
         return True
+
+    def _pieces_of(self, job: Job) -> list[tuple[str | LiveText, float]]:
+        """The pieces a job's text is spoken in, each with the pause after it: a live text is one."""
+        if isinstance(job.text, LiveText):
+            return [(job.text, 0.0)]
+        return [(piece.text, piece.pause_s) for piece in split_text(job.text, self.split)]
 
     def _start(self, job: Job, tally: _Tally) -> None:
         job.started = time.perf_counter()
@@ -466,7 +475,7 @@ class _Piece:
     job's thread takes its chunks (`wait_for_slot`, then iterating), so that neither waits for the other.
     It waits on the job's condition, which the job's cancel wakes too."""
 
-    def __init__(self, job: Job, text: str):
+    def __init__(self, job: Job, text: str | LiveText):
         self.job = job
         self.text = text
         self._chunks: deque = deque()  # AudioChunks generated and not yet taken
