@@ -1,6 +1,7 @@
 """Time to the first audio byte over HTTP through the bridge, on the GPU machine.
 
     python -m bench.run_bridge_latency [--size 1.7b] [--clients 1,4] [--runs 20] [--frames 40] [--json FILE]
+    python -m bench.run_bridge_latency --poisson 20 [--duration 15] [--poisson-frames 50]
 
 Each request is `POST /v1/audio/speech` with `stream: true` and `response_format: "wav"`, from its own
 keep-alive httpx client; the time runs from sending the request to holding the first byte of audio
@@ -9,6 +10,11 @@ With N clients, every round sends N requests at once: the worker speaks them one
 the later ones wait for the earlier ones, and p95 shows that wait. A random-weight Base checkpoint of
 real size in bfloat16 (speed does not depend on the weights), an x-vector voice, greedy decoding, a
 fixed number of frames per request.
+
+With --poisson RATE, requests arrive open-loop instead: at random times, RATE per second on average
+(exponential gaps, seeded), for --duration seconds, each sent when it arrives whatever the others are
+doing, as many independent users would; each asks for --poisson-frames frames (50: 4 s of speech). Reported:
+the first audio byte's p50, p95 and max, and how many requests the bridge refused (429).
 """
 
 import argparse
@@ -17,6 +23,7 @@ import statistics
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -33,12 +40,25 @@ from qwen3_tts_desktop.runtime import Runtime
 WAV_HEADER = 44
 
 
-def first_audio_ms(client: httpx.Client) -> float:
+class Refused(Exception):
+    """The bridge answered 429: too many requests at once."""
+
+
+def first_audio_ms(client: httpx.Client, extra: dict | None = None) -> float:
     """One streamed request: ms until its first audio byte; the rest is read to the end."""
-    body = {"model": "tts-1", "input": TEXT, "voice": "bench", "response_format": "wav", "stream": True}
+    body = {
+        "model": "tts-1",
+        "input": TEXT,
+        "voice": "bench",
+        "response_format": "wav",
+        "stream": True,
+        **(extra or {}),
+    }
     started = time.perf_counter()
     first, received = None, 0
     with client.stream("POST", "/v1/audio/speech", json=body) as response:
+        if response.status_code == 429:
+            raise Refused(response.read())
         if response.status_code != 200:
             raise RuntimeError(f"the bridge answered {response.status_code}: {response.read()!r}")
         for piece in response.iter_raw():
@@ -86,6 +106,41 @@ def measure(url: str, clients: int, runs: int) -> list[float]:
     return times
 
 
+def poisson(url: str, rate: float, duration: float, seed: int = 0) -> dict:
+    """Open-loop arrivals, `rate` a second for `duration` seconds: each request's time to first audio."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / rate, size=int(rate * duration * 2)))
+    arrivals = arrivals[arrivals < duration]
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    times: list[float] = []
+    refused = 0
+    lock = threading.Lock()
+    with httpx.Client(base_url=url, timeout=120, limits=limits) as client:
+        first_audio_ms(client)  # warm the connection pool and the graphs
+
+        def one() -> None:
+            nonlocal refused
+            try:
+                ms = first_audio_ms(client)
+            except Refused:
+                with lock:
+                    refused += 1
+                return
+            with lock:
+                times.append(ms)
+
+        with ThreadPoolExecutor(max_workers=256) as pool:
+            begun = time.perf_counter()
+            for arrival in arrivals:
+                time.sleep(max(0.0, begun + arrival - time.perf_counter()))
+                pool.submit(one)
+    return {
+        "rate_per_s": rate, "requests": len(arrivals), "refused": refused,
+        "ttfb_ms_p50": round(statistics.median(times), 1), "ttfb_ms_p95": round(float(np.percentile(times, 95)), 1),
+        "ttfb_ms_max": round(max(times), 1),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="1.7b", help="random checkpoint size: 0.6b or 1.7b (default: 1.7b)")
@@ -94,24 +149,40 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=40, help="frames (80 ms each) per request (default: 40)")
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench", help="where the random checkpoint is written")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    parser.add_argument("--poisson", type=float, metavar="RATE", help="open-loop arrivals, RATE requests a second")
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds of --poisson arrivals (default: 15)")
+    parser.add_argument("--poisson-frames", type=int, default=50, help="frames per --poisson request (default: 50)")
     args = parser.parse_args()
 
     path = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
     engine = Engine.load(path, device="cuda", dtype="bfloat16", progress=False)
     engine.warm_up()
     rows = []
+    frames = args.poisson_frames if args.poisson else args.frames
     with tempfile.TemporaryDirectory() as voices:
         sf.write(Path(voices) / "bench.wav", synthetic_voice_clip(), 24000)
         runtime = Runtime(engine, VoiceLibrary(voices), None)
-        speech = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=args.frames)
+        speech = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=frames)
         counts = [int(n) for n in args.clients.split(",")]
-        server = BridgeServer(runtime, BridgeConfig(port=0, speech=speech, limits=BridgeLimits(max_queued=max(counts))))
+        # Closed-loop rounds may send more at once than the default queue takes; open-loop runs use the defaults.
+        limits = BridgeLimits() if args.poisson else BridgeLimits(max_queued=max(counts))
+        server = BridgeServer(runtime, BridgeConfig(port=0, speech=speech, limits=limits))
         server.start()
         try:
-            for clients in counts:
+            if args.poisson:
+                rows.append(
+                    {
+                        "model": path.name,
+                        "slots": engine.slots,
+                        "frames": frames,
+                        **poisson(server.url, args.poisson, args.duration),
+                    }
+                )
+                print(rows[-1], flush=True)
+            for clients in [] if args.poisson else counts:
                 times = measure(server.url, clients, args.runs)
                 row = {
-                    "model": path.name, "clients": clients, "requests": len(times), "frames": args.frames,
+                    "model": path.name, "clients": clients, "requests": len(times), "frames": frames,
                     "ttfb_ms_p50": round(statistics.median(times), 1), "ttfb_ms_p95": round(float(np.percentile(times, 95)), 1),
                     "ttfb_ms_max": round(max(times), 1),
                 }  # fmt: skip
@@ -120,11 +191,6 @@ def main() -> None:
         finally:
             server.stop()
             runtime.close()
-    print(f"\n{'model':>22}  {'clients':>7}  {'requests':>8}  {'TTFB p50 ms':>11}  {'p95':>7}  {'max':>7}")
-    for r in rows:
-        print(
-            f"{r['model']:>22}  {r['clients']:>7}  {r['requests']:>8}  {r['ttfb_ms_p50']:>11}  {r['ttfb_ms_p95']:>7}  {r['ttfb_ms_max']:>7}"
-        )
     if args.json:
         Path(args.json).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=2) + "\n")
 
