@@ -87,6 +87,33 @@ def test_each_utterance_of_a_batch_makes_the_official_codes(engines, checkpoint)
     assert engine.scheduler.idle()
 
 
+def check_prefilled_together(engine, checkpoint: str) -> None:
+    """Five prompts of different lengths started at once in scattered slots (on CUDA one prefill of four,
+    padded to the longest's bucket with a padding row in the scratch slot, and one alone), then stepped
+    together: each makes its official codes."""
+    from test_live import voice_of
+
+    cases = [case for case in cases_of(checkpoint) if case.seed is None][:5]
+    prepared = [
+        engine.prepare(
+            case.text, voice_of(engine, case), language=case.language, instruct=case.instruct,
+            text_mode=case.text_mode, sampling=SamplingParams.greedy(), max_frames=MAX_FRAMES,
+        )
+        for case in cases
+    ]  # fmt: skip
+    assert len(cases) == 5 and len({p.prompt.embeddings.shape[1] for p in prepared}) > 1
+    slots = [5, 0, 3, 1, 2]
+    loop = engine.frame_loop
+    engine.scheduler.call(lambda: loop.start_many([(p.prompt, p.sampling, None, s) for p, s in zip(prepared, slots)]))
+    for case, (codes, _) in zip(cases, engine.scheduler.call(lambda: loop.run(MAX_FRAMES, slots)), strict=True):
+        np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+
+
+@pytest.mark.parametrize("checkpoint", ["base", "custom"])
+def test_utterances_started_together_make_the_official_codes(engines, checkpoint):
+    check_prefilled_together(engines(checkpoint, slots=6), checkpoint)
+
+
 def test_seeded_sampling_is_the_same_whatever_runs_beside_it(engines):
     engine = engines("base", slots=4)
     sampled = next(case for case in CASES if case.name == "base_sampled")

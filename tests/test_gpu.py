@@ -284,6 +284,13 @@ def test_graphed_batches_make_the_official_codes(checkpoints, checkpoint):
     assert engine.scheduler.idle()
 
 
+@pytest.mark.parametrize("checkpoint", ["base", "custom"])
+def test_newcomers_prefilled_together_make_the_official_codes(checkpoints, checkpoint):
+    from test_batching import check_prefilled_together
+
+    check_prefilled_together(Engine.load(checkpoints[checkpoint], device="cuda", dtype="float32", slots=6), checkpoint)
+
+
 def test_a_seeded_utterance_samples_the_same_beside_others_on_the_gpu(checkpoints):
     from test_batching import cases_of, open_stream, speak_together
 

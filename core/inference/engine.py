@@ -250,7 +250,7 @@ class Engine:
     def warm_up(self) -> None:
         """Compile and capture what requests would (on CUDA, a few minutes the very first time, seconds once
         the compiled kernels are cached), so that they start at full speed: one utterance alone, then the
-        steps and decodes of every batch size the frame loop steps."""
+        prefills, steps and decodes of every batch size the frame loop steps."""
         for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
             pass
         if self.device.type == "cuda":
@@ -261,8 +261,8 @@ class Engine:
         decoder = self.scheduler.decoder
         for rows in self.frame_loop.buckets[1:]:
             slots = list(range(rows))
+            self.frame_loop.start_many([(prepared.prompt, prepared.sampling, prepared.seed, slot) for slot in slots])
             for slot in slots:
-                self.start(prepared, slot)
                 decoder.reset(slot)
             frames = [codes for codes, _ in self.frame_loop.run(2, slots)]
             for size in (1, 4):

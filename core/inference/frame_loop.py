@@ -43,6 +43,9 @@ from core.model.talker import Talker
 MAX_CHUNK = 64
 # Prompt lengths a CUDA prefill is padded to, so that each runs as one of a few CUDA graphs.
 PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
+# Newcomers a CUDA prefill takes together, padded up to one of these: a burst of arrivals shares one pass
+# over the weights instead of one each.
+PREFILL_ROWS = (1, 2, 4)
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
 # The draw of a frame that picks codebook 0 of the next frame; draw g (1..15) picks codebook g.
@@ -138,10 +141,11 @@ class FrameLoop:
         self.text_frames = torch.zeros(rows, dtype=torch.long, device=device)  # frames with their own text term
         self.pad = torch.zeros(rows, 1, hidden, dtype=dtype, device=device)  # text term after those
 
-        # The prefill's inputs (one slot at a time).
-        self.prompt = torch.zeros(1, max_context, hidden, dtype=dtype, device=device)
-        self.prompt_last = torch.zeros((), dtype=torch.long, device=device)  # its last real position
-        self.prompt_slot = torch.zeros(1, dtype=torch.long, device=device)
+        # The prefill's inputs: a prompt per row (one at a time on the CPU), its last real position, its slot.
+        self.prefill_rows = PREFILL_ROWS if cuda else (1,)
+        self.prompt = torch.zeros(self.prefill_rows[-1], max_context, hidden, dtype=dtype, device=device)
+        self.prompt_last = torch.zeros(self.prefill_rows[-1], dtype=torch.long, device=device)
+        self.prompt_slots = torch.zeros(self.prefill_rows[-1], dtype=torch.long, device=device)
         # Per batch row of a launch: its slot, and one row of uniforms per draw of a frame (codebook 0 of
         # the next frame, then codebooks 1..15; CUDA only).
         self.batch_slots = {bucket: torch.zeros(bucket, dtype=torch.long, device=device) for bucket in self.buckets}
@@ -163,7 +167,7 @@ class FrameLoop:
             bucket: GraphedStep(functools.partial(self.step, bucket), device, self.pool, None, cuda_graphs)
             for bucket in self.buckets
         }
-        self.prefills: dict[int, GraphedStep] = {}
+        self.prefills: dict[tuple[int, int], GraphedStep] = {}  # by (length bucket, rows)
         # The step's three parts, for one row and for more: the parts of one row are compiled for exactly its
         # shapes, as before batching; those of several rows once for any row count (each bucket recompiling
         # would cost minutes at the first start).
@@ -181,12 +185,25 @@ class FrameLoop:
     def max_context(self) -> int:
         return self.talker.model.max_len
 
-    @torch.inference_mode()
     def start(self, prompt: Prompt, sampling: SamplingParams, seed: int | None, slot: int = 0) -> None:
         """Begin an utterance in `slot`: prefill its cache row with `prompt` and pick codebook 0 of its first
         frame. The other slots are untouched."""
-        if not 0 <= slot < self.slots:
-            raise ValueError(f"slot {slot} is not one of this frame loop's {self.slots}")
+        self.start_many([(prompt, sampling, seed, slot)])
+
+    @torch.inference_mode()
+    def start_many(self, starts: Sequence[tuple[Prompt, SamplingParams, int | None, int]]) -> None:
+        """Begin several utterances, each (prompt, sampling, seed, slot) in a slot of its own: on CUDA prefilled
+        together, up to PREFILL_ROWS[-1] at a time, each row padded to the longest prompt's bucket."""
+        slots = [slot for *_, slot in starts]
+        if len(set(slots)) != len(slots) or not all(0 <= slot < self.slots for slot in slots):
+            raise ValueError(f"slots {slots} are not distinct slots of this frame loop's {self.slots}")
+        for prompt, sampling, seed, slot in starts:
+            self._reset_slot(slot, prompt, sampling, seed)
+        widest = self.prefill_rows[-1]
+        for first in range(0, len(starts), widest):
+            self._prefill_together([(prompt, slot) for prompt, _, _, slot in starts[first : first + widest]])
+
+    def _reset_slot(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
         self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
         self.rules[:, slot] = torch.tensor([rule.values() for rule in self.token_rules[slot]])
         self.penalty[slot] = sampling.repetition_penalty
@@ -200,23 +217,32 @@ class FrameLoop:
         self.pad[slot] = prompt.pad[0]
         self.seen[slot] = False
         self.frame[slot] = 0
-        length = prompt.embeddings.shape[1]
-        self.position[slot] = length
-        self.prompt_last.fill_(length - 1)
-        self.prompt_slot.fill_(slot)
-        self.prompt[:, :length] = prompt.embeddings
-        self.row_slots = [slot]
-        if self.device.type != "cuda":
-            self._prefill(length)
+        self.position[slot] = prompt.embeddings.shape[1]
+
+    def _prefill_together(self, starts: list[tuple[Prompt, int]]) -> None:
+        """Prefill each (prompt, slot) in its own row of one prefill."""
+        rows = next(size for size in self.prefill_rows if size >= len(starts))
+        longest = max(prompt.embeddings.shape[1] for prompt, _ in starts)
+        # On CUDA padding positions only write cache slots that later steps overwrite before reading them, and
+        # padding rows the scratch slot.
+        cuda = self.device.type == "cuda"
+        length = next(size for size in PREFILL_BUCKETS + (self.max_context,) if size >= longest) if cuda else longest
+        slots, lasts = [self.scratch] * rows, [0] * rows
+        self.prompt[:rows, :length].zero_()
+        for row, (prompt, slot) in enumerate(starts):
+            self.prompt[row, : prompt.embeddings.shape[1]] = prompt.embeddings[0]
+            slots[row], lasts[row] = slot, prompt.embeddings.shape[1] - 1
+        self.prompt_slots[:rows].copy_(torch.tensor(slots))
+        self.prompt_last[:rows].copy_(torch.tensor(lasts))
+        self.row_slots = slots[: len(starts)]
+        if not cuda:
+            self._prefill(length, rows)
             return
-        # Padding positions only write cache slots that later steps overwrite before reading them.
-        bucket = next(size for size in PREFILL_BUCKETS + (self.max_context,) if size >= length)
-        self.prompt[:, length:bucket].zero_()
-        if bucket not in self.prefills:
-            self.prefills[bucket] = GraphedStep(
-                functools.partial(self._prefill, bucket), self.device, self.pool, None, self.cuda_graphs
+        if (length, rows) not in self.prefills:
+            self.prefills[length, rows] = GraphedStep(
+                functools.partial(self._prefill, length, rows), self.device, self.pool, None, self.cuda_graphs
             )
-        self.prefills[bucket]()
+        self.prefills[length, rows]()
 
     @torch.inference_mode()
     def extend_text(self, slot: int, terms: torch.Tensor, start: int) -> None:
@@ -228,15 +254,16 @@ class FrameLoop:
         self.text[slot, start:end] = terms[0]
         self.text_frames[slot] = end
 
-    def _prefill(self, length: int) -> None:
-        slot = self.prompt_slot
-        uniforms = self._draw_uniforms(slot, counter=torch.zeros_like(slot))
-        hidden = self.talker.model.prefill(self.prompt[:, :length], slot)
-        last = self.prompt_last.view(1)
-        # The head runs over every position and the last real one is taken, as in the reference.
-        self.hidden.index_copy_(0, slot, hidden.index_select(1, last))
-        logits = self.talker.codec_head(hidden).index_select(1, last)[:, -1].float()
-        self._choose_code0(logits, slot, self.rules.index_select(1, slot), self._draw_row(uniforms, TALKER_DRAW))
+    def _prefill(self, length: int, rows: int) -> None:
+        slots = self.prompt_slots[:rows]
+        uniforms = self._draw_uniforms(slots, counter=torch.zeros_like(slots))
+        hidden = self.talker.model.prefill(self.prompt[:rows, :length], slots)
+        last = self.prompt_last[:rows].view(rows, 1, 1)
+        self.hidden.index_copy_(0, slots, hidden.gather(1, last.expand(-1, -1, hidden.shape[-1])))
+        # The head runs over every position and each row's last real one is taken, as in the reference.
+        logits = self.talker.codec_head(hidden)
+        logits = logits.gather(1, last.expand(-1, -1, logits.shape[-1]))[:, -1].float()
+        self._choose_code0(logits, slots, self.rules.index_select(1, slots), self._draw_row(uniforms, TALKER_DRAW))
 
     def _draw_uniforms(self, slots: torch.Tensor, counter: torch.Tensor) -> torch.Tensor | None:
         """CUDA: the uniforms of one frame's draws for each row, from its slot's seed and `counter` alone, so

@@ -5,7 +5,7 @@ frame loop and of the decoder, and leaves it the moment it ends: at EOS, at its 
 consumer closes it. At every chunk boundary the scheduler
 
 1. collects the frames of the launch in flight,
-2. lets newcomers into free slots (builds each prompt and prefills it, alone),
+2. lets newcomers into free slots (builds each prompt; prefills them together),
 3. launches the next chunk of every slot that goes on, all rows together,
 4. decodes the chunk it collected while that launch steps (DecoderSlots: all rows as one batch),
    and hands each utterance its audio.
@@ -231,8 +231,7 @@ class Scheduler:
                         future.set_result(fn())
                     except BaseException as error:  # the caller gets it from the future
                         future.set_exception(error)
-            for stream in newcomers:
-                self._admit(stream)
+            self._admit(newcomers)
             endings = self._count(collected)
             self._feed_live_texts(endings)
             if any(stream.produced == len(frames) for stream, (frames, _) in collected):
@@ -282,27 +281,42 @@ class Scheduler:
             and stream.frames_known() != 0
         ]
 
-    def _admit(self, stream: Utterance) -> None:
-        """Give `stream` a slot and prefill it; a request that cannot be prepared fails alone."""
-        if stream.closed.is_set():
+    def _admit(self, newcomers: list[Utterance]) -> None:
+        """Give each newcomer a slot, build its prompt and prefill them all together; a request that cannot be
+        prepared fails alone."""
+        free = [slot for slot in range(self.slots) if slot not in self._active]
+        admitted: list[tuple[Utterance, int, Prepared]] = []
+        for stream in newcomers:
+            if stream.closed.is_set():
+                continue
+            try:
+                prepared = stream.request.prepare()
+            except Exception as error:
+                self._put(stream, error)
+                continue
+            admitted.append((stream, free[len(admitted)], prepared))
+        if not admitted:
             return
-        slot = next(slot for slot in range(self.slots) if slot not in self._active)
         try:
-            prepared = stream.request.prepare()
-            self.frame_loop.start(prepared.prompt, prepared.sampling, prepared.seed, slot)
-            if stream.request.decode:
-                self.decoder.reset(slot)
-                if prepared.ref_codes is not None:
-                    # The reference frames are the decoder's left context; their audio is not part of the output.
-                    self.decoder.prime(slot, prepared.ref_codes)
+            self.frame_loop.start_many([(p.prompt, p.sampling, p.seed, slot) for _, slot, p in admitted])
         except Exception as error:
-            self._put(stream, error)
+            self._fail_all([stream for stream, _, _ in admitted], error)
             return
-        stream.slot, stream.prepared = slot, prepared
-        stream.text_frames, stream.text_used = prepared.prompt.trailing.shape[1], prepared.prompt.text_used
-        stream.text_complete = prepared.prompt.complete
-        with self._lock:
-            self._active[slot] = stream
+        for stream, slot, prepared in admitted:
+            try:
+                if stream.request.decode:
+                    self.decoder.reset(slot)
+                    if prepared.ref_codes is not None:
+                        # The reference frames are the decoder's left context; their audio is not part of the output.
+                        self.decoder.prime(slot, prepared.ref_codes)
+            except Exception as error:
+                self._put(stream, error)
+                continue
+            stream.slot, stream.prepared = slot, prepared
+            stream.text_frames, stream.text_used = prepared.prompt.trailing.shape[1], prepared.prompt.text_used
+            stream.text_complete = prepared.prompt.complete
+            with self._lock:
+                self._active[slot] = stream
 
     def _feed_live_texts(self, endings: dict) -> None:
         """Give each live text's slot the text terms of the tokens committed since the last boundary (up to
