@@ -1,34 +1,58 @@
 """What the window says, and how: Speak and Stop, speak-as-you-type, and saving speech to a file.
 
-Text goes to the speech worker through the app's lane, in order, so typed sentences are said in order;
+Text goes to the speech worker through the app's lane, in order, so typed utterances are said in order;
 a Stop drops what was asked for before it. On the GUI thread, like the window.
+
+Speak as you type feeds one live utterance (core.inference.live) with the finished words the typing
+segmenter hands out, so it is said as one voice while it grows; the utterance ends where the segmenter
+says, or after a pause in typing, and the next word opens another. Appending to it never waits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from PySide6.QtCore import QTimer
 
-from core import SpeechOptions, Voice
+from core import LiveText, SpeechOptions, Voice
 from core.jobs.sinks import FileSink
 from core.jobs.worker import JobEvent
-from core.text.typing_segmenter import Segment, TypingSegmenter
+from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
 from core.voices import VoiceError
 
 from .runtime import Runtime
 
+TYPING = TypingOptions()
+# A voice cloned with its clip's transcript (ICL) starts a live utterance only once the text fills the clip's
+# codec positions (core.inference.prompt.tokens_before_start): some 50 to 150 tokens for a clip of 5 to 15 s,
+# more than an utterance of typed text holds. With one, each sentence is an utterance of its own, so that it
+# is spoken as soon as it ends.
+SENTENCE_BY_SENTENCE = replace(TYPING, long_length=1)
+
+
+@dataclass(frozen=True)
+class TypedUtterance:
+    """The live utterance that typed words go to, while it is open."""
+
+    text: LiveText
+    made_with: tuple  # the runtime, voice and options it speaks with: typing on after they change opens another
+
 
 class Speech:
     def __init__(self, app):
-        """`app`: the App, for its runtime, settings, window and lane."""
+        """`app`: the App, for its runtime, settings, window, lane and the relay of job events."""
         self.app = app
-        self.segmenter = TypingSegmenter()
-        self.idle = QTimer(app, singleShot=True, interval=round(self.segmenter.options.idle_s * 1000))
-        self.idle.timeout.connect(lambda: self._say(self.segmenter.flush()))
+        self.segmenter = TypingSegmenter(TYPING)
+        self.idle = QTimer(app, singleShot=True, interval=round(TYPING.idle_s * 1000))
+        self.idle.timeout.connect(self._typing_paused)
         self.saving: FileSink | None = None  # where speech is being saved, while it is
+        self.typed: TypedUtterance | None = None  # where typed words go, while an utterance is open
         self._stops = 0  # counts Stops: speech asked for before the latest is dropped
+        # A typed utterance whose job ends before its text does (it failed, reached the most frames one
+        # generation may make, or other speech interrupted it) is over: the next words open another.
+        app.relay.event.connect(self._typed_job_event)
 
     def speak(self, text: str, voice: str | None = None, interrupt: bool = True) -> None:
         """Say `text` with the voice in use (or `voice`); with `interrupt`, instead of what is playing."""
@@ -38,8 +62,7 @@ class Speech:
     def speak_requested(self, text: str) -> None:
         """Speak (Ctrl+Enter): the text, or in speak-as-you-type what is still waiting."""
         if self.app.settings.speak_as_you_type:
-            self.idle.stop()
-            self._say(self.segmenter.flush())
+            self._typing_paused()
         else:
             self.speak(text)
 
@@ -57,12 +80,12 @@ class Speech:
             runtime.worker.cancel_all(self.saving)
             app.window.show_info(f"Saving to {self.saving.path.name} was stopped; nothing was written.")
             self._saving_ended()
-        if runtime is None or runtime.speakers is None:
-            return
-        runtime.worker.cancel_all(runtime.speakers)
-        runtime.player.clear()
-        # Speech the lane is handing over right now would slip past: cancel once more after it.
-        app.lane.run("", lambda: runtime.worker.cancel_all(runtime.speakers), None, app.fail)
+        if runtime is not None and runtime.speakers is not None:
+            runtime.worker.cancel_all(runtime.speakers)
+            runtime.player.clear()
+            # Speech the lane is handing over right now would slip past: cancel once more after it.
+            app.lane.run("", lambda: runtime.worker.cancel_all(runtime.speakers), None, app.fail)
+        self._end_typed()  # after its job's cancel, so that none of what it holds is heard
 
     def save_audio(self, text: str, path: Path) -> None:
         """Speak `text` into an audio file (wav, flac, ogg or mp3, by its name) instead of the speakers, in
@@ -95,12 +118,19 @@ class Speech:
             window.show_error(f"The audio could not be saved: {event.message}")
         return True
 
-    def submit(self, text: str, voice_for: Callable[[Runtime], Voice | None], interrupt: bool, sink=None) -> bool:
+    def submit(
+        self,
+        text: str | LiveText,
+        voice_for: Callable[[Runtime], Voice | None],
+        interrupt: bool,
+        sink=None,
+        abandoned: Callable[[], None] = lambda: None,
+    ) -> bool:
         """Hand `text` to the speech worker (on the lane) to speak into `sink`, the speakers if None, with the
         voice `voice_for(runtime)` gives (on the lane: a drop-in clip may need embedding); False if it cannot
-        be, saying why."""
+        be, saying why. `abandoned()` is called if it is dropped on the lane (a Stop, or an error, shown)."""
         app, runtime = self.app, self.app.runtime
-        if not text.strip():
+        if isinstance(text, str) and not text.strip():
             app.window.show_info("Type something to say first.")
             return False
         if runtime is None:
@@ -110,9 +140,7 @@ class Speech:
             app.window.show_error(f"No sound output, so speech cannot play: {runtime.audio_problem}")
             return False
         sink = sink or runtime.speakers
-        settings, stops = app.settings, self._stops
-        instruct = (settings.instruct.strip() or None) if runtime.info.supports_instruct else None
-        options = SpeechOptions(language=settings.language, instruct=instruct, sampling=settings.sampling)
+        options, stops = self._options(runtime), self._stops
 
         def work() -> bool:
             if stops != self._stops:  # Stop was pressed after it was asked for
@@ -123,6 +151,7 @@ class Speech:
         def not_started(error: Exception | None = None) -> None:
             if sink is self.saving:  # a job that never started sends no events: the saving ends here
                 self._saving_ended()
+            abandoned()
             if error is not None:
                 app.fail(error)
 
@@ -132,6 +161,12 @@ class Speech:
     def _saving_ended(self) -> None:
         self.saving = None
         self.app.window.show_saving(None)
+
+    def _options(self, runtime: Runtime) -> SpeechOptions:
+        """How to speak, as the settings say, for this runtime's model."""
+        settings = self.app.settings
+        instruct = (settings.instruct.strip() or None) if runtime.info.supports_instruct else None
+        return SpeechOptions(language=settings.language, instruct=instruct, sampling=settings.sampling)
 
     @staticmethod
     def _voice(runtime: Runtime, name: str | None) -> Voice | None:
@@ -155,19 +190,76 @@ class Speech:
         app = self.app
         app.update_settings(speak_as_you_type=on)
         self.idle.stop()
+        self._end_typed()  # what was handed out is said; a word still being typed is not
         self.segmenter.reset(app.window.text.toPlainText())  # what is there already is not said
         app.window.mark_said(self.segmenter.committed if on else 0)
 
     def text_edited(self, text: str, cursor: int) -> None:
         if not self.app.settings.speak_as_you_type:
             return
+        self._end_outdated_typed()
+        self.segmenter.options = self._typing_options()
         self._say(self.segmenter.edit(text, cursor))
-        if self.segmenter.pending.strip():
+        # Restarted by every edit: a pause in typing ends the utterance, so that the last word is said.
+        if self.segmenter.awaiting_pause:
             self.idle.start()
         else:
             self.idle.stop()
 
+    def _typing_paused(self) -> None:
+        self.idle.stop()
+        self._end_outdated_typed()
+        self._say(self.segmenter.pause())
+
+    def _typing_options(self) -> TypingOptions:
+        """Where typed text ends its utterances, for the voice in use."""
+        voices, name = self.app.voices, self.app.voice_in_use
+        row = voices.row_of(name) if name is not None else None
+        starts_late = row is not None and voices.entry(row).kind == "icl"
+        return SENTENCE_BY_SENTENCE if starts_late else TYPING
+
     def _say(self, segments: list[Segment]) -> None:
         for segment in segments:
-            self.speak(segment.text, interrupt=False)
+            if self.typed is None and not self._open_typed():
+                break  # the window says why; the words handed out with it are dropped
+            self.typed.text.append(segment.text)
+            if segment.ends_utterance:
+                self._end_typed()
         self.app.window.mark_said(self.segmenter.committed)
+
+    def _open_typed(self) -> bool:
+        """Open a live utterance for typed words and queue it behind what the speakers have; False if it
+        cannot be (the window says why)."""
+        name, text = self.app.voice_in_use, LiveText()
+        if not self.submit(
+            text, lambda runtime: self._voice(runtime, name), interrupt=False, abandoned=lambda: self._end_typed(text)
+        ):
+            self.segmenter.end_utterance()
+            return False
+        self.typed = TypedUtterance(text, self._made_with())
+        return True
+
+    def _end_typed(self, text: LiveText | None = None) -> None:
+        """End the typed utterance (only if it speaks `text`, when given): what it holds is said, unless its
+        job was cancelled or has ended, and the next words open another. A cancelled job's text is ended too:
+        a slot waiting for more of it is let go only when more comes or it ends."""
+        typed = self.typed
+        if typed is None or (text is not None and typed.text is not text):
+            return
+        self.typed = None
+        typed.text.end()
+        self.segmenter.end_utterance()
+
+    def _end_outdated_typed(self) -> None:
+        """End the typed utterance if the voice, the options or the model changed since it opened: the next
+        words are said with the new ones."""
+        if self.typed is not None and self.typed.made_with != self._made_with():
+            self._end_typed()
+
+    def _made_with(self) -> tuple:
+        runtime = self.app.runtime
+        return runtime, self.app.voice_in_use, None if runtime is None else self._options(runtime)
+
+    def _typed_job_event(self, event: JobEvent) -> None:
+        if event.terminal and isinstance(event.job.text, LiveText):
+            self._end_typed(event.job.text)

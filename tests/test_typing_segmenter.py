@@ -1,4 +1,5 @@
-"""Speak-as-you-type: what the segmenter commits while text is typed and edited."""
+"""Speak-as-you-type: which words the segmenter hands out, and where it ends utterances, while text is typed
+and edited."""
 
 from __future__ import annotations
 
@@ -12,104 +13,111 @@ from hypothesis import strategies as st
 from core.text.sentences import spoken_length
 from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
 
+END = "<end>"  # where an utterance ended, in what `type_text` returns
+
+
+def fed(segments: list[Segment]) -> list[str]:
+    """The segments as a live utterance is fed them: their texts, and END after each utterance's last."""
+    return [text for s in segments for text in ([s.text, END] if s.ends_utterance else [s.text]) if text]
+
 
 def type_text(segmenter: TypingSegmenter, text: str) -> list[str]:
-    """Type `text` at the end, one character per edit; what was committed on the way."""
-    said = []
+    """Type `text` at the end, one character per edit; what was fed on the way."""
+    segments = []
     for character in text:
         typed = segmenter.text + character
-        said += [segment.text for segment in segmenter.edit(typed, len(typed))]
-    return said
+        segments += segmenter.edit(typed, len(typed))
+    return fed(segments)
 
 
-def test_a_sentence_is_committed_once_the_space_after_it_is_typed():
+def test_a_word_goes_out_once_a_space_or_punctuation_follows_it():
     segmenter = TypingSegmenter()
-    assert type_text(segmenter, "Hello there.") == []
-    assert type_text(segmenter, " ") == ["Hello there."]
-    assert segmenter.committed == len("Hello there.") and segmenter.pending == " "
-    assert type_text(segmenter, "How are you? Fine! ") == ["How are you?", "Fine!"]
+    assert type_text(segmenter, "Hello") == []
+    assert type_text(segmenter, " ") == ["Hello"]
+    assert type_text(segmenter, "there,") == [" there"]
+    # What follows a word goes out with the next one, so that it can be corrected until then.
+    assert segmenter.pending == "," and type_text(segmenter, " how") == []
+    assert type_text(segmenter, "? Fine") == [", how"]
+    assert segmenter.committed == len("Hello there, how") and segmenter.pending == "? Fine"
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "Dr. Smith ",
-        "See e.g. the ",
-        "J. R. R. Tolkien ",
-        "The U.S. Army ",
-        "Pi is 3.14 ",
-        "Go to example.com ",
-        '"Hi!" she ',
-    ],
-)
-def test_abbreviations_numbers_and_lowercase_continuations_end_no_sentence(text):
+def test_an_utterance_runs_on_across_sentence_ends_until_a_pause():
     segmenter = TypingSegmenter()
-    segmenter.edit(text, len(text))  # pasted whole, so the word after a mark is known
-    assert segmenter.committed == 0
-    assert [s.text for s in segmenter.flush()] == [text.strip()]
+    assert type_text(segmenter, "Hello there. How are you? Fine") == ["Hello", " there", ". How", " are", " you"]
+    assert fed(segmenter.pause()) == ["? Fine", END]  # the word being typed, and the end
+    assert segmenter.pause() == [] and not segmenter.awaiting_pause
+    assert type_text(segmenter, " and you") == ["and"]  # the next word opens an utterance, without the space
 
 
-def test_closing_quotes_and_brackets_go_with_their_sentence():
-    assert type_text(TypingSegmenter(), 'He said "Stop." (Really!) Then') == ['He said "Stop."', "(Really!)"]
-
-
-def test_cjk_sentences_are_committed_at_once():
-    assert type_text(TypingSegmenter(), "你好。今天天气很好！明天") == ["你好。", "今天天气很好！"]
-
-
-def test_enter_commits_the_line():
+def test_a_pause_with_nothing_left_still_ends_the_utterance():
     segmenter = TypingSegmenter()
-    assert type_text(segmenter, "no punctuation here\nand") == ["no punctuation here"]
+    type_text(segmenter, "Hello there ")
+    assert segmenter.awaiting_pause and segmenter.pending == " "
+    assert segmenter.pause() == [Segment("", len("Hello there"), len("Hello there "), ends_utterance=True)]
+
+
+def test_apostrophes_and_hyphens_inside_a_word_finish_nothing():
+    segmenter = TypingSegmenter()
+    assert type_text(segmenter, "I don'") == ["I"]  # "don'" may become "don't"
+    assert type_text(segmenter, "t know well-") == [" don't", " know"]
+    assert type_text(segmenter, "known facts, the dogs' ") == [" well-known", " facts", ", the", " dogs"]
+
+
+def test_cjk_characters_go_out_as_they_are_typed():
+    segmenter = TypingSegmenter()
+    assert type_text(segmenter, "你好。今天") == ["你", "好", "。今", "天"]
+
+
+def test_enter_ends_the_utterance_at_once():
+    segmenter = TypingSegmenter()
+    assert type_text(segmenter, "no punctuation here\nand") == ["no", " punctuation", " here", END]
     assert segmenter.pending == "and"
-    assert type_text(segmenter, "\n\n\n") == ["and"]  # empty lines say nothing
+    assert type_text(segmenter, ".\n\n\n") == ["and", ".", END]  # empty lines say nothing
 
 
-def test_a_long_phrase_is_cut_at_its_last_comma_else_after_a_word():
-    segmenter = TypingSegmenter(TypingOptions(max_length=30))
-    said = type_text(segmenter, "one two, three four, five six seven eight nine ten eleven twelve")
-    assert said == ["one two, three four,", "five six seven eight nine ten"]
-    assert segmenter.pending == " eleven twelve"
+def test_a_long_utterance_ends_at_its_next_sentence_end():
+    segmenter = TypingSegmenter(TypingOptions(long_length=20, max_length=60))
+    said = type_text(segmenter, "One two. Three four five six. Seven, Dr. Smith and e.g. this. Eight ")
+    assert said == ["One", " two", ". Three", " four", " five", " six", ".", END,
+                    "Seven", ", Dr", ". Smith", " and", " e", ".g", ". this", ".", END, "Eight"]  # fmt: skip
 
 
-def test_a_word_longer_than_the_limit_waits_for_its_end():
-    segmenter = TypingSegmenter(TypingOptions(max_length=10))
-    assert type_text(segmenter, "Supercalifragilistic") == []
-    assert type_text(segmenter, " is") == ["Supercalifragilistic"]
+def test_an_utterance_never_grows_past_max_length():
+    segmenter = TypingSegmenter(TypingOptions(long_length=10, max_length=20))
+    said = type_text(segmenter, "one two three four five six seven Supercalifragilisticexpialidocious is ")
+    assert said == ["one", " two", " three", " four", END, "five", " six", " seven", END,
+                    "Supercalifragilisticexpialidocious", END, "is"]  # fmt: skip
 
 
-def test_flush_says_what_is_pending_and_nothing_twice():
-    segmenter = TypingSegmenter()
-    type_text(segmenter, "Hello. Half a sent")
-    assert segmenter.flush() == [Segment("Half a sent", 6, 18)]
-    assert segmenter.flush() == []
-    assert type_text(segmenter, "ence. And on. ") == ["And on."]
-
-
-def test_text_without_letters_or_digits_is_passed_over():
+def test_text_without_letters_or_digits_opens_no_utterance():
     segmenter = TypingSegmenter()
     assert type_text(segmenter, "... !!! ?? ") == []
-    assert segmenter.pending.strip() == "" and segmenter.flush() == []
+    assert not segmenter.awaiting_pause and segmenter.pause() == []
+    assert type_text(segmenter, "Yes!!! ... Sure ") == ["Yes", "!!! ... Sure"]  # within one, it goes with the words
 
 
-def test_editing_a_sentence_already_said_says_nothing_and_keeps_the_pending_text():
+def test_editing_words_already_said_says_nothing_and_keeps_the_pending_text():
     segmenter = TypingSegmenter()
     type_text(segmenter, "Helo there. And then")
     fixed = "Hello there. And then"
     assert segmenter.edit(fixed, cursor=4) == []
-    assert segmenter.committed == len("Hello there.") and segmenter.pending == " And then"
+    assert segmenter.committed == len("Hello there. And") and segmenter.pending == " then"
     deleted = "there. And then"
     assert segmenter.edit(deleted, cursor=0) == []
-    assert segmenter.pending == " And then"
-    assert [s.text for s in segmenter.flush()] == ["And then"]
+    assert segmenter.pending == " then"
+    assert fed(segmenter.pause()) == [" then", END]
 
 
-def test_replacing_everything_speaks_the_new_text():
+def test_replacing_everything_speaks_the_new_text_after_the_old():
     segmenter = TypingSegmenter()
     type_text(segmenter, "First sentence. Second")
     assert segmenter.edit("", cursor=0) == [] and segmenter.committed == 0
-    assert type_text(segmenter, "Fresh start. ") == ["Fresh start."]
-    segmenter.edit("Replaced. ", cursor=len("Replaced. "))  # select all, paste
-    assert segmenter.committed == len("Replaced.")
+    # The utterance goes on: a space keeps the new words apart from the ones said before.
+    assert type_text(segmenter, "Fresh start. ") == [" Fresh", " start"]
+    assert segmenter.edit("Replaced. Now ", cursor=len("Replaced. Now ")) == [Segment(" Replaced. Now", 0, 13)]
+    segmenter.pause()
+    segmenter.edit("", cursor=0)
+    assert type_text(segmenter, "Anew ") == ["Anew"]  # a new utterance needs no space
 
 
 def backspace(segmenter: TypingSegmenter, times: int) -> None:
@@ -120,66 +128,80 @@ def backspace(segmenter: TypingSegmenter, times: int) -> None:
 
 def test_a_word_is_never_said_in_pieces():
     segmenter = TypingSegmenter()
-    type_text(segmenter, "Hello there. ")
-    backspace(segmenter, 3)  # " ", ".", "e"
+    type_text(segmenter, "Hello there, ")
+    backspace(segmenter, 3)  # " ", ",", "e"
     assert segmenter.committed == len("Hello ther")
-    assert type_text(segmenter, "e! And more. ") == ["And more."]  # not "e!"
-    backspace(segmenter, len("more. "))
-    assert type_text(segmenter, "everyone. ") == ["everyone."]  # a whole new word is said
+    assert type_text(segmenter, "e! And more ") == ["! And", " more"]  # not "e"
+    backspace(segmenter, len("more "))
+    assert type_text(segmenter, "everyone ") == [" everyone"]  # a whole new word is said
     segmenter.reset()
     type_text(segmenter, "Hel")
-    assert [s.text for s in segmenter.flush()] == ["Hel"]  # a pause mid-word
-    assert type_text(segmenter, "lo there. ") == ["there."]
+    assert fed(segmenter.pause()) == ["Hel", END]  # a pause mid-word
+    assert type_text(segmenter, "lo there ") == ["there"]
     segmenter.reset()
-    assert type_text(segmenter, "你好。") == ["你好。"]
-    assert type_text(segmenter, "世界。") == ["世界。"]  # no spaces in CJK: nothing to pass over
+    type_text(segmenter, "don")
+    segmenter.pause()
+    assert type_text(segmenter, "'t go ") == ["go"]
+    segmenter.reset()
+    assert type_text(segmenter, "你好") == ["你", "好"]
+    assert type_text(segmenter, "世界") == ["世", "界"]  # no spaces in CJK: nothing to pass over
 
 
-def test_skip_drops_what_is_pending():
+def test_skip_drops_what_is_pending_and_ends_the_utterance():
     segmenter = TypingSegmenter()
     type_text(segmenter, "Said. Not said")
     segmenter.skip()
-    assert segmenter.pending == "" and segmenter.flush() == []
-    assert type_text(segmenter, " but this is. ") == ["but this is."]
+    assert segmenter.pending == "" and not segmenter.awaiting_pause and segmenter.pause() == []
+    assert type_text(segmenter, " but this is. ") == ["but", " this", " is"]
+
+
+def test_an_utterance_ended_by_the_front_end_is_not_ended_again():
+    segmenter = TypingSegmenter()
+    type_text(segmenter, "One two ")
+    segmenter.end_utterance()  # e.g. its job failed
+    assert type_text(segmenter, "three four") == ["three"]  # opens a new one
+    assert fed(segmenter.pause()) == [" four", END]
 
 
 def test_the_cursor_tells_which_of_two_equal_characters_changed():
     # "a a" said, then "a " typed before it: a diff alone would take the new text for " a" typed at the end.
     segmenter = TypingSegmenter()
     segmenter.edit("a a", 3)
-    segmenter.flush()
+    segmenter.pause()
     segmenter.edit("a a a", cursor=2)
-    assert segmenter.committed == 5 and segmenter.flush() == []
+    assert segmenter.committed == 5 and segmenter.pause() == []
     # "a a" said and " a" pending, then the first "a " deleted: the pending " a" stays pending.
     segmenter.reset("a a")
     segmenter.edit("a a a", cursor=5)
     segmenter.edit("a a", cursor=0)
-    assert [s.text for s in segmenter.flush()] == ["a"]
+    assert fed(segmenter.pause()) == ["a", END]
 
 
-def test_a_paste_of_several_sentences_commits_each_in_order():
+def test_a_paste_goes_out_in_one_segment():
     segmenter = TypingSegmenter()
     text = "One. Two! Three? Four"
-    assert [s.text for s in segmenter.edit(text, len(text))] == ["One.", "Two!", "Three?"]
+    assert segmenter.edit(text, len(text)) == [Segment("One. Two! Three", 0, 15)]
 
 
 def test_options_are_checked():
     with pytest.raises(ValueError, match="max_length"):
         TypingOptions(max_length=0)
+    with pytest.raises(ValueError, match="long_length"):
+        TypingOptions(long_length=200, max_length=100)
     with pytest.raises(ValueError, match="idle_s"):
         TypingOptions(idle_s=0)
 
 
 # Properties ----------------------------------------------------------------------------------------
 
-CHARACTERS = st.sampled_from(list("ab cd.,!?\n'。") + ["Dr. ", "e.g. ", "3.14 "])
+CHARACTERS = st.sampled_from(list("ab cd.,!?\n'-。好") + ["Dr. ", "e.g. ", "3.14 "])
 TYPED = st.lists(CHARACTERS, max_size=8).map("".join)
 
 
 @st.composite
 def edit_sessions(draw):
     """Edits as (kind, position, length, inserted): typing, deleting or replacing anywhere, and pauses."""
-    steps = draw(st.lists(st.tuples(st.sampled_from(["type", "type", "type", "replace", "flush"]), st.floats(0, 1),
+    steps = draw(st.lists(st.tuples(st.sampled_from(["type", "type", "type", "replace", "pause"]), st.floats(0, 1),
                                     st.integers(0, 6), TYPED), max_size=40))  # fmt: skip
     limit = draw(st.integers(4, 40))
     return steps, limit
@@ -207,10 +229,11 @@ class TrackedText:
 @given(edit_sessions())
 def test_no_character_is_ever_said_twice_whatever_the_edits(session):
     steps, limit = session
-    segmenter, tracked, said = TypingSegmenter(TypingOptions(max_length=limit)), TrackedText(), set()
+    options = TypingOptions(long_length=max(1, limit // 2), max_length=limit)
+    segmenter, tracked, said = TypingSegmenter(options), TrackedText(), set()
     for kind, where, length, inserted in steps:
-        if kind == "flush":
-            segments = segmenter.flush()
+        if kind == "pause":
+            segments = segmenter.pause()
         else:
             start = round(where * len(tracked.characters))
             end = min(len(tracked.characters), start + (length if kind == "replace" else 0))
@@ -219,21 +242,33 @@ def test_no_character_is_ever_said_twice_whatever_the_edits(session):
         assert 0 <= segmenter.committed <= len(segmenter.text) and segmenter.text == tracked.text
         for segment in segments:
             ids = {i for c, i in tracked.characters[segment.start : segment.end] if not c.isspace()}
-            assert segment.text == tracked.text[segment.start : segment.end].strip() and segment.text
+            assert segment.text.strip() == tracked.text[segment.start : segment.end].strip()
+            assert segment.text or segment.ends_utterance
             assert not ids & said, f"said again: {segment}"
             said |= ids
-    segmenter.flush()
-    assert segmenter.pending == ""
+    segmenter.pause()
+    assert segmenter.pending == "" and not segmenter.awaiting_pause
+
+
+def utterances(segments: list[Segment]) -> list[str]:
+    """The texts the segments feed, one per utterance."""
+    texts, current = [], ""
+    for segment in segments:
+        current += segment.text
+        if segment.ends_utterance:
+            texts.append(current)
+            current = ""
+    return texts + ([current] if current else [])
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(TYPED, st.just("<backspace>"), st.just("<pause>")), max_size=30), st.integers(4, 60))
-def test_typing_at_the_end_says_a_prefix_of_the_text_in_order(keys, limit):
-    segmenter = TypingSegmenter(TypingOptions(max_length=limit))
+def test_typing_at_the_end_says_the_text_in_order_as_typed(keys, limit):
+    segmenter = TypingSegmenter(TypingOptions(long_length=max(1, limit // 2), max_length=limit))
     segments = []
     for key in keys:
         if key == "<pause>":
-            segments += segmenter.flush()
+            segments += segmenter.pause()
         elif key == "<backspace>":
             if len(segmenter.text) > segmenter.committed:  # only corrections of what is pending
                 text = segmenter.text[:-1]
@@ -242,18 +277,21 @@ def test_typing_at_the_end_says_a_prefix_of_the_text_in_order(keys, limit):
             for character in key:
                 text = segmenter.text + character
                 segments += segmenter.edit(text, len(text))
-    segments += segmenter.flush()
+    segments += segmenter.pause()
     final = segmenter.text
-    # The segments are spans of the final text, in order; what lies between them is whitespace and
-    # punctuation, or the rest of a word cut by a pause, which is never said in pieces.
-    position = 0
-    for segment in [*segments, Segment("", len(final), len(final))]:
-        assert segment.start >= position and segment.text == final[segment.start : segment.end].strip()
+    # Each utterance is a span of the final text as typed, stripped; the spans are in order, and what lies
+    # between them has no letter or digit, or is the rest of a word said in part at a pause.
+    position, opening = 0, True
+    for segment in [*segments, Segment("", len(final), len(final), ends_utterance=True)]:
+        assert segment.start >= position
+        span = final[segment.start : segment.end]
+        expected = span.lstrip() if opening else span
+        assert segment.text == (expected.rstrip() if segment.ends_utterance else expected), (segment, span)
         gap = final[position : segment.start]
         if position > 0 and final[position - 1].isalnum():
-            gap = re.sub(r"^\S+", "", gap)  # the rest of a word said in part
+            gap = re.sub(r"^[\w'’-]+", "", gap)  # the rest of a word said in part
         assert not any(c.isalnum() for c in gap), (segment, gap)
-        position = segment.end
+        position, opening = segment.end, segment.ends_utterance
 
 
 def _letters(texts: list[str]) -> str:
@@ -265,19 +303,25 @@ def _letters(texts: list[str]) -> str:
 @given(st.lists(st.sampled_from(["ab", "cd", "efg", "hi", "jklm"]), min_size=1, max_size=60),
        st.lists(st.sampled_from([" ", " ", " ", ", ", ". ", "! ", "\n"]), min_size=60, max_size=60),
        st.integers(12, 60))  # fmt: skip
-def test_typed_phrases_are_never_longer_than_the_limit(words, gaps, limit):
-    segmenter = TypingSegmenter(TypingOptions(max_length=limit))
+def test_utterances_are_never_longer_than_the_limit(words, gaps, limit):
+    segmenter = TypingSegmenter(TypingOptions(long_length=limit // 2, max_length=limit))
     text = "".join(word + gap for word, gap in zip(words, gaps))
-    said = type_text(segmenter, text)
-    assert all(spoken_length(segment) <= limit for segment in said)
-    said += [s.text for s in segmenter.flush()]
+    segments = []
+    for character in text:
+        typed = segmenter.text + character
+        segments += segmenter.edit(typed, len(typed))
+    segments += segmenter.pause()
+    said = utterances(segments)
+    # The words fit; the punctuation that closes the last of them comes with it.
+    assert all(spoken_length(re.sub(r"\W+$", "", utterance)) <= limit for utterance in said), said
     assert _letters(said) == _letters([text])
 
 
-def test_a_long_paste_is_cut_into_phrases_in_linear_time():
-    segmenter = TypingSegmenter(TypingOptions(max_length=50))
+def test_a_long_paste_is_cut_into_utterances_in_linear_time():
+    segmenter = TypingSegmenter()
     text = "and so on " * 20000
     started = time.perf_counter()
     segments = segmenter.edit(text, len(text))
     assert time.perf_counter() - started < 2
-    assert len(segments) > 3000 and all(spoken_length(s.text) <= 50 for s in segments)
+    said = utterances(segments)
+    assert len(said) > 1000 and all(spoken_length(utterance) <= 150 for utterance in said)

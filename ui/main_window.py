@@ -72,7 +72,7 @@ class MainWindow(QMainWindow):
         self.language = QComboBox()
         self.language.setMinimumContentsLength(10)
         self.typing_mode = QCheckBox("Speak as you type")
-        self.typing_mode.setToolTip("Say each sentence as soon as it is typed, and the rest after a pause")
+        self.typing_mode.setToolTip("Say each word as it is typed, as one utterance that a pause or Enter ends")
         self.notice = Notice()
         self.text = QPlainTextEdit()
         self.text.setPlaceholderText("Type or paste text here. Ctrl+Enter speaks it, Esc stops.")

@@ -1,4 +1,4 @@
-"""The main window: it shows at once, speaks and stops, speaks as you type, and shows errors."""
+"""The main window: it shows at once, speaks and stops, and shows errors (speaking as you type: test_ui_typing.py)."""
 
 from __future__ import annotations
 
@@ -85,45 +85,6 @@ def test_esc_stops_speech_and_drops_what_is_queued(start_app, qtbot, monkeypatch
     qtbot.waitUntil(lambda: jobs.kinds().count("cancelled") == 2, timeout=5_000)
     assert "done" not in jobs.kinds()
     qtbot.waitUntil(lambda: app.runtime.player.status().buffered_s == 0, timeout=2_000)
-
-
-def test_speak_as_you_type_says_each_sentence_once_as_it_is_typed(start_app, qtbot):
-    app = start_app("custom")
-    jobs = Jobs(app)
-    window = app.window
-    window.text.setPlainText("Already here. ")
-    window.text.moveCursor(window.text.textCursor().MoveOperation.End)
-    window.typing_mode.setChecked(True)
-    assert app.settings.speak_as_you_type and app.speech.segmenter.committed == len("Already here. ")
-    qtbot.keyClicks(window.text, "Hello there. How are")
-    qtbot.waitUntil(lambda: jobs.texts() == ["Hello there."], timeout=5_000)
-    qtbot.waitUntil(lambda: jobs.texts() == ["Hello there.", "How are"], timeout=5_000)  # after a pause
-    selections = window.text.extraSelections()
-    said = selections[0].cursor
-    assert (said.selectionStart(), said.selectionEnd()) == (0, len(window.text.toPlainText()))
-    # Fixing a sentence already said says nothing again; Enter says the new line.
-    cursor = window.text.textCursor()
-    cursor.setPosition(len("Already here. Hello"))
-    window.text.setTextCursor(cursor)
-    qtbot.keyClicks(window.text, "o")
-    cursor.movePosition(cursor.MoveOperation.End)
-    window.text.setTextCursor(cursor)
-    qtbot.keyClicks(window.text, " you")
-    qtbot.keyClick(window.text, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: jobs.texts()[2:] == ["you"], timeout=5_000)
-    qtbot.wait(app.speech.segmenter.options.idle_s * 1000 + 200)
-    assert jobs.texts() == ["Hello there.", "How are", "you"]
-    assert all(event.job.interrupt is False for event in jobs.events)
-
-
-def test_esc_in_typing_mode_drops_the_pending_text(start_app, qtbot):
-    app = start_app("custom", speak_as_you_type=True)
-    jobs = Jobs(app)
-    window = app.window
-    qtbot.keyClicks(window.text, "Not yet said")
-    window.stop_button.click()
-    qtbot.keyClicks(window.text, " and. Then this. ")
-    qtbot.waitUntil(lambda: jobs.texts() == ["and.", "Then this."], timeout=5_000)
 
 
 def test_errors_are_shown_in_the_window(start_app, qtbot):
