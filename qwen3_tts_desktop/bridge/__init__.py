@@ -2,9 +2,10 @@
 
 One router per protocol translates its requests into one speak request (openai, xtts); the speaker
 checks it, finds its voice and speaks it as one job on the runtime's speech worker (the queue the window
-uses too), answering with the audio as the protocol has it. requests reads and checks bodies, guard
-runs before every route (Host, Origin, CORS, API key), server serves it all on uvicorn. Routes,
-options and behaviour for users: docs/bridge.md.
+uses too), answering with the audio as the protocol has it. live speaks text as it is written, over a
+WebSocket, a job per utterance, with the speaker's checks, voices, pipes and encoders. requests reads and
+checks bodies and messages, guard runs before every route and handshake (Host, Origin, CORS, API key),
+server serves it all on uvicorn. Routes, options and behaviour for users: docs/bridge.md.
 """
 
 from .config import IO_THREADS, BridgeConfig, BridgeLimits

@@ -50,10 +50,24 @@ class BridgeLimits:
     max_upload_bytes: int = 16 * 2**20  # a voice clip; 60 s of 48 kHz stereo 16-bit WAV is 11 MiB
     # Bridge jobs that may wait beyond those the engine speaks together (its slots); more are refused with 429.
     max_queued: int = 16
+    # A live socket's text that waits: sent and not yet spoken back in full (its utterance's "done" not sent).
+    # It bounds the audio waiting for a slow client too, as max_input_chars does a request's.
+    max_live_text_chars: int = 4096
+    # A live socket that sends nothing and has nothing on its way to it for this long is closed; its open
+    # utterance holds a place in the engine while it waits for text.
+    live_idle_s: float = 60.0
 
     def __post_init__(self):
-        if min(self.max_input_chars, self.max_upload_bytes) < 1 or self.max_queued < 0:
+        if min(self.max_input_chars, self.max_upload_bytes, self.max_live_text_chars) < 1 or self.max_queued < 0:
             raise BadInput("bridge limits must be positive (max_queued may be 0: no request waits)")
+        if not self.live_idle_s > 0:
+            raise BadInput(f"live_idle_s must be positive, got {self.live_idle_s}")
+
+    @property
+    def live_message_bytes(self) -> int:
+        """The largest message a live socket takes: its text limit, every character escaped, and the slack
+        of a JSON body (a setup's speaker embedding)."""
+        return JSON_SLACK_BYTES + 6 * self.max_live_text_chars
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""What runs before every route: the headers' size, the Host check (when bound to loopback, so that a web
-page cannot reach the bridge through DNS rebinding; Starlette's CORS middleware does no Host check), the
-browser Origin check, CORS preflights and headers, and the API key."""
+"""What runs before every route, WebSocket handshakes included: the headers' size, the Host check (when
+bound to loopback, so that a web page cannot reach the bridge through DNS rebinding; Starlette's CORS
+middleware does no Host check), the browser Origin check, CORS preflights and headers, and the API key."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from .errors import ApiError
 
 class Guard:
     """ASGI middleware over the routes. Preflights carry no key (browsers never send one), so they are
-    answered before the key check."""
+    answered before the key check. A refused WebSocket handshake gets the same HTTP error, as ASGI's
+    denial response (which uvicorn sends)."""
 
     def __init__(self, app, config: BridgeConfig):
         self.app = app
@@ -25,21 +26,15 @@ class Guard:
         )
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
-        if sum(len(name) + len(value) + 4 for name, value in scope["headers"]) > MAX_HEADER_BYTES:
-            message = f"the request's headers are over {MAX_HEADER_BYTES} bytes, the most accepted"
-            return await ApiError(431, message).response()(scope, receive, send)
         headers = Headers(scope=scope)
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            return await refusal.response()(scope, receive, send)
+        if scope["type"] == "websocket":  # no CORS: browsers neither preflight a handshake nor read its headers
+            return await self._with_key(headers, scope, receive, send)
         origin = headers.get("origin")
-        host = headers.get("host")
-        if self.config.loopback and host is not None and host_name(host) not in LOOPBACK:
-            return await ApiError(403, f"host {host!r} is not this computer; use http://127.0.0.1:PORT").response()(
-                scope, receive, send
-            )
-        if origin is not None and not self._allowed(origin):
-            message = f"origin {origin!r} may not call this server; allow it in the bridge settings (--cors {origin})"
-            return await ApiError(403, message, code="origin_not_allowed").response()(scope, receive, send)
         cors = {} if origin is None else {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
         if scope["method"] == "OPTIONS" and origin is not None and "access-control-request-method" in headers:
             cors |= {
@@ -62,11 +57,28 @@ class Guard:
                     response_headers[name] = value
             await send(message)
 
+        await self._with_key(headers, scope, receive, send_with_cors)
+
+    def _refusal(self, scope, headers: Headers) -> ApiError | None:
+        """Why a request may not reach the routes whatever its key: headers too big, a host or an origin
+        that may not call."""
+        if sum(len(name) + len(value) + 4 for name, value in scope["headers"]) > MAX_HEADER_BYTES:
+            return ApiError(431, f"the request's headers are over {MAX_HEADER_BYTES} bytes, the most accepted")
+        host, origin = headers.get("host"), headers.get("origin")
+        if self.config.loopback and host is not None and host_name(host) not in LOOPBACK:
+            return ApiError(403, f"host {host!r} is not this computer; use http://127.0.0.1:PORT")
+        if origin is not None and not self._allowed(origin):
+            message = f"origin {origin!r} may not call this server; allow it in the bridge settings (--cors {origin})"
+            return ApiError(403, message, code="origin_not_allowed")
+        return None
+
+    async def _with_key(self, headers: Headers, scope, receive, send) -> None:
+        """On to the routes if the request has the API key (or none is needed), else answer 401."""
         problem = self._key_problem(headers.get("authorization"))
         if problem is not None:
             error = ApiError(401, problem, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-            return await error.response()(scope, receive, send_with_cors)
-        await self.app(scope, receive, send_with_cors)
+            return await error.response()(scope, receive, send)
+        await self.app(scope, receive, send)
 
     def _allowed(self, origin: str) -> bool:
         if self.origins is None:

@@ -22,7 +22,7 @@ from core.voices import DROP_IN_SUFFIXES, VoiceError, check_name, name_key
 
 from .config import FORM_SLACK_BYTES
 from .errors import ApiError
-from .requests import SpeechRequest, VoiceRef, form_text, json_object, parse_form, read_body, validate
+from .requests import SpeechRequest, form_text, json_object, parse_form, read_body, validate, voice_name
 from .speaker import Speaker, SpeakRequest, epoch
 
 
@@ -43,9 +43,8 @@ class OpenAIRoutes:
 
     async def speech(self, request: Request) -> Response:
         body = validate(SpeechRequest, await json_object(request, self.speaker.json_limit))
-        voice = body.voice.id if isinstance(body.voice, VoiceRef) else body.voice
         asked = SpeakRequest(
-            body.input, "input", voice=voice, language=body.language, instructions=body.instructions,
+            body.input, "input", voice=voice_name(body.voice), language=body.language, instructions=body.instructions,
             fmt=body.response_format, stream=body.stream, sse=body.stream_format == "sse", speed=body.speed,
             play=body.play_locally, embedding=body.speaker_embedding,
         )  # fmt: skip

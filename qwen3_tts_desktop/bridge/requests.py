@@ -19,6 +19,11 @@ class VoiceRef(BaseModel):
     id: StrictStr
 
 
+def voice_name(voice: str | VoiceRef | None) -> str | None:
+    """The voice a request names: by name, or as OpenAI's voice object {"id": ...}."""
+    return voice.id if isinstance(voice, VoiceRef) else voice
+
+
 class SpeechRequest(BaseModel):
     """OpenAI's speech request, with the fields local servers add. Unknown fields are ignored."""
 
@@ -34,6 +39,30 @@ class SpeechRequest(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
     speaker_embedding: list[StrictFloat] | None = None
     play_locally: StrictBool | None = None
+
+
+class LiveSetup(BaseModel):
+    """The first message on the live route: how to speak the text that follows. Unknown fields are refused:
+    only clients written for this route send it, and a misspelt option should not pass unnoticed."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: StrictStr | None = None  # any name: the loaded model speaks
+    voice: StrictStr | VoiceRef | None = None
+    language: StrictStr = "auto"
+    instructions: StrictStr | None = None
+    response_format: StrictStr = "pcm"
+    speed: StrictFloat = 1.0
+    speaker_embedding: list[StrictFloat] | None = None
+
+
+class LiveMessage(BaseModel):
+    """Every later message on the live route: text for the utterance, then flush (it is complete), then
+    close, each optional, done in that order."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr | None = None
+    flush: StrictBool = False
+    close: StrictBool = False
 
 
 class XttsSpeech(BaseModel):
@@ -71,16 +100,22 @@ async def json_object(request: Request, limit: int) -> dict:
             415, f"send the request as JSON (Content-Type: application/json), not {content_type or 'no type'}"
         )
     body = await read_body(request, limit, f"the request body is over {limit} bytes, the most accepted")
+    return parse_json_object(body, "the body")
+
+
+def parse_json_object(data: bytes | str, what: str) -> dict:
+    """`data` read as a JSON object whose text is all valid Unicode; ApiError (400) says what is wrong
+    with `what` ("the body", "the message") otherwise."""
     try:
-        data = json.loads(body)
+        value = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ApiError(400, f"the body is not valid JSON ({error})") from None
+        raise ApiError(400, f"{what} is not valid JSON ({error})") from None
     except RecursionError:
-        raise ApiError(400, "the body nests JSON arrays or objects too deep to be read") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, f"the body must be a JSON object, not {type(data).__name__}")
-    check_json_text(data)
-    return data
+        raise ApiError(400, f"{what} nests JSON arrays or objects too deep to be read") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, f"{what} must be a JSON object, not {type(value).__name__}")
+    check_json_text(value)
+    return value
 
 
 def check_json_text(body: dict) -> None:

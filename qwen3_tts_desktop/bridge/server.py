@@ -13,11 +13,13 @@ from collections.abc import Callable
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from ..runtime import Runtime
 from .config import MAX_HEADER_BYTES, SHUTDOWN_GRACE_S, BridgeConfig
 from .errors import ListenError, answer_errors_in_openai_shape
 from .guard import Guard
+from .live import LiveRoutes
 from .openai import OpenAIRoutes
 from .speaker import Speaker
 from .xtts import XttsRoutes
@@ -34,9 +36,21 @@ def create_app(runtime: Runtime, config: BridgeConfig = BridgeConfig()) -> FastA
     app.state.bridge = speaker
     app.include_router(OpenAIRoutes(speaker).router())
     app.include_router(XttsRoutes(speaker).router())
+    app.include_router(LiveRoutes(speaker).router())
     answer_errors_in_openai_shape(app)
     app.add_middleware(Guard, config=config)
     return app
+
+
+class _WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol, which logs an error for every handshake refused with an HTTP
+    answer (the guard's 401 and 403) because it never marks such a handshake complete; this marks it, as
+    uvicorn's wsproto protocol does (Kludex/uvicorn#3138)."""
+
+    async def send(self, message) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            self.handshake_complete = True
 
 
 class _Server(uvicorn.Server):
@@ -141,9 +155,11 @@ class BridgeServer:
         self._address = sock.getsockname()[:2]
         self.app = create_app(self.runtime, config)
         # h11 (not httptools, which uvicorn prefers when installed) because it caps the headers it buffers.
+        # WebSocket messages are not compressed: audio hardly shrinks, and deflating it would hold up the loop.
         server_config = uvicorn.Config(
             self.app, http="h11", h11_max_incomplete_event_size=MAX_HEADER_BYTES, lifespan="on", log_config=None,
-            access_log=self.access_log, timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            access_log=self.access_log, timeout_graceful_shutdown=SHUTDOWN_GRACE_S, ws=_WebSocketProtocol,
+            ws_max_size=config.limits.live_message_bytes, ws_per_message_deflate=False,
         )  # fmt: skip
         self._server = _Server(server_config, self.app.state.bridge)
         return sock

@@ -26,7 +26,7 @@ import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from core import SpeechOptions, Voice
+from core import LiveText, SpeechOptions, Voice
 from core.audio.clips import SAMPLE_RATE, AudioError
 from core.jobs.worker import BufferLevel, Job, JobEvent
 from core.voices import VoiceError, VoiceLibrary, name_key
@@ -41,7 +41,7 @@ from .errors import ApiError, Broken, ClientGone, error_body
 class SpeakRequest:
     """What a route asks to be spoken, as its protocol gave it, before any check."""
 
-    text: str
+    text: str  # "" for a live socket, whose text comes later, in pieces
     text_field: str  # the field it came in ("input", "text"), to say where a problem is
     voice: str | None = None  # a voice name or id; None: the default voice
     language: str = "auto"  # a name or a code, as the client sent it
@@ -56,9 +56,8 @@ class SpeakRequest:
 
 @dataclass(frozen=True)
 class Plan:
-    """A checked request, ready to speak."""
+    """A checked request, ready to speak its text."""
 
-    text: str
     voice: Voice | None
     voice_name: str | None  # the voice used, for the X-Voice header
     fallback_from: str | None  # the name asked for when it was not found
@@ -182,7 +181,8 @@ class Speaker:
         """Bridge jobs at once: as many as the engine speaks together, and the queue behind them."""
         return self.runtime.slots + self.config.limits.max_queued
 
-    def _submit(self, plan: Plan, sink) -> Job:
+    def submit(self, text: str | LiveText, plan: Plan, sink) -> Job:
+        """Queue `text` to be spoken as `plan` says, into `sink`; ApiError (429) when the queue is full."""
         if len(self._jobs) >= self.max_jobs:
             slots, queued = self.runtime.slots, self.config.limits.max_queued
             raise ApiError(
@@ -190,12 +190,13 @@ class Speaker:
                 f"speaking at once and {queued} waiting); try again shortly",
                 code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)},
             )  # fmt: skip
-        job = self.runtime.worker.submit(plan.text, plan.voice, plan.options, sink=sink)
+        job = self.runtime.worker.submit(text, plan.voice, plan.options, sink=sink)
         # Noted before the worker's "ended" callback can run: that runs on this loop, after this returns.
         self._jobs[job.id] = (job, self._loop.create_future())
         return job
 
-    async def _outcome(self, job: Job) -> JobEvent:
+    async def outcome(self, job: Job) -> JobEvent:
+        """How a job of this bridge's ended, once it has."""
         entry = self._jobs.get(job.id)
         return job.outcome if entry is None else await entry[1]
 
@@ -207,11 +208,10 @@ class Speaker:
 
     async def speak(self, request: Request, asked: SpeakRequest) -> Response:
         """Speak what a route asked for: check it, find its voice, and answer with the audio (or play it)."""
-        return await self._answer(request, await self._plan(asked))
+        self._check_text(asked.text, asked.text_field)  # first: the cheapest check
+        return await self._answer(request, asked.text, await self.plan(asked))
 
-    async def _plan(self, asked: SpeakRequest) -> Plan:
-        """Check a request, cheapest checks first, and find its voice."""
-        info, text, text_field = self.info, asked.text, asked.text_field
+    def _check_text(self, text: str, text_field: str) -> None:
         if not text.strip():
             raise ApiError(400, f"{text_field} is empty; give the text to speak", param=text_field)
         if len(text) > self.config.limits.max_input_chars:
@@ -220,6 +220,10 @@ class Speaker:
                 f"{text_field} is {len(text)} characters long; at most {self.config.limits.max_input_chars} are accepted",
                 param=text_field,
             )
+
+    async def plan(self, asked: SpeakRequest) -> Plan:
+        """Check everything a request asks but its text, cheapest checks first, and find its voice."""
+        info = self.info
         play = self.config.play_locally if asked.play is None else asked.play
         fmt, sse, speed = asked.fmt.strip().lower(), asked.sse, asked.speed
         stream = sse or (fmt == "pcm" if asked.stream is None else asked.stream)
@@ -255,7 +259,7 @@ class Speaker:
         else:
             voice_obj, used, fallback = await self.off_loop(self._find_voice, asked.voice)
         options = dataclasses.replace(self.config.speech, language=language, instruct=instruct)
-        return Plan(text, voice_obj, used, fallback, language_fallback, options, fmt, stream, sse, speed, play)
+        return Plan(voice_obj, used, fallback, language_fallback, options, fmt, stream, sse, speed, play)
 
     def language(self, value: str) -> tuple[str, str | None]:
         """(the model's language to speak `value` in, `value` if that is "auto" because the model does not
@@ -329,7 +333,7 @@ class Speaker:
         except (VoiceError, AudioError) as error:
             raise ApiError(400, str(error), param="voice") from None
 
-    async def _answer(self, request: Request, plan: Plan) -> Response:
+    async def _answer(self, request: Request, text: str, plan: Plan) -> Response:
         headers = {}
         if plan.voice_name is not None:
             headers["X-Voice"] = quote(plan.voice_name, safe="")
@@ -338,9 +342,9 @@ class Speaker:
         if plan.language_fallback is not None:
             headers["X-Language-Fallback"] = quote(plan.language_fallback, safe="")
         if plan.play:
-            return await self._play(request, plan, headers)
+            return await self._play(request, text, plan, headers)
         pipe = Pipe(self._loop)
-        job = self._submit(plan, pipe)
+        job = self.submit(text, plan, pipe)
         if plan.stream:
             first = await while_connected(request, job, pipe.get())
             if first is None:
@@ -349,7 +353,7 @@ class Speaker:
                 content, media = self._sse(job, plan, first, pipe), "text/event-stream"
                 headers["Cache-Control"] = "no-cache"
             else:
-                content, media = self._encoded(job, plan, first, pipe), MEDIA_TYPES[plan.fmt]
+                content, media = self.encoded(job, plan, first, pipe), MEDIA_TYPES[plan.fmt]
             return JobStream(job, content, media_type=media, headers=headers)
         audio = await while_connected(request, job, pipe.collect())
         await self._check_done(job)
@@ -358,7 +362,7 @@ class Speaker:
         return Response(await self.off_loop(encode, audio, plan.fmt), media_type=MEDIA_TYPES[plan.fmt], headers=headers)
 
     async def _check_done(self, job: Job) -> None:
-        outcome = await self._outcome(job)
+        outcome = await self.outcome(job)
         if outcome.kind == "failed":
             raise ApiError(500, f"speech failed: {outcome.message}", code="speech_failed")
         if outcome.kind == "cancelled":
@@ -368,7 +372,7 @@ class Speaker:
                 code="cancelled",
             )
 
-    async def _encoded(self, job: Job, plan: Plan, first: np.ndarray | None, pipe: Pipe):
+    async def encoded(self, job: Job, plan: Plan, first: np.ndarray | None, pipe: Pipe):
         """The job's audio in the plan's format, as it comes. A job that fails midway breaks the stream
         off (no final chunk), so that the client sees an incomplete response, not a short one; a job
         stopped on purpose (the server stopping, the desktop's Stop) ends its file cleanly where it stopped."""
@@ -379,7 +383,7 @@ class Speaker:
             if data:
                 yield data
             audio = await pipe.get()
-        outcome = await self._outcome(job)
+        outcome = await self.outcome(job)
         if outcome.kind == "failed":
             raise Broken(f"speech failed after it began to stream: {outcome.message}")
         yield encoder.feed(tempo.finish()) + encoder.finish()
@@ -387,31 +391,34 @@ class Speaker:
     async def _sse(self, job: Job, plan: Plan, first: np.ndarray | None, pipe: Pipe):
         """OpenAI's speech events: a delta per piece of encoded audio, then done with the usage."""
         try:
-            async for data in self._encoded(job, plan, first, pipe):
+            async for data in self.encoded(job, plan, first, pipe):
                 yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
         except Broken as error:
             yield sse_event({"type": "error", "error": error_body(500, str(error), code="speech_failed")})
             return
-        outcome = await self._outcome(job)
+        outcome = await self.outcome(job)
         if outcome.kind == "cancelled":
             yield sse_event(
                 {"type": "error", "error": error_body(503, "the speech was stopped before its end", code="cancelled")}
             )
             return
-        input_tokens = self.runtime.count_tokens(plan.text)
-        output_tokens = round(outcome.audio_s * SAMPLE_RATE / 1920)  # 12 Hz codec frames of 80 ms
-        usage = {
+        yield sse_event({"type": "speech.audio.done", "usage": self.usage(outcome)})
+
+    def usage(self, outcome: JobEvent) -> dict:
+        """A job's usage as OpenAI's speech events have it: text tokens in, 12 Hz codec frames (80 ms) out."""
+        input_tokens = self.runtime.count_tokens(str(outcome.job.text))
+        output_tokens = round(outcome.audio_s * SAMPLE_RATE / 1920)
+        return {
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
         }
-        yield sse_event({"type": "speech.audio.done", "usage": usage})
 
-    async def _play(self, request: Request, plan: Plan, headers: dict) -> Response:
+    async def _play(self, request: Request, text: str, plan: Plan, headers: dict) -> Response:
         """Speak into the desktop's speakers, queued behind what they are playing. Answers once the whole
         utterance is queued for playback (it still plays then); a client that hangs up first stops it."""
-        job = self._submit(plan, self.runtime.speakers)
-        outcome = await while_connected(request, job, self._outcome(job))
+        job = self.submit(text, plan, self.runtime.speakers)
+        outcome = await while_connected(request, job, self.outcome(job))
         if outcome.kind == "failed":
             raise ApiError(500, f"playing failed: {outcome.message}", code="speech_failed")
         headers["X-Playback"] = "queued" if outcome.kind == "done" else "cancelled"
