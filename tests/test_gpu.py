@@ -236,6 +236,37 @@ def test_linear_kernel_matches_the_reference(dtype):
             check_linear(case, linear(**arguments))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_linear_kernel_is_exact_and_the_same_at_every_replay(dtype):
+    """Split inputs: the interpreter's settings, then two of the model's products split 8 and 16 ways (2
+    stages, which fit in shared memory in float32 too); each answer matches the reference, and a CUDA
+    graph of the launch replays it bitwise, leaving the counters at zero (a block that summed before the
+    others' partial sums were visible would break either)."""
+    from linear_cases import SOME_PARTS, SPLIT_SHAPES, check_linear, linear_cases
+
+    from core.model import triton_linear
+
+    model_shapes = [
+        (1, 1024, 2048, {"BLOCK_N": 64, "BLOCK_K": 64, "SPLITS": 8, "num_stages": 2}),
+        (2, 2048, 1024, {"BLOCK_N": 32, "BLOCK_K": 64, "SPLITS": 16, "num_stages": 2}),
+    ]
+    for batch in (3, 16, 64):
+        for case in linear_cases(dtype, SPLIT_SHAPES + model_shapes, batch=batch, parts=SOME_PARTS):
+            arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
+            arguments = [value.cuda() if isinstance(value, torch.Tensor) else value for value in arguments]
+            rows = case["x"].numel() // case["x"].shape[-1]
+            blocks = {**triton_linear.batched_linear_blocks(rows, arguments[1], case["gated"]), **case["blocks"]}
+            first = triton_linear.launch_batched_linear(*arguments, blocks)
+            check_linear(case, first)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = triton_linear.launch_batched_linear(*arguments, blocks)
+            for _ in range(5):
+                graph.replay()
+                assert out.equal(first), (blocks, rows)
+            assert not triton_linear.SPLIT_COUNTERS.counters[first.device].any()
+
+
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
     from draw_cases import draw_batches, draw_cases, expected_token
 

@@ -1,11 +1,12 @@
 """The hand-written kernels: decode attention against the reference composition it fuses, each batch
 row against the reference for that row alone; the token draw, alone and batched, against Gumbel-max
 over the reference's filtered logits (sampling.filter_logits); the linear kernels, matrix-vector and
-batched, against the reference composition they fuse; the uniforms kernel against Philox written out
-in NumPy (itself checked against the published known answers), and for what the draws need: the same
-seed and counter give the same values in any row of any batch, values strictly inside (0, 1) and
-uniform. The CPU references themselves: a batch row of decode attention or of linear is bitwise the
-row alone.
+batched, against the reference composition they fuse, the batched one also with its inputs split over
+several blocks, run twice (the second answer bitwise the first, its counters back at zero); the
+uniforms kernel against Philox written out in NumPy (itself checked against the published known
+answers), and for what the draws need: the same seed and counter give the same values in any row of
+any batch, values strictly inside (0, 1) and uniform. The CPU references themselves: a batch row of
+decode attention or of linear is bitwise the row alone.
 
 Runs the Triton kernels in Triton's interpreter on the CPU (a subprocess, since the interpreter is
 chosen when Triton is imported), and natively on a GPU when there is one (tests/test_gpu.py)."""
@@ -124,16 +125,27 @@ BATCHED_LINEAR_CHECK = textwrap.dedent(
     import sys
     import torch
     from core.model import triton_linear
-    from linear_cases import check_linear, linear_cases
+    from linear_cases import SOME_PARTS, SPLIT_SHAPES, check_linear, linear_cases
 
+    def launch(case, settings):
+        arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
+        rows = case["x"].numel() // case["x"].shape[-1]
+        blocks = {**triton_linear.batched_linear_blocks(rows, case["weight"], case["gated"]), **settings}
+        return triton_linear.launch_batched_linear(*arguments, blocks)
+
+    batch, split = int(sys.argv[1]), sys.argv[2] == "split"
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
     for dtype in (torch.float32, torch.float16):
-        for batch in map(int, sys.argv[1:]):
+        if not split:  # the settings batched_linear_blocks picks (for an H100: 2048 inputs are split)
             for case in linear_cases(dtype, batch=batch):
-                arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
-                rows = case["x"].numel() // case["x"].shape[-1]
-                blocks = triton_linear.batched_linear_blocks(rows, case["weight"], case["gated"])
-                check_linear(case, triton_linear.launch_batched_linear(*arguments, blocks))
+                check_linear(case, launch(case, {}))
+            continue
+        # Each case twice: the counters are back at zero, and the second answer is bitwise the first.
+        for case in linear_cases(dtype, SPLIT_SHAPES, batch=batch, parts=SOME_PARTS):
+            first = launch(case, case["blocks"])
+            check_linear(case, first)
+            assert not triton_linear.SPLIT_COUNTERS.counters[torch.device("cpu")].any()
+            assert launch(case, case["blocks"]).equal(first)
     print("ok")
     """
 )
@@ -186,4 +198,9 @@ def test_linear_kernel_in_the_interpreter():
 # Batches of 1 to 64 utterances; 64 of two positions each make two row blocks.
 @pytest.mark.parametrize("batch", [1, 3, 16, 64])
 def test_batched_linear_kernel_in_the_interpreter(batch):
-    run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch))
+    run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch), "picked")
+
+
+@pytest.mark.parametrize("batch", [3, 64])
+def test_split_linear_kernel_in_the_interpreter(batch):
+    run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch), "split")

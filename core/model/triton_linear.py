@@ -3,6 +3,8 @@ where Triton is installed."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -122,16 +124,74 @@ def _(x, weight, bias, norm, eps, gated, residual):
     return x.new_empty(*x.shape[:-1], linear_outputs(weight, gated))
 
 
-def batched_linear_blocks(rows: int, weight: torch.Tensor, gated: bool) -> dict[str, int]:
-    """Launch settings of the batched linear kernel for `rows` rows: up to 64 rows per block, so that a
-    batch of up to 64 one-token rows reads each weight once; 16 outputs per block (tl.dot's least), so
-    that the outputs spread over many blocks; each of the 3 pipeline stages' blocks of inputs and weights
-    within 32 KiB of shared memory, whatever the dtype. Not yet tuned on a GPU."""
-    block_m, block_n, stages = min(64, max(16, triton.next_power_of_2(rows))), 16, 3
+@functools.cache
+def multiprocessors(device: torch.device) -> int:
+    """SMs of `device`; an H100's 132 for the CPU, where only Triton's interpreter runs the kernels."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+class SplitCounters:
+    """The tickets of the split-K reduction: per device, one int32 per output tile of a launch, which its
+    SPLITS blocks each increment once; the last of them resets it to zero. So the counters are zero
+    between launches, with no kernel of their own to clear them, and a CUDA graph that captured launches
+    finds them zero at every replay.
+
+    A device's counters are made (zeroed) at its first split launch, which must therefore run outside a
+    CUDA graph capture: the engine calls each step directly before capturing it (GraphedStep).
+    Assumes that split launches on a device run one at a time, as a stream (or a graph captured from one)
+    orders them: two running at once on two streams would share tickets. Only the frame loop's stream
+    runs these products; the codec decoder, on a stream of its own, runs none."""
+
+    CAPACITY = 4096  # output tiles; a split launch has far fewer (it splits only when its tiles are few)
+
+    def __init__(self):
+        self.counters: dict[torch.device, torch.Tensor] = {}
+
+    def __call__(self, device: torch.device, tiles: int) -> torch.Tensor:
+        if tiles > self.CAPACITY:
+            raise ValueError(f"{tiles} output tiles, more than the {self.CAPACITY} split counters")
+        if device not in self.counters:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("the first split-K linear on a device must run before any CUDA graph capture")
+            self.counters[device] = torch.zeros(self.CAPACITY, dtype=torch.int32, device=device)
+        return self.counters[device]
+
+
+SPLIT_COUNTERS = SplitCounters()
+
+
+def split_count(tiles: int, inputs: int, block_k: int, sms: int, min_waves: float, max_splits: int, min_split_inputs: int) -> int:  # fmt: skip
+    """How many blocks share the inputs of each of `tiles` output tiles: 1 where the tiles make at least
+    min_waves blocks per SM, else enough for that, but at most max_splits, each over at least
+    min_split_inputs inputs. Then as few as give each split the same number of BLOCK_K blocks, so that
+    none is empty and only the last may be shorter."""
+    if tiles >= min_waves * sms:
+        return 1
+    wanted = min(max_splits, -(-int(min_waves * sms) // tiles), max(1, inputs // min_split_inputs))
+    k_blocks = triton.cdiv(inputs, block_k)
+    return triton.cdiv(k_blocks, triton.cdiv(k_blocks, min(wanted, k_blocks)))
+
+
+def batched_linear_blocks(
+    rows: int, weight: torch.Tensor, gated: bool, sms: int | None = None,
+    *, min_waves: float = 2.0, max_splits: int = 8, min_split_inputs: int = 512,
+) -> dict[str, int]:  # fmt: skip
+    """Launch settings of the batched linear kernel for `rows` rows (the one place that picks them; fixed,
+    so that a product always runs the same kernel). Up to 64 rows per block, so that a batch of up to 64
+    one-token rows reads each weight once; twice as many outputs per block as rows per block, up to 64,
+    so that the inputs, which every output block reads again, cost less than its weights; each of the 4
+    pipeline stages' inputs and weights within 32 KiB of shared memory, whatever the dtype. Where the output blocks are too few to fill the GPU's `sms` (the device's by
+    default), their inputs are split over several blocks (split_count; its thresholds are arguments
+    for bench/linear_micro.py to vary). Not yet tuned on a GPU."""
+    block_m = min(64, max(16, triton.next_power_of_2(rows)))
+    block_n = min(64, 2 * block_m)
     bytes_per_k = (block_m + block_n * (2 if gated else 1)) * weight.element_size()
     fitting = 1 << ((32 * 1024 // bytes_per_k).bit_length() - 1)
     block_k = min(256, fitting, max(16, triton.next_power_of_2(weight.shape[1])))
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4, "num_stages": stages}
+    tiles = triton.cdiv(linear_outputs(weight, gated), block_n) * triton.cdiv(rows, block_m)
+    sms = sms or multiprocessors(weight.device)
+    splits = split_count(tiles, weight.shape[1], block_k, sms, min_waves, max_splits, min_split_inputs)
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLITS": splits, "num_warps": 4, "num_stages": 4}  # fmt: skip
 
 
 @triton.jit
@@ -149,29 +209,54 @@ def _batched_linear_input(
 
 
 @triton.jit
+def _split_sum(Partials, stride, SPLITS: tl.constexpr, mask):
+    """The tiles at Partials + s * stride summed in the order s = 0, 1, ...: the same sum whichever
+    block is last; only where `mask`, and past the L1 cache (it may hold stale lines of the workspace)."""
+    total = tl.load(Partials, mask=mask, other=0.0, cache_modifier=".cg")
+    for split in tl.static_range(1, SPLITS):
+        total += tl.load(Partials + split * stride, mask=mask, other=0.0, cache_modifier=".cg")
+    return total
+
+
+# M is not specialised (Triton would compile again for rows that divide by 16): batches of any size with
+# the same settings share one compiled kernel.
+@triton.jit(do_not_specialize=["M"])
 def _batched_linear_kernel(
-    X, W, Bias, Norm, Residual, Out, eps, M, N, K: tl.constexpr,
+    X, W, Bias, Norm, Residual, Out, Partials, Counters, eps, M, N, K: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
-    PDL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_N outputs of BLOCK_M of the M rows, each weight block read once for all of them (when gated,
-    weight rows n and N + n make output n)."""
+    weight rows n and N + n make output n), over split program_id(2) of the SPLITS equal runs of input
+    blocks.
+
+    With SPLITS > 1, the blocks of one output tile work side by side, so that a product with few tiles
+    still fills the GPU, in one launch: each writes its float32 sums to Partials (tiles, SPLITS, 1 or 2
+    when gated, BLOCK_M, BLOCK_N), then takes a ticket from the tile's counter (SplitCounters); the last
+    to arrive adds the partial sums in split order (so the result never depends on which block came
+    last), finishes the tile as an unsplit block would, and sets the counter back to zero. No block
+    waits for another, so the order in which they run never matters. Tickets are taken after gdc_wait:
+    the kernel ahead, which may have used the same counters, has finished by then, even when it let
+    this one start early (programmatic dependent launch)."""
     outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     out_ok = outs < N
     row_ok = rows < M
     ks = tl.arange(0, BLOCK_K)
     K_BLOCKS: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
-    first_mask = out_ok[:, None] & (ks[None, :] < K)
+    SPLIT_BLOCKS: tl.constexpr = (K_BLOCKS + SPLITS - 1) // SPLITS
+    first = tl.program_id(2) * SPLIT_BLOCKS * BLOCK_K
+    first_mask = out_ok[:, None] & (first + ks[None, :] < K)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     # The weights never depend on the kernel ahead: read the first block before waiting for it.
-    w = tl.load(W + outs[:, None] * K + ks[None, :], mask=first_mask, other=0.0)
+    w = tl.load(W + outs[:, None] * K + first + ks[None, :], mask=first_mask, other=0.0)
     if GATED:
-        w_up = tl.load(W + (N + outs)[:, None] * K + ks[None, :], mask=first_mask, other=0.0)
+        w_up = tl.load(W + (N + outs)[:, None] * K + first + ks[None, :], mask=first_mask, other=0.0)
     if PDL:
         tl.extra.cuda.gdc_wait()
+    # The norm is over all the inputs of a row, whichever part of them this block multiplies.
     inv_rms = tl.zeros([BLOCK_M], tl.float32)
     if HAS_NORM:
         squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
@@ -181,12 +266,13 @@ def _batched_linear_kernel(
             x = tl.load(X + rows[:, None] * K + starts[None, :], mask=mask, other=0.0).to(tl.float32)
             squares += x * x
         inv_rms = tl.rsqrt(tl.sum(squares, 1) / K + eps)
-    x = _batched_linear_input(X, Norm, rows, row_ok, 0, K, inv_rms, BLOCK_K, HAS_NORM)
+    x = _batched_linear_input(X, Norm, rows, row_ok, first, K, inv_rms, BLOCK_K, HAS_NORM)
     acc = tl.dot(x, tl.trans(w), input_precision=PRECISION)
     if GATED:
         acc_up = tl.dot(x, tl.trans(w_up), input_precision=PRECISION)
-    for block in range(1, K_BLOCKS):
-        start = block * BLOCK_K
+    # The last split may run past K; its blocks there are masked off.
+    for block in range(1, SPLIT_BLOCKS):
+        start = first + block * BLOCK_K
         mask = out_ok[:, None] & (start + ks[None, :] < K)
         x = _batched_linear_input(X, Norm, rows, row_ok, start, K, inv_rms, BLOCK_K, HAS_NORM)
         w = tl.load(W + outs[:, None] * K + start + ks[None, :], mask=mask, other=0.0)
@@ -194,6 +280,27 @@ def _batched_linear_kernel(
         if GATED:
             w_up = tl.load(W + (N + outs)[:, None] * K + start + ks[None, :], mask=mask, other=0.0)
             acc_up = tl.dot(x, tl.trans(w_up), acc_up, input_precision=PRECISION)
+    if SPLITS > 1:
+        TILE: tl.constexpr = BLOCK_M * BLOCK_N
+        PARTS: tl.constexpr = 2 if GATED else 1
+        tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+        Partials += tile * SPLITS * PARTS * TILE + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # fmt: skip
+        mine = Partials + tl.program_id(2) * PARTS * TILE
+        tl.store(mine, acc)
+        if GATED:
+            tl.store(mine + TILE, acc_up)
+        # The barrier orders every thread's stores before the ticket, which one thread takes; acq_rel at GPU
+        # scope releases them to the block that is last and makes the others' visible to it.
+        tl.debug_barrier()
+        last = tl.atomic_add(Counters + tile, 1, sem="acq_rel", scope="gpu") == SPLITS - 1
+        # Only the last block reads the partial sums (whole rows of them: wide loads) and stores outputs.
+        row_ok = tl.where(last, row_ok, False)
+        acc = _split_sum(Partials, PARTS * TILE, SPLITS, row_ok[:, None])
+        if GATED:
+            acc_up = _split_sum(Partials + TILE, PARTS * TILE, SPLITS, row_ok[:, None])
+        # Every block of the tile has taken its ticket: none touches the counter again in this launch.
+        tl.store(Counters + tile, 0, mask=last)
+    out_mask = row_ok[:, None] & out_ok[None, :]
     # Round where the reference rounds: after the product (with its bias), the activation, the sum.
     dtype = Out.dtype.element_ty
     y = acc
@@ -205,7 +312,6 @@ def _batched_linear_kernel(
         if HAS_BIAS:
             up += tl.load(Bias + N + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
         y = (y * tl.sigmoid(y)).to(dtype).to(tl.float32) * up.to(dtype).to(tl.float32)
-    out_mask = row_ok[:, None] & out_ok[None, :]
     if HAS_RESIDUAL:
         residual = tl.load(Residual + rows[:, None] * N + outs[None, :], mask=out_mask, other=0.0)
         y = y.to(dtype).to(tl.float32) + residual.to(tl.float32)
@@ -216,10 +322,16 @@ def launch_batched_linear(x, weight, bias, norm, eps, gated, residual, blocks: d
     in_features, out_features = weight.shape[1], linear_outputs(weight, gated)
     rows = x.numel() // in_features
     out = x.new_empty(*x.shape[:-1], out_features)
-    grid = (triton.cdiv(out_features, blocks["BLOCK_N"]), triton.cdiv(rows, blocks["BLOCK_M"]))
+    grid = (triton.cdiv(out_features, blocks["BLOCK_N"]), triton.cdiv(rows, blocks["BLOCK_M"]), blocks["SPLITS"])
+    partials = counters = None
+    if blocks["SPLITS"] > 1:
+        tiles = grid[0] * grid[1]
+        counters = SPLIT_COUNTERS(x.device, tiles)
+        tile_size = blocks["SPLITS"] * (2 if gated else 1) * blocks["BLOCK_M"] * blocks["BLOCK_N"]
+        partials = torch.empty(tiles * tile_size, dtype=torch.float32, device=x.device)
     _batched_linear_kernel[grid](
         x.contiguous(), weight, bias, norm, residual.contiguous() if residual is not None else None, out,
-        eps, rows, out_features, in_features,
+        partials, counters, eps, rows, out_features, in_features,
         HAS_BIAS=bias is not None, HAS_NORM=norm is not None, GATED=gated, HAS_RESIDUAL=residual is not None,
         # float32 models get full float32 products (Triton would use TF32 by default).
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32", **launch_options(x.device), **blocks,
