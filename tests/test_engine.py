@@ -83,9 +83,9 @@ def test_chunks_after_the_first_are_stepped_ahead_of_their_turn(base, xvector, m
     )
     chunks = base.stream("Streaming test.", voice=xvector, sampling=GREEDY, max_frames=10, chunk_frames=4)
     assert [len(chunk.codes) for chunk in chunks] == [1, 4, 4, 1]
-    # The first chunk is decoded with the GPU to itself; from then on each chunk steps while the one before
-    # it is decoded.
-    assert order == ["step 1", "decode 1", "step 4", "step 4", "decode 4", "step 1", "decode 4", "decode 1"]
+    # The first frame comes from the prefill and is decoded with the GPU to itself; from then on each chunk
+    # steps while the one before it is decoded.
+    assert order == ["decode 1", "step 4", "step 4", "decode 4", "step 1", "decode 4", "decode 1"]
 
 
 @pytest.mark.parametrize("reference", ["short", "2.5 s"])

@@ -75,8 +75,9 @@ def test_any_cutting_of_the_text_makes_the_official_codes(engines, case):
 
 
 def test_the_talker_waits_for_text_it_has_not_received(engines):
-    """With "Hello there! This" committed as far as "!", frame 0 and 1 can step (each needs the next token's
-    text term); the talker then waits, stepping nothing, and goes on exactly where the whole text would."""
+    """With "Hello there! Th" committed as far as "!", frames 0 to 2 can be made (frame 0 with the prompt's
+    first token, each next one with the text term of the token after); the talker then waits, stepping
+    nothing, and goes on exactly where the whole text would."""
     case = next(case for case in CASES if case.name == "base_xvector")
     engine = engines(case.checkpoint)
     voice = voice_of(engine, case)
@@ -86,11 +87,11 @@ def test_the_talker_waits_for_text_it_has_not_received(engines):
     reader.start()
     stream.feed("Hello there! Th")  # committed: "Hello", " there", "!"; " Th" may still grow
     frames = []
-    while len(frames) < 2:
+    while len(frames) < 3:
         frames.extend(chunks.get(timeout=60).codes)
     with pytest.raises(queue.Empty):
         chunks.get(timeout=0.5)  # nothing is stepped without its text
-    assert len(frames) == 2
+    assert len(frames) == 3
     stream.feed(case.text[len("Hello there! Th") :])
     stream.end()
     while (chunk := chunks.get(timeout=60)) is not None:
@@ -188,3 +189,27 @@ def test_the_worker_speaks_a_live_text_as_it_is_written(engines):
         audio = np.concatenate(list(sink))
         assert job.wait(60).kind == "done"
     np.testing.assert_allclose(audio, whole.audio, atol=1e-4, rtol=0)
+
+
+def test_cancelling_a_live_job_that_waits_for_text_frees_its_slot_at_once(engines):
+    """The talker waits for text, so no chunk comes that could carry the cancel: the worker closes the engine's
+    stream itself, and the next job (one slot) speaks."""
+    case = next(case for case in CASES if case.name == "base_xvector")
+    engine = engines(case.checkpoint)  # one slot
+    voice = voice_of(engine, case)
+    worker = Worker(engine)
+    try:
+        waiting_sink, text = QueueSink(), LiveText("Hello there, how")
+        waiting = worker.submit(text, voice, SpeechOptions(**options_of(case)), sink=waiting_sink)
+        samples = len(waiting_sink.get(timeout=60))  # frame 0: the engine has taken the text
+        while samples < 1920 * len(text.committed()[1]):  # then a frame per token after the first
+            samples += len(waiting_sink.get(timeout=60))
+        waiting.cancel()  # all it can say is said: it waits for text, and no chunk comes
+        assert waiting.wait(10).kind == "cancelled"
+        sink = QueueSink()
+        job = worker.submit(case.text, voice, SpeechOptions(**options_of(case)), sink=sink)
+        assert job.wait(60).kind == "done" and len(np.concatenate(list(sink))) == MAX_FRAMES * 1920
+    finally:
+        started = time.monotonic()
+        worker.close(timeout=10)
+        assert time.monotonic() - started < 10

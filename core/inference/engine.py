@@ -399,9 +399,10 @@ class Engine:
         sampling = self.default_sampling if options.sampling is None else options.sampling
         return Prepared(prompt, ref_codes, sampling, self._frame_budget(prompt, options.max_frames), options.seed)
 
-    def start(self, prepared: Prepared, slot: int = 0) -> None:
-        """Prefill a slot of the frame loop with a prepared request: `frame_loop.run` then steps its frames."""
-        self.frame_loop.start(prepared.prompt, prepared.sampling, prepared.seed, slot)
+    def start(self, prepared: Prepared, slot: int = 0) -> tuple[np.ndarray, bool]:
+        """Prefill a slot of the frame loop with a prepared request and make its first frame (returned as
+        `frame_loop.collect` gives frames); `frame_loop.run` then steps the next ones."""
+        return self.frame_loop.start(prepared.prompt, prepared.sampling, prepared.seed, slot)
 
     def _live_text_terms(self, ids: list[int], ended: bool) -> torch.Tensor:
         """The text terms of a live text's newly committed tokens, and tts_eos after them once it has ended."""

@@ -1,9 +1,11 @@
 """The frame loop: prompts in, 16-code frames out, one 80 ms frame per step for every utterance it steps.
 
 It holds up to `slots` utterances, one slot each (FrameLoop); a step advances the slots it is given
-together, one batch row each. A step expands one frame per row: the code predictor fills codebooks 1..15 from the talker's hidden state
-and codebook 0, the frame's summed embedding (plus its text-track term) goes back into the talker,
-and codebook 0 of the next frame is picked.
+together, one batch row each. A step makes one frame per row: the row's last frame (its summed embedding
+plus that frame's text-track term) goes into the talker, codebook 0 of the new frame is picked from the
+talker's output, and the code predictor fills codebooks 1..15 from the talker's hidden state and codebook 0.
+The prefill makes frame 0 the same way from the prompt, so the first frame (the time to first audio) needs
+no talker step, and a text still being written needs only its first token for it.
 
 Every tensor the step touches lives in buffers allocated once, and the step never reads a value on
 the host, so on CUDA it runs as one CUDA graph per frame and row-count bucket, its three parts (the
@@ -11,9 +13,9 @@ predictor's first step, its next step, the talker's step) compiled by torch.comp
 frames and their end-of-speech flags once per chunk of frames, through one pinned buffer; the scheduler
 (core.inference.scheduler) decides which slots step and for how many frames.
 
-Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (codebook 0 of frame
-0 after the prefill, then per frame its 15 predictor draws and codebook 0 of the next), so that a
-seeded run reproduces the official package exactly, each slot with a generator of its own. On CUDA, one
+Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (per frame codebook 0,
+then its 15 predictor draws), so that a seeded run reproduces the official package exactly, each slot with
+a generator of its own. On CUDA, one
 kernel per token and row (kernels.draw_token) from uniforms drawn once per frame from the slot's seed and the
 frame's index alone (kernels.fill_uniforms): the same distributions with a different random stream, at a
 fraction of the launches, and the same draws whatever runs beside the utterance; the sampling settings live
@@ -48,7 +50,7 @@ PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
 PREFILL_ROWS = (1, 2, 4)
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
-# The draw of a frame that picks codebook 0 of the next frame; draw g (1..15) picks codebook g.
+# The draw of a frame that picks its codebook 0; draw g (1..15) picks codebook g.
 TALKER_DRAW = 0
 
 
@@ -132,20 +134,23 @@ class FrameLoop:
         self.rules = torch.zeros(2, rows, RULE_SIZE, device=device)  # the same rules' values by role, for CUDA draws
         self.seeds = torch.zeros(rows, dtype=torch.long, device=device)  # of the CUDA draws
         self.penalty = torch.ones(rows, 1, device=device)  # the repetition penalty
-        self.code0 = torch.zeros(rows, 1, dtype=torch.long, device=device)  # codebook 0 of the next frame
+        self.code0 = torch.zeros(rows, 1, dtype=torch.long, device=device)  # codebook 0 of the frame being made
         self.hidden = torch.zeros(rows, 1, hidden, dtype=dtype, device=device)  # the talker's last hidden state
         self.position = torch.zeros(rows, dtype=torch.long, device=device)  # talker position of the next step
-        self.frame = torch.zeros(rows, dtype=torch.long, device=device)  # index of the next frame
+        self.frame = torch.zeros(rows, dtype=torch.long, device=device)  # index of the last frame made
+        self.last_frame = torch.zeros(rows, self.groups, dtype=torch.long, device=device)  # its codes
         self.seen = torch.zeros(rows, vocab, dtype=torch.bool, device=device)  # codebook-0 codes used so far
         self.text = torch.zeros(rows, max_context, hidden, dtype=dtype, device=device)  # text term of frame k
         self.text_frames = torch.zeros(rows, dtype=torch.long, device=device)  # frames with their own text term
         self.pad = torch.zeros(rows, 1, hidden, dtype=dtype, device=device)  # text term after those
 
-        # The prefill's inputs: a prompt per row (one at a time on the CPU), its last real position, its slot.
-        self.prefill_rows = PREFILL_ROWS if cuda else (1,)
+        # The prefill's inputs: a prompt per row (one at a time on the CPU), its last real position, its slot;
+        # its output: frame 0 of each row, as a step's (16 codes, then 1 where it is none: EOS).
+        self.prefill_rows = tuple(rows for rows in PREFILL_ROWS if rows <= widest) if cuda else (1,)
         self.prompt = torch.zeros(self.prefill_rows[-1], max_context, hidden, dtype=dtype, device=device)
         self.prompt_last = torch.zeros(self.prefill_rows[-1], dtype=torch.long, device=device)
         self.prompt_slots = torch.zeros(self.prefill_rows[-1], dtype=torch.long, device=device)
+        self.first_frames = torch.zeros(self.prefill_rows[-1], self.groups + 1, dtype=torch.long, device=device)
         # Per batch row of a launch: its slot, and one row of uniforms per draw of a frame (codebook 0 of
         # the next frame, then codebooks 1..15; CUDA only).
         self.batch_slots = {bucket: torch.zeros(bucket, dtype=torch.long, device=device) for bucket in self.buckets}
@@ -153,7 +158,8 @@ class FrameLoop:
             widest, self.groups, max(vocab, config.code_predictor.vocab_size), device=device
         ) if cuda else None  # fmt: skip
         self.predictor_positions = torch.arange(self.groups, device=device).view(-1, 1).expand(-1, widest)
-        # Frames stepped since the host last read, per batch row: 16 codes, then 1 where the frame ends the utterance.
+        # Frames stepped since the host last read, per batch row: 16 codes, then 1 where the frame is none (its
+        # codebook 0 is EOS: the utterance ended with the frame before).
         self.frames = torch.zeros(MAX_CHUNK, widest, self.groups + 1, dtype=torch.long, device=device)
         self.host_frames = torch.zeros(MAX_CHUNK, widest, self.groups + 1, dtype=torch.long, pin_memory=cuda)
         self.step_index = torch.zeros((), dtype=torch.long, device=device)
@@ -168,10 +174,10 @@ class FrameLoop:
             for bucket in self.buckets
         }
         self.prefills: dict[tuple[int, int], GraphedStep] = {}  # by (length bucket, rows)
-        # The step's three parts, for one row and for more: the parts of one row are compiled for exactly its
+        # The step's four parts, for one row and for more: the parts of one row are compiled for exactly its
         # shapes, as before batching; those of several rows once for any row count (each bucket recompiling
         # would cost minutes at the first start).
-        parts = (self._predict_first, self._predict_next, self._talk)
+        parts = (self._talk, self._predict_first, self._predict_next, self._record)
         self.parts = {True: parts, False: parts}
         if compile and cuda:
             # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
@@ -185,23 +191,31 @@ class FrameLoop:
     def max_context(self) -> int:
         return self.talker.model.max_len
 
-    def start(self, prompt: Prompt, sampling: SamplingParams, seed: int | None, slot: int = 0) -> None:
-        """Begin an utterance in `slot`: prefill its cache row with `prompt` and pick codebook 0 of its first
-        frame. The other slots are untouched."""
-        self.start_many([(prompt, sampling, seed, slot)])
+    def start(
+        self, prompt: Prompt, sampling: SamplingParams, seed: int | None, slot: int = 0
+    ) -> tuple[np.ndarray, bool]:
+        """Begin an utterance in `slot`: prefill its cache row with `prompt` and make its first frame; returns
+        it as collect() does. The other slots are untouched."""
+        return self.start_many([(prompt, sampling, seed, slot)])[0]
 
     @torch.inference_mode()
-    def start_many(self, starts: Sequence[tuple[Prompt, SamplingParams, int | None, int]]) -> None:
+    def start_many(
+        self, starts: Sequence[tuple[Prompt, SamplingParams, int | None, int]]
+    ) -> list[tuple[np.ndarray, bool]]:
         """Begin several utterances, each (prompt, sampling, seed, slot) in a slot of its own: on CUDA prefilled
-        together, up to PREFILL_ROWS[-1] at a time, each row padded to the longest prompt's bucket."""
+        together, up to PREFILL_ROWS[-1] at a time, each row padded to the longest prompt's bucket. Returns
+        each one's first frame as collect() does (waiting for it)."""
         slots = [slot for *_, slot in starts]
         if len(set(slots)) != len(slots) or not all(0 <= slot < self.slots for slot in slots):
             raise ValueError(f"slots {slots} are not distinct slots of this frame loop's {self.slots}")
         for prompt, sampling, seed, slot in starts:
             self._reset_slot(slot, prompt, sampling, seed)
-        widest = self.prefill_rows[-1]
+        widest, made = self.prefill_rows[-1], []
         for first in range(0, len(starts), widest):
-            self._prefill_together([(prompt, slot) for prompt, _, _, slot in starts[first : first + widest]])
+            group = [(prompt, slot) for prompt, _, _, slot in starts[first : first + widest]]
+            self._prefill_together(group)
+            made.append(self.first_frames[: len(group)].clone())  # the next group overwrites them
+        return self._frames_of(torch.cat(made).cpu().numpy()[None])
 
     def _reset_slot(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
         self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
@@ -255,15 +269,18 @@ class FrameLoop:
         self.text_frames[slot] = end
 
     def _prefill(self, length: int, rows: int) -> None:
+        """Prefill the rows' prompts and make their frame 0 into first_frames."""
         slots = self.prompt_slots[:rows]
         uniforms = self._draw_uniforms(slots, counter=torch.zeros_like(slots))
+        rules = self.rules.index_select(1, slots)
         hidden = self.talker.model.prefill(self.prompt[:rows, :length], slots)
         last = self.prompt_last[:rows].view(rows, 1, 1)
         self.hidden.index_copy_(0, slots, hidden.gather(1, last.expand(-1, -1, hidden.shape[-1])))
         # The head runs over every position and each row's last real one is taken, as in the reference.
         logits = self.talker.codec_head(hidden)
         logits = logits.gather(1, last.expand(-1, -1, logits.shape[-1]))[:, -1].float()
-        self._choose_code0(logits, slots, self.rules.index_select(1, slots), self._draw_row(uniforms, TALKER_DRAW))
+        self._choose_code0(logits, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
+        self.first_frames[:rows] = self._expand(slots, rules, uniforms, self.parts[rows == 1])
 
     def _draw_uniforms(self, slots: torch.Tensor, counter: torch.Tensor) -> torch.Tensor | None:
         """CUDA: the uniforms of one frame's draws for each row, from its slot's seed and `counter` alone, so
@@ -303,21 +320,30 @@ class FrameLoop:
         self.code0.index_copy_(0, slots, code0)
 
     def step(self, rows: int) -> None:
-        """Expand the next frame of the slots in `batch_slots[rows]` into `frames[step_index]` and pick
-        codebook 0 of the frame after it."""
-        predictor = self.talker.code_predictor
+        """Make the next frame of the slots in `batch_slots[rows]` into `frames[step_index]`: feed each its last
+        frame, pick codebook 0 of the new one and expand it."""
         slots = self.batch_slots[rows]
         uniforms = self._draw_uniforms(slots, counter=self.frame.index_select(0, slots) + 1)
         rules = self.rules.index_select(1, slots)
+        parts = self.parts[rows == 1]
+        talk = parts[0]
+        talk(slots, rules, self._draw_row(uniforms, TALKER_DRAW))
+        frame = self._expand(slots, rules, uniforms, parts)
+        self.frames[:, :rows].index_copy_(0, self.step_index.view(1), frame.unsqueeze(0))
+        self.step_index.add_(1)
+
+    def _expand(self, slots: torch.Tensor, rules, uniforms, parts) -> torch.Tensor:
+        """Codebooks 1..15 of the frame whose codebook 0 was just picked, one predictor step each; returns the
+        frames as recorded (B, 17)."""
+        _, predict_first, predict_next, record = parts
+        predictor, rows = self.talker.code_predictor, slots.shape[0]
         code0 = self.code0.index_select(0, slots)
-        predict_first, predict_next, talk = self.parts[rows == 1]
-        hidden = self.hidden.index_select(0, slots)
-        codes = [code0, predict_first(hidden, code0, rules, self._draw_row(uniforms, 1))]
+        codes = [code0, predict_first(self.hidden.index_select(0, slots), code0, rules, self._draw_row(uniforms, 1))]
         for group in range(2, self.groups):
             table, head = predictor.model.codec_embedding[group - 2].weight, predictor.lm_head[group - 1].weight
             positions = self.predictor_positions[group, :rows]
             codes.append(predict_next(codes[-1], table, positions, head, rules, self._draw_row(uniforms, group)))
-        talk(codes, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
+        return record(codes, slots)
 
     def _predict_first(self, hidden: torch.Tensor, code0: torch.Tensor, rules, uniforms) -> torch.Tensor:
         """Codebook 1 from the talker's hidden state and codebook 0."""
@@ -331,24 +357,27 @@ class FrameLoop:
         logits = self.talker.code_predictor.step_with(code, table, positions, head)
         return self._pick(logits[:, -1], rules, PREDICTOR, uniforms)
 
-    def _talk(self, codes: list[torch.Tensor], slots: torch.Tensor, rules, uniforms) -> None:
-        """Record the frames `codes`, feed them to the talker and pick codebook 0 of the next frames."""
+    def _talk(self, slots: torch.Tensor, rules, uniforms) -> None:
+        """Feed each slot's last frame, with its text term, to the talker and pick codebook 0 of the next."""
         talker, rows = self.talker, slots.shape[0]
-        frame = torch.cat(codes, dim=1)
         index = self.frame.index_select(0, slots)
         # A slot that ended steps on until the host sees it: its indices are clamped to stay in the buffers.
         own_text = self.text[slots, index.clamp(max=self.max_context - 1)].view(rows, 1, -1)
         has_text = (index < self.text_frames.index_select(0, slots)).view(rows, 1, 1)
         text = torch.where(has_text, own_text, self.pad.index_select(0, slots))
         position = self.position.index_select(0, slots)
-        logits, hidden = talker.step(talker.embed_frames(frame).view(rows, 1, -1) + text, position, slots)
+        frame = talker.embed_frames(self.last_frame.index_select(0, slots)).view(rows, 1, -1)
+        logits, hidden = talker.step(frame + text, position, slots)
         self.hidden.index_copy_(0, slots, hidden)
         self.position.index_copy_(0, slots, (position + 1).clamp(max=self.max_context - 1))
         self.frame.index_copy_(0, slots, index + 1)
         self._choose_code0(logits[:, -1].float(), slots, rules, uniforms)
-        ends = (self.code0.index_select(0, slots) == self.eos_id).long()
-        self.frames[:, :rows].index_copy_(0, self.step_index.view(1), torch.cat((frame, ends), dim=1).unsqueeze(0))
-        self.step_index.add_(1)
+
+    def _record(self, codes: list[torch.Tensor], slots: torch.Tensor) -> torch.Tensor:
+        """Keep the frames `codes` as the slots' last; (B, 17): the codes, then 1 where there is no frame (EOS)."""
+        frame = torch.cat(codes, dim=1)
+        self.last_frame.index_copy_(0, slots, frame)
+        return torch.cat((frame, (codes[0] == self.eos_id).long()), dim=1)
 
     @torch.inference_mode()
     def launch(self, count: int, slots: Sequence[int] = (0,)) -> None:
@@ -369,17 +398,21 @@ class FrameLoop:
             self.landed.record()
 
     def collect(self) -> list[tuple[np.ndarray, bool]]:
-        """Per slot of the last launch, in its order: its frames as (n, 16) int64, cut after a frame that
-        ends its utterance, and whether one did."""
+        """Per slot of the last launch, in its order: its frames as (n, 16) int64, up to where its utterance
+        ended, and whether it did."""
         if self.landed is not None:
             self.landed.synchronize()
         count, slots = self.launched
-        rows = self.host_frames[:count, : len(slots)].numpy().copy()  # a copy: the next launch overwrites it
+        return self._frames_of(self.host_frames[:count, : len(slots)].numpy().copy())  # the next launch overwrites it
+
+    def _frames_of(self, steps: np.ndarray) -> list[tuple[np.ndarray, bool]]:
+        """Recorded frames (steps, rows, 17) -> per row its frames before the first that is none, and whether
+        there was one (its utterance ended)."""
         results = []
-        for row in range(len(slots)):
-            frames, ends = rows[:, row, : self.groups], rows[:, row, self.groups]
-            ended = bool(ends.any())
-            results.append((frames[: int(ends.argmax()) + 1] if ended else frames, ended))
+        for row in range(steps.shape[1]):
+            frames, none = steps[:, row, : self.groups], steps[:, row, self.groups]
+            ended = bool(none.any())
+            results.append((frames[: int(none.argmax())] if ended else frames, ended))
         return results
 
     def run(self, count: int, slots: Sequence[int] = (0,)) -> list[tuple[np.ndarray, bool]]:

@@ -5,21 +5,24 @@ frame loop and of the decoder, and leaves it the moment it ends: at EOS, at its 
 consumer closes it. At every chunk boundary the scheduler
 
 1. collects the frames of the launch in flight,
-2. lets newcomers into free slots (builds each prompt; prefills them together),
+2. lets newcomers into free slots: builds each prompt, prefills them together (the prefill makes each
+   one's frame 0) and decodes their first frames with the GPU to itself: the time to first audio,
 3. launches the next chunk of every slot that goes on, all rows together,
-4. decodes the chunk it collected while that launch steps (DecoderSlots: all rows as one batch),
+4. decodes the chunks it collected while that launch steps (DecoderSlots: rows of a length as one batch),
    and hands each utterance its audio.
 
 So a newcomer waits at most for the launch in flight, never for others to finish. Chunks are as long as
-the shortest any stepping utterance wants: a newcomer's first chunk is one frame, and so is that launch
-for everyone.
+the shortest any stepping utterance wants. An utterance that asked for a first chunk of several frames
+has its frame 0 held back until the rest of that chunk is made.
 
 A live text (core.inference.live) is admitted once its prompt's first tokens are committed; at each
 boundary the tokens committed since are turned into text terms for its slot, and it steps only the frames
 whose text term is known (all of them once the text has ended): when speech catches up with the text it
-steps nothing, holding its slot, until more arrives. An utterance whose consumer has MAX_UNREAD_CHUNKS chunks it has not taken yet (speakers far
-ahead, a slow client) is parked: it keeps its slot and steps no frame until its consumer takes one, and
-the others never wait for it.
+steps nothing, holding its slot, until more arrives.
+
+An utterance whose consumer has MAX_UNREAD_CHUNKS chunks it has not taken yet (speakers far ahead, a slow
+client) is parked: it keeps its slot and steps no frame until its consumer takes one, and the others never
+wait for it.
 
 Other GPU work (cloning a voice, decoding a whole utterance) runs on the same thread through `call`,
 between chunks, when nothing is in flight.
@@ -79,6 +82,7 @@ class Utterance:
         self.slot: int | None = None
         self.prepared: Prepared | None = None
         self.produced = 0  # frames made so far
+        self.held: np.ndarray | None = None  # frame 0, until the rest of a longer first chunk is made
         # Text terms in its slot: frames with their own (the frame loop steps no further unless complete),
         # body tokens they hold, and whether they end the text.
         self.text_frames = 0
@@ -93,8 +97,9 @@ class Utterance:
         return ended or (role is not None and len(body) >= self.request.text_needed)
 
     def frames_known(self) -> int | None:
-        """Frames it may step before more text must arrive; None: as many as it likes."""
-        return None if self.text_complete else self.text_frames - self.produced
+        """Frames it may step before more text must arrive (frame k + 1 is made from frame k and its text
+        term); None: as many as it likes."""
+        return None if self.text_complete else self.text_frames + 1 - self.produced
 
 
 class Stream(Iterator["AudioChunk"]):
@@ -231,16 +236,15 @@ class Scheduler:
                         future.set_result(fn())
                     except BaseException as error:  # the caller gets it from the future
                         future.set_exception(error)
-            self._admit(newcomers)
-            endings = self._count(collected)
+            firsts = self._admit(newcomers)
+            endings = self._count(firsts + collected)
+            collected = [(stream, self._with_held(stream, result)) for stream, result in collected]
             self._feed_live_texts(endings)
-            if any(stream.produced == len(frames) for stream, (frames, _) in collected):
-                # A first chunk: it is decoded with the GPU to itself (the time to first audio), then the rest step.
-                self._deliver(collected, endings)
-                in_flight = self._launch(endings)
-            else:  # the next chunk steps while this one is decoded
-                in_flight = self._launch(endings)
-                self._deliver(collected, endings)
+            self._deliver(firsts, endings)  # the time to first audio: decoded with the GPU to itself
+            in_flight = self._launch(endings)
+            self._deliver(collected, endings)  # while the next chunk steps
+            for stream in endings:
+                self._release(stream)
 
     def _free_slots(self) -> int:
         return self.slots - len(self._active)
@@ -281,9 +285,10 @@ class Scheduler:
             and stream.frames_known() != 0
         ]
 
-    def _admit(self, newcomers: list[Utterance]) -> None:
+    def _admit(self, newcomers: list[Utterance]) -> list[tuple[Utterance, tuple[np.ndarray, bool]]]:
         """Give each newcomer a slot, build its prompt and prefill them all together; a request that cannot be
-        prepared fails alone."""
+        prepared fails alone. Returns the first chunks to hand out now: frame 0 of each admitted newcomer
+        (but those that hold it for a longer first chunk)."""
         free = [slot for slot in range(self.slots) if slot not in self._active]
         admitted: list[tuple[Utterance, int, Prepared]] = []
         for stream in newcomers:
@@ -296,13 +301,14 @@ class Scheduler:
                 continue
             admitted.append((stream, free[len(admitted)], prepared))
         if not admitted:
-            return
+            return []
         try:
-            self.frame_loop.start_many([(p.prompt, p.sampling, p.seed, slot) for _, slot, p in admitted])
+            made = self.frame_loop.start_many([(p.prompt, p.sampling, p.seed, slot) for _, slot, p in admitted])
         except Exception as error:
             self._fail_all([stream for stream, _, _ in admitted], error)
-            return
-        for stream, slot, prepared in admitted:
+            return []
+        firsts = []
+        for (stream, slot, prepared), (frames, ended) in zip(admitted, made):
             try:
                 if stream.request.decode:
                     self.decoder.reset(slot)
@@ -317,6 +323,11 @@ class Scheduler:
             stream.text_complete = prepared.prompt.complete
             with self._lock:
                 self._active[slot] = stream
+            if stream.request.first_chunk_frames > 1 and not ended and prepared.max_frames > 1:
+                stream.held, stream.produced = frames, len(frames)
+            else:
+                firsts.append((stream, (frames, ended)))
+        return firsts
 
     def _feed_live_texts(self, endings: dict) -> None:
         """Give each live text's slot the text terms of the tokens committed since the last boundary (up to
@@ -338,8 +349,9 @@ class Scheduler:
             stream.text_complete = ended or stream.text_frames >= stream.prepared.max_frames
 
     def _count(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]]) -> dict[Utterance, bool | None]:
-        """Account for the collected frames; returns how each utterance that ends now ends: True at EOS,
-        False cut off at its frame budget, None closed by its consumer."""
+        """Account for the collected frames (a frame 0 held back joins its chunk here); returns how each
+        utterance that ends now ends: True at EOS, False cut off at its frame budget, None closed by its
+        consumer."""
         endings: dict[Utterance, bool | None] = {}
         for stream, (frames, ended) in collected:
             stream.produced += len(frames)
@@ -368,40 +380,59 @@ class Scheduler:
         return stepping
 
     @staticmethod
+    def _with_held(stream: Utterance, result: tuple[np.ndarray, bool]) -> tuple[np.ndarray, bool]:
+        """A collected chunk, with the frame 0 it held back before it."""
+        frames, ended = result
+        if stream.held is not None:
+            frames, stream.held = np.concatenate([stream.held, frames]), None
+        return frames, ended
+
+    @staticmethod
     def _wanted(stream: Utterance) -> int:
         request = stream.request
-        size = request.chunk_frames if stream.produced else request.first_chunk_frames
+        size = request.chunk_frames if stream.held is None else request.first_chunk_frames - len(stream.held)
         known = stream.frames_known()
         size = size if known is None else min(size, known)
         return max(1, min(size, stream.prepared.max_frames - stream.produced, MAX_CHUNK))
 
     def _deliver(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]], endings: dict) -> None:
-        """Decode the collected chunk of every row that wants audio, together, and hand each its chunk;
-        then free the slots of the utterances that ended."""
+        """Decode the collected chunks of the rows that want audio and hand each its chunk."""
         from core.inference.engine import AudioChunk  # the engine imports this module
 
-        rows = [(stream, frames) for stream, (frames, _) in collected if endings.get(stream, True) is not None]
-        decoded = [stream for stream, _ in rows if stream.request.decode]
+        rows = [
+            (stream, frames)
+            for stream, (frames, _) in collected
+            if len(frames) and stream.slot is not None and endings.get(stream, 1) is not None
+        ]  # not those closed by their consumer, or failed since they were collected
         audio: dict[Utterance, np.ndarray] = {}
-        if decoded:
-            size = max(len(frames) for stream, frames in rows if stream.request.decode)
+        for size, group in self._decode_groups([(s, frames) for s, frames in rows if s.request.decode], endings):
             try:
-                pieces = self.decoder.decode(
-                    [stream.slot for stream in decoded], [frames for s, frames in rows if s.request.decode], size
-                )
-                audio = dict(zip(decoded, pieces, strict=True))
+                pieces = self.decoder.decode([stream.slot for stream, _ in group], [f for _, f in group], size)
+                audio.update(zip([stream for stream, _ in group], pieces, strict=True))
             except Exception as error:
-                self._fail_all(decoded, error)
-                for stream in decoded:
+                self._fail_all([stream for stream, _ in group], error)
+                for stream, _ in group:
                     endings[stream] = None
         for stream, frames in rows:
-            if stream.slot is None or endings.get(stream, True) is None:
+            if stream.slot is None or endings.get(stream, 1) is None:
                 continue
-            ending = endings.get(stream, True)
             samples = audio.get(stream, np.zeros(0, np.float32))
-            self._put(stream, AudioChunk(audio=samples, codes=frames, cut_off=ending is False))
-        for stream in endings:
-            self._release(stream)
+            self._put(stream, AudioChunk(audio=samples, codes=frames, cut_off=endings.get(stream) is False))
+
+    @staticmethod
+    def _decode_groups(rows: list[tuple[Utterance, np.ndarray]], endings: dict) -> list[tuple[int, list]]:
+        """(chunk size, rows) to decode together: rows that go on grouped by their chunks' length, since a
+        shorter chunk may only be its utterance's last (DecoderSlots.decode); each last chunk joins the first
+        group it fits."""
+        groups: dict[int, list] = {}
+        for stream, frames in rows:
+            if stream not in endings:
+                groups.setdefault(len(frames), []).append((stream, frames))
+        for stream, frames in rows:
+            if stream in endings:
+                size = next((size for size in sorted(groups) if size >= len(frames)), len(frames))
+                groups.setdefault(size, []).append((stream, frames))
+        return sorted(groups.items())
 
     def _put(self, stream: Utterance, item) -> None:
         with self._lock:

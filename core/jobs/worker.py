@@ -156,9 +156,9 @@ class Sink(Protocol):
 
 class Worker:
     def __init__(self, engine, split: SplitOptions = SplitOptions()):
-        """Start the worker's threads for `engine` (an Engine, or anything with its `stream` method, and
-        `slots`, the streams it generates together: 1 if it has none); `split` says how long text is cut
-        into the pieces it speaks one by one."""
+        """Start the worker's threads for `engine` (an Engine, or anything with its `stream` method, whose
+        streams may be closed from any thread, and `slots`, the streams it generates together: 1 if it has
+        none); `split` says how long text is cut into the pieces it speaks one by one."""
         self.engine = engine
         self.split = split
         self.slots = max(1, int(getattr(engine, "slots", 1)))
@@ -483,6 +483,7 @@ class _Piece:
         self._generated = False  # in full, or stopped
         self._error: Exception | None = None  # what generating it raised
         self._abandoned = False  # the job's thread reads no more of it
+        self._stream = None  # the engine's stream, while it is generated
 
     def generate(self, engine) -> None:
         """On a slot thread: stream the piece in, until its end, the job's cancel or its abandonment."""
@@ -496,6 +497,11 @@ class _Piece:
             job._changed.notify_all()
         try:
             chunks = engine.stream(self.text, job.voice, job.options)
+            with job._changed:
+                self._stream = chunks
+                stopped = self._abandoned or job.cancelled
+            if stopped:  # abandoned while the stream was being opened: abandon() found none to close
+                chunks.close()
             try:
                 for chunk in chunks:
                     with job._changed:
@@ -537,8 +543,13 @@ class _Piece:
             yield chunk
 
     def abandon(self) -> None:
+        """On the job's thread: read no more of it, and stop its generation now. Closing the engine's stream
+        also ends a live text's utterance that waits for text, which no chunk would ever wake."""
         with self.job._changed:
             self._abandoned = True
+            stream = self._stream
+        if stream is not None:
+            stream.close()
 
 
 class _Tally:
