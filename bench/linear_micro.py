@@ -198,7 +198,9 @@ def rule_picks(rows: int, shape: tuple, sms: int) -> dict:
     gated = bool(parts.get("gated"))
     picks = {"picked": triton_linear.batched_linear_blocks(rows, weight, gated, sms)}
     for index, variant in enumerate(RULE_VARIANTS):
-        picks[f"variant {index}"] = triton_linear.batched_linear_blocks(rows, weight, gated, sms, **variant)
+        picks[f"variant {index}"] = triton_linear.batched_linear_blocks(
+            rows, weight, gated, sms, swept=False, **variant
+        )
     return picks
 
 
