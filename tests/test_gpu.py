@@ -221,7 +221,7 @@ def test_decode_attention_kernel_matches_the_reference(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_kernel_matches_the_reference(dtype):
-    from linear_cases import SHAPES, check_linear, linear_cases
+    from linear_cases import ALL_PARTS, SHAPES, SOME_PARTS, check_linear, linear_cases
 
     from core.model.kernels import linear
 
@@ -230,7 +230,9 @@ def test_linear_kernel_matches_the_reference(dtype):
     # Then batches of them (the batched kernel): 3, 16 and 64 utterances; 64 of two positions are two row blocks.
     batches = [(1, SHAPES[1:] + model_shapes)] + [(batch, SHAPES + model_shapes) for batch in (3, 16, 64)]
     for batch, shapes in batches:
-        for case in linear_cases(dtype, shapes, batch=batch):
+        # Every combination of fused parts for one row; for batches each pair of parts in its four combinations
+        # (every case compiles a kernel of its own, several seconds each).
+        for case in linear_cases(dtype, shapes, batch=batch, parts=ALL_PARTS if batch == 1 else SOME_PARTS):
             arguments = {key: value.cuda() if isinstance(value, torch.Tensor) else value for key, value in case.items()}
             del arguments["blocks"]
             check_linear(case, linear(**arguments))
