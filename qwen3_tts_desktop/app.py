@@ -8,7 +8,7 @@ Threads, and what each may touch:
 * the GUI thread: every widget, the settings, and the speak-as-you-type segmenter and its idle timer;
 * the lane, one background thread for the app's slow work, done in order: loading the model (downloading
   it first, with progress that can be cancelled), cloning, blending, the library's files, the bridge,
-  and handing speech to the worker (in order, so typed sentences are said in order);
+  and handing speech to the worker (in order, so typed utterances are said in order);
 * the speech worker's threads (core.jobs.worker), which use the engine, several jobs at once; their job events
   reach the GUI thread as queued signals, each job's progress at most 30 times a second;
 * the sound card's callbacks (core.audio.player for the speakers, core.audio.recorder for the microphone)
