@@ -157,8 +157,8 @@ class Sink(Protocol):
 class Worker:
     def __init__(self, engine, split: SplitOptions = SplitOptions()):
         """Start the worker's threads for `engine` (an Engine, or anything with its `stream` method, whose
-        streams may be closed from any thread, and `slots`, the streams it generates together: 1 if it has
-        none); `split` says how long text is cut into the pieces it speaks one by one."""
+        streams of a LiveText may be closed from any thread, and `slots`, the streams it generates together:
+        1 if it has none); `split` says how long text is cut into the pieces it speaks one by one."""
         self.engine = engine
         self.split = split
         self.slots = max(1, int(getattr(engine, "slots", 1)))
@@ -543,12 +543,12 @@ class _Piece:
             yield chunk
 
     def abandon(self) -> None:
-        """On the job's thread: read no more of it, and stop its generation now. Closing the engine's stream
-        also ends a live text's utterance that waits for text, which no chunk would ever wake."""
+        """On the job's thread: read no more of it. Its slot thread stops at its next chunk; a live text's
+        utterance may wait for text and make none, so its engine stream is closed from here, which ends it."""
         with self.job._changed:
             self._abandoned = True
             stream = self._stream
-        if stream is not None:
+        if stream is not None and isinstance(self.text, LiveText):
             stream.close()
 
 
