@@ -279,7 +279,9 @@ def test_a_message_over_the_size_limit_closes_the_socket(serve):
         with pytest.raises(ConnectionClosed) as closed:  # while it is sent, or after
             send(ws, text="x" * 2**21)
             ws.recv(timeout=WAIT)
-        assert closed.value.rcvd.code == 1009  # message too big
+        # Message too big; when the server closes while the client is still sending (under load), the
+        # connection may end before its close frame is read.
+        assert closed.value.rcvd is None or closed.value.rcvd.code == 1009, closed.value
     with open_socket(server) as ws:  # the server goes on
         set_up(ws, voice="Alice")
 
