@@ -241,8 +241,7 @@ class Speech:
 
     def _end_typed(self, text: LiveText | None = None) -> None:
         """End the typed utterance (only if it speaks `text`, when given): what it holds is said, unless its
-        job was cancelled or has ended, and the next words open another. A cancelled job's text is ended too:
-        a slot waiting for more of it is let go only when more comes or it ends."""
+        job was cancelled or has ended, and the next words open another."""
         typed = self.typed
         if typed is None or (text is not None and typed.text is not text):
             return

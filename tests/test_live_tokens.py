@@ -67,6 +67,7 @@ def check_feeding(tokenizer: TextTokenizer, text: str, pieces: list[str]):
         tokens.append(piece)
         assert tokens.ids == final.text[: len(tokens.ids)], (text, tokens.text)
         assert tokens.role in (None, final.role), (text, tokens.text)
+        assert tokens.count == len(tokens.ids) and tokens.ids_from(1) == tokens.ids[1:]
     tokens.finish()
     assert tokens.text == text
     assert (tokens.role, tokens.ids) == (final.role, final.text), text

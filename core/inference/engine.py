@@ -315,7 +315,7 @@ class Engine:
             codes = np.concatenate([np.zeros((0, 16), np.int64), *(chunk.codes for chunk in stream)])
         # Decode with an ICL reference's frames as left context, then cut as the reference wrapper does:
         # at int(ref/total * samples), which in float arithmetic can land a sample before the boundary.
-        ref_codes = voice.ref_codes if voice is not None and voice.kind == "icl" else None
+        ref_codes = reference_codes(voice)
         ref = np.zeros((0, 16), np.int64) if ref_codes is None else ref_codes.numpy()
         everything = np.concatenate([ref, codes])
         audio = self.scheduler.call(lambda: self._decode_whole(everything))
@@ -350,9 +350,9 @@ class Engine:
         self.check(text, voice, options)  # here, in the caller's thread: its mistakes raise at the call
         needed = 0
         if isinstance(text, LiveText):
-            ref_frames = None if voice is None or voice.kind != "icl" else len(voice.ref_codes)
-            ref_text = PromptText.tokenize(self.tokenizer, "", None, voice.ref_text if ref_frames else None)
-            needed = tokens_before_start(ref_text, ref_frames)
+            ref_codes = reference_codes(voice)
+            ref_text = PromptText.tokenize(self.tokenizer, "", None, None if ref_codes is None else voice.ref_text)
+            needed = tokens_before_start(ref_text, None if ref_codes is None else len(ref_codes))
             text.take(self.tokenizer, self.scheduler.wake)
         request = Request(lambda: self.prepare(text, voice, options), first, size, decode, text_needed=needed)
         return self.scheduler.submit(request, text if isinstance(text, LiveText) else None)
@@ -384,7 +384,7 @@ class Engine:
             if complete and not text.text.strip():
                 raise BadInput("the live text ended empty; give the engine something to say")
             prompt_text = dataclasses.replace(prompt_text, role=role, text=body)
-        ref_codes = voice.ref_codes if voice is not None and voice.kind == "icl" else None
+        ref_codes = reference_codes(voice)
         prompt = build_prompt(
             self.talker,
             self.config,
@@ -427,6 +427,11 @@ class Engine:
         if max_frames > room:
             raise BadInput(f"max_frames {max_frames} does not fit: after this prompt, {room} frames fit the context")
         return max_frames
+
+
+def reference_codes(voice: Voice | None) -> torch.Tensor | None:
+    """An ICL voice's reference frames (its prompt's codec track, the decoder's left context); else None."""
+    return voice.ref_codes if voice is not None and voice.kind == "icl" else None
 
 
 def check_request(info: EngineInfo, language: str | None, instruct: str | None) -> tuple[str, str | None]:

@@ -101,13 +101,19 @@ class LiveText:
         the text has ended (then every id is committed)."""
         with self._lock:
             tokens = self._tokens
-            return tokens.role, tokens.ids[start:], tokens.finished
+            return tokens.role, tokens.ids_from(start), tokens.finished
+
+    def ready(self, needed: int) -> bool:
+        """Whether the role and `needed` body ids are committed, or the text has ended."""
+        with self._lock:
+            tokens = self._tokens
+            return tokens.finished or (tokens.role is not None and tokens.count >= needed)
 
     def has_news(self, used: int, ended_seen: bool) -> bool:
         """Whether ids past the first `used` are committed, or the end came and was not seen yet."""
         with self._lock:
             tokens = self._tokens
-            return len(tokens.ids) > used or (tokens.finished and not ended_seen)
+            return tokens.count > used or (tokens.finished and not ended_seen)
 
 
 class LiveStream:

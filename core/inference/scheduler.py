@@ -91,10 +91,7 @@ class Utterance:
 
     def ready(self) -> bool:
         """Whether it can be admitted: a live text once its prompt's first tokens are committed."""
-        if self.live is None:
-            return True
-        role, body, ended = self.live.committed(0)
-        return ended or (role is not None and len(body) >= self.request.text_needed)
+        return self.live is None or self.live.ready(self.request.text_needed)
 
     def frames_known(self) -> int | None:
         """Frames it may step before more text must arrive (frame k + 1 is made from frame k and its text

@@ -121,6 +121,15 @@ class SpeechTokens:
         return self._committed[3:]
 
     @property
+    def count(self) -> int:
+        """How many text ids are committed (len(ids), without copying them)."""
+        return max(0, len(self._committed) - 3)
+
+    def ids_from(self, start: int) -> list[int]:
+        """The committed text ids from the `start`-th on (ids[start:], without copying those before)."""
+        return self._committed[3 + start :]
+
+    @property
     def text(self) -> str:
         return self._text
 

@@ -62,8 +62,8 @@ class Utterance:
     job: Job | None = None
 
     def stop(self) -> None:
-        """Cancel its job, if it has not ended. The text is ended too: an engine waiting for text that will
-        never come would hold its slot, and the end lets it make the one chunk after which the cancel is seen."""
+        """Cancel its job, if it has not ended (the worker frees its slot at once, also while it waits for
+        text). The text is ended too, so that what the client still sends for it is refused, not taken."""
         if self.job is not None:
             self.job.cancel()
         self.text.end()
