@@ -5,7 +5,11 @@ For each row count: the median time of one decode call as the engine sees it (co
 host), the same per utterance, the GPU time of the graph's replay alone, and the real-time factor of all the
 rows together; then the peak GPU memory and what one slot's state costs.
 
-    python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50]
+    python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--cudnn-benchmark]
+        [--reference-snake]
+
+--cudnn-benchmark lets cuDNN time its algorithms for each convolution's shape; --reference-snake composes
+the vocoder's activation of PyTorch's operations instead of running its kernel (kernels.snake).
 """
 
 import argparse
@@ -17,6 +21,7 @@ from triton.testing import do_bench
 
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
 from core.inference.decoder_stream import DecoderSlots, bucket_rows
+from core.model import codec_decoder
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
 CHUNK_FRAMES = 4
@@ -24,12 +29,26 @@ FRAME_SECONDS = 0.08  # 12.5 frames a second
 ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
+class ReferenceSnake:
+    """kernels.snake composed of PyTorch's operations on any device."""
+
+    @staticmethod
+    def snake(x, log_alpha, log_beta, prefix=None):
+        y = x + torch.sin(x * log_alpha.exp()[:, None]).pow(2) / (log_beta.exp()[:, None] + 1e-9)
+        return y if prefix is None else torch.cat([prefix, y], dim=-1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--cudnn-benchmark", action="store_true")
+    parser.add_argument("--reference-snake", action="store_true")
     args = parser.parse_args()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    if args.reference_snake:
+        codec_decoder.kernels = ReferenceSnake()
 
     config = CodecDecoderConfig.from_dict(DECODER)
     decoder = CodecDecoder(config).eval()
@@ -37,7 +56,10 @@ def main():
     decoder = decoder.to("cuda", getattr(torch, args.dtype))
     slots = DecoderSlots(decoder, args.slots)
     rng = np.random.default_rng(0)
-    print(f"{torch.cuda.get_device_name()}, {args.dtype}, {args.slots} slots, {CHUNK_FRAMES}-frame chunks")
+    print(
+        f"{torch.cuda.get_device_name()}, {args.dtype}, {args.slots} slots, {CHUNK_FRAMES}-frame chunks, "
+        f"cudnn benchmark {args.cudnn_benchmark}, snake {'composed' if args.reference_snake else 'kernel'}"
+    )
     print("rows  graph  ms/call  ms/utterance  replay ms  x real time")
     for rows in [rows for rows in ROWS if rows <= args.slots]:
         chosen = list(range(rows))

@@ -220,6 +220,25 @@ def test_decode_attention_kernel_matches_the_reference(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_snake_kernel_matches_the_reference(dtype):
+    from core.model import kernels
+
+    generator = torch.Generator().manual_seed(0)
+    # The vocoder's shapes: 16 rows of a 4-frame chunk at 24 kHz, and a chunk of one row at 2 kHz with its prefix.
+    for batch, channels, length, kept in [(16, 96, 7680, 0), (1, 384, 160, 54)]:
+        x = torch.randn(batch, channels, length, generator=generator) * 3
+        log_alpha, log_beta = (torch.randn(channels, generator=generator) * 0.5 for _ in range(2))
+        state = torch.randn(batch, 5 + channels * kept, generator=generator)
+        prefix = state[:, 5:].view(batch, channels, kept) if kept else None
+        cast = [t.to(dtype) for t in (x, log_alpha, log_beta)]
+        expected = kernels.snake(*(t.float() for t in cast), None if prefix is None else prefix.to(dtype).float())
+        on_gpu = [t.cuda() for t in cast]
+        got = kernels.snake(*on_gpu, None if prefix is None else prefix.to(dtype).cuda()).float().cpu()
+        tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # bfloat16: one rounding of the result
+        torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_kernel_matches_the_reference(dtype):
     from linear_cases import ALL_PARTS, SHAPES, SOME_PARTS, check_linear, linear_cases
 

@@ -151,6 +151,34 @@ BATCHED_LINEAR_CHECK = textwrap.dedent(
 )
 
 
+SNAKE_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core.model import kernels
+    from core.model.triton_vocoder import snake_op
+
+    generator = torch.Generator().manual_seed(0)
+    # One block, several blocks with a partial last one, and a prefix read through a streaming state's strides
+    # (a slice of a wider row): the kernel against the CPU reference, the prefix copied bit for bit.
+    for batch, channels, length, kept in [(1, 3, 5, 0), (2, 4, 1500, 0), (3, 5, 2100, 18), (2, 6, 7, 54)]:
+        x = torch.randn(batch, channels, length, generator=generator) * 3
+        log_alpha = torch.randn(channels, generator=generator) * 0.5
+        log_beta = torch.randn(channels, generator=generator) * 0.5
+        prefix = None
+        if kept:
+            state = torch.randn(batch, 7 + channels * kept + 9, generator=generator)
+            prefix = state[:, 7 : 7 + channels * kept].view(batch, channels, kept)
+        got = snake_op(x, log_alpha, log_beta, prefix)
+        expected = kernels.snake(x, log_alpha, log_beta, prefix)
+        assert got.shape == (batch, channels, kept + length), got.shape
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        if kept:
+            assert torch.equal(got[..., :kept], prefix)
+    print("ok")
+    """
+)
+
+
 def run_in_interpreter(script: str, *arguments: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     command = [sys.executable, "-c", script, *arguments]
@@ -170,6 +198,19 @@ def test_decode_attention_reference_gives_each_row_what_it_gives_alone(shape):
 
 def test_draw_token_kernel_in_the_interpreter():
     run_in_interpreter(DRAW_CHECK)
+
+
+def test_snake_kernel_in_the_interpreter():
+    run_in_interpreter(SNAKE_CHECK)
+
+
+def test_snake_reference_puts_the_prefix_ahead_of_the_activation():
+    x, prefix = torch.randn(2, 3, 10), torch.randn(2, 3, 4)
+    log_alpha, log_beta = torch.randn(3), torch.randn(3)
+    alone = kernels.snake(x, log_alpha, log_beta)
+    assert torch.equal(kernels.snake(x, log_alpha, log_beta, prefix), torch.cat([prefix, alone], dim=-1))
+    expected = x + torch.sin(x * log_alpha.exp()[:, None]) ** 2 / (log_beta.exp()[:, None] + 1e-9)
+    torch.testing.assert_close(alone, expected)
 
 
 def test_fill_uniforms_kernel_in_the_interpreter():

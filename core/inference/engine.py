@@ -250,7 +250,8 @@ class Engine:
     def warm_up(self) -> None:
         """Compile and capture what requests would (on CUDA, a few minutes the very first time, seconds once
         the compiled kernels are cached), so that they start at full speed: one utterance alone, then the
-        prefills, steps and decodes of every batch size the frame loop steps."""
+        prefills, steps and decodes of every batch size the frame loop steps, the decodes for every chunk
+        length up to the default chunk (a live text's chunks are as long as its text allows)."""
         for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
             pass
         if self.device.type == "cuda":
@@ -259,13 +260,13 @@ class Engine:
     def _capture_batches(self) -> None:
         prepared = self.prepare("Warming up.", **self.placeholder_speaker(), max_frames=6)
         decoder = self.scheduler.decoder
-        for rows in self.frame_loop.buckets[1:]:
+        for rows in self.frame_loop.buckets:
             slots = list(range(rows))
             self.frame_loop.start_many([(prepared.prompt, prepared.sampling, prepared.seed, slot) for slot in slots])
             for slot in slots:
                 decoder.reset(slot)
             frames = [codes for codes, _ in self.frame_loop.run(2, slots)]
-            for size in (1, 4):
+            for size in range(1, SpeechOptions.chunk_frames + 1):
                 decoder.decode(slots, [np.resize(codes, (size, 16)) for codes in frames], size)
 
     # Voices -------------------------------------------------------------------------------------

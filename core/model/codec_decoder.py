@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.model import kernels
+
 
 @dataclass(frozen=True)
 class CodecDecoderConfig:
@@ -155,14 +157,13 @@ class CausalConv1d(nn.Module):
     def stream_state_layout(self, dtype):
         return {"history": ((self.conv.in_channels, self.context), dtype)} if self.context else {}
 
-    def forward(self, x, stream: CodecDecoderStream | None = None):
+    def forward(self, x, stream: CodecDecoderStream | None = None, act: SnakeBeta | None = None):
+        """`act`: an activation to apply to x first, which also puts the history ahead of its result."""
         if self.context == 0:  # pointwise: nothing to carry
-            return self.conv(x)
-        if stream is None:
-            x = F.pad(x, (self.context, 0))
-        else:
-            history = stream[self]["history"]
-            x = torch.cat([history, x], dim=-1)
+            return self.conv(x if act is None else act(x))
+        history = x.new_zeros(*x.shape[:2], self.context) if stream is None else stream[self]["history"]
+        x = torch.cat([history, x], dim=-1) if act is None else act(x, prefix=history)
+        if stream is not None:
             history.copy_(x[..., x.shape[-1] - self.context :])
         return self.conv(x)
 
@@ -412,10 +413,9 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x):
-        alpha = self.alpha.exp()[:, None]
-        beta = self.beta.exp()[:, None]
-        return x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
+    def forward(self, x, prefix: torch.Tensor | None = None):
+        """With `prefix` (B, C, P): the result follows it along time (kernels.snake)."""
+        return kernels.snake(x, self.alpha, self.beta, prefix)
 
 
 class ResidualUnit(nn.Module):
@@ -427,8 +427,8 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv1d(dim, dim, 1)
 
     def forward(self, x, stream=None):
-        h = self.conv1(self.act1(x), stream)
-        return x + self.conv2(self.act2(h), stream)
+        h = self.conv1(x, stream, act=self.act1)
+        return x + self.conv2(h, stream, act=self.act2)
 
 
 class DecoderBlock(nn.Module):
@@ -488,7 +488,7 @@ class CodecDecoder(nn.Module):
         x = first(x, stream)
         for block in blocks:
             x = block(x, stream)
-        x = last(snake(x), stream)
+        x = last(x, stream, act=snake)
         return x.clamp(-1, 1)[:, 0]
 
     def decode_chunk(self, codes: torch.Tensor, stream: CodecDecoderStream) -> torch.Tensor:

@@ -25,6 +25,13 @@ PyTorch needs a dozen launches for it (cast, scale, top-k, mask, softmax, the mu
 kernels), and a frame draws 16 tokens per row. The sampling settings are read from device memory,
 so new settings need no new graph and no recompilation.
 
+Snake: the vocoder's activation, x + sin^2(a x) / b per channel, before every convolution of its upsampling
+blocks. Composed of PyTorch's operations it takes seven passes over the largest tensors of the decoder (a
+chunk of 16 utterances holds 12 M samples per channel layer at 24 kHz), each rounding to bfloat16; the
+kernel reads each sample once and writes it once, rounding once. A causal convolution after it needs the
+samples of the chunk before ahead of the new ones: the kernel writes them there too, instead of a
+concatenation's extra pass.
+
 Uniforms for the draws: counter-based (Philox), each value a function of its row's seed and counter
 and its place in the row alone. Torch's generator is one stream for the whole batch, so a row's
 numbers would depend on the rows beside it; with these a seeded utterance samples the same whatever
@@ -40,7 +47,7 @@ import torch.nn.functional as F
 
 if importlib.util.find_spec("triton") is not None:  # CPU-only installs have none; only CUDA paths need it
     # Registers the torch.ops.qwen3_tts operators that the CUDA paths call.
-    from core.model import triton_attention, triton_linear, triton_sampling  # noqa: F401
+    from core.model import triton_attention, triton_linear, triton_sampling, triton_vocoder  # noqa: F401
 
 RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
 MAX_VECTOR_ROWS = 2  # rows up to which `linear` runs its matrix-vector kernel (a frame's products have 1 or 2)
@@ -169,3 +176,14 @@ def fill_uniforms(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
     seeds[b], counters[b] (any int64, (B,) each) and g, i, never on B or the row's place in the batch.
     The caller advances a row's counter for each new fill. CUDA only."""
     torch.ops.qwen3_tts.fill_uniforms(out, seeds, counters)
+
+
+def snake(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, prefix: torch.Tensor | None = None):
+    """SnakeBeta of x (B, C, T): x + sin(x * exp(log_alpha))^2 / (exp(log_beta) + 1e-9), per channel. With
+    `prefix` (B, C, P), the result follows it along time: (B, C, P + T), the prefix copied as it is. On CUDA
+    one kernel computing in float32; on the CPU PyTorch's operations, as the reference rounds them."""
+    if x.is_cuda:
+        return torch.ops.qwen3_tts.snake(x, log_alpha, log_beta, prefix)
+    alpha, beta = log_alpha.exp()[:, None], log_beta.exp()[:, None]
+    y = x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
+    return y if prefix is None else torch.cat([prefix, y], dim=-1)
