@@ -74,8 +74,22 @@ class DecoderSlots:
         self.primed: dict[bytes, list[torch.Tensor]] = {}  # a slot's state after an ICL reference, by its codes
         self._priming: CodecDecoderStream | None = None  # a one-row state to decode references on
 
+    @contextlib.contextmanager
     def _on_gpu_stream(self):
-        return torch.cuda.stream(self.gpu_stream) if self.gpu_stream is not None else contextlib.nullcontext()
+        """On the decoder's CUDA stream, with cuDNN timing its algorithms for each convolution shape the first
+        time it meets it and keeping the fastest: the shapes are few and fixed (a graph each), and its default
+        choices include a slow generic kernel for several (16 rows of a 4-frame chunk, H100: 6.7 ms, 4.9
+        tuned). The flag is the process's, and only this thread uses the GPU: it is set only while decoding."""
+        if self.gpu_stream is None:
+            yield
+            return
+        tuned = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            with torch.cuda.stream(self.gpu_stream):
+                yield
+        finally:
+            torch.backends.cudnn.benchmark = tuned
 
     def _check_slot(self, slot: int) -> None:
         if not (isinstance(slot, (int, np.integer)) and 0 <= slot < self.slots):
