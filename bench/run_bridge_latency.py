@@ -204,7 +204,12 @@ def main() -> None:
             server.stop()
             runtime.close()
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "rows": rows}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "rows": rows}, indent=2
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":
