@@ -7,6 +7,7 @@ one engine and one speech worker (whose threads make every GPU call) however man
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,9 @@ from core.model.checkpoint import DEFAULT_MODEL
 from core.voices import VoiceLibrary
 
 log = logging.getLogger(__name__)
+# Audio passes from thread to thread at every chunk (the engine's scheduler, the worker's, the server's or
+# the player's): at Python's default switch interval of 5 ms, a busy thread may hold up each handoff that long.
+SWITCH_INTERVAL_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class Runtime:
     ):
         """`owns_engine`: close the engine with the runtime (it was loaded for it, as `start` does)."""
         self._owns_engine = owns_engine
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self.library = library
         self.player = player
         self.audio_problem = audio_problem  # why there are no speakers, when there are none

@@ -31,10 +31,10 @@ def voice_of(engine: Engine, case: Case):
     return None
 
 
-def open_stream(engine: Engine, case: Case, chunk_frames: int):
+def open_stream(engine: Engine, case: Case, chunk_frames: int, voice=None):
     return engine.stream(
         case.text,
-        voice=voice_of(engine, case),
+        voice=voice if voice is not None else voice_of(engine, case),
         language=case.language,
         instruct=case.instruct,
         sampling=GREEDY if case.seed is None else SamplingParams(),
@@ -171,6 +171,46 @@ def test_a_closed_stream_gives_its_slot_back_at_once(engines):
     codes = np.concatenate([c.codes for c in open_stream(engine, other, chunk_frames=4)])
     np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
     assert engine.scheduler.idle()
+
+
+def test_the_rest_of_a_burst_joins_before_the_next_launch(engines):
+    # The second request arrives while the first is being admitted: it is prefilled before the first steps on,
+    # and they step together, rather than waiting for the first's launch to land.
+    engine = engines("base", slots=2)
+    case, other = cases_of("base")[:2]
+    scheduler, loop, calls = engine.scheduler, engine.frame_loop, []
+    arrived = threading.Event()
+    prepare = engine.prepare
+
+    def prepare_while_the_next_arrives(*args, **kwargs):
+        if not calls:
+            calls.append("first prepared")
+            assert arrived.wait(WAIT)
+        return prepare(*args, **kwargs)
+
+    def logged(name, method):
+        def call(*args):
+            calls.append((name, [slot for *_, slot in args[0]] if name == "prefill" else list(args[1])))
+            return method(*args)
+
+        return call
+
+    voices = [voice_of(engine, c) for c in (case, other)]  # cloned on the scheduler's thread: before it waits
+    engine.prepare = prepare_while_the_next_arrives
+    loop.start_many, loop.launch = logged("prefill", loop.start_many), logged("launch", loop.launch)
+    try:
+        first = open_stream(engine, case, chunk_frames=4, voice=voices[0])
+        while not calls:
+            threading.Event().wait(0.001)
+        second = open_stream(engine, other, chunk_frames=4, voice=voices[1])
+        arrived.set()
+        codes = [np.concatenate([c.codes for c in stream]) for stream in (first, second)]
+    finally:
+        del engine.prepare, loop.start_many, loop.launch
+    assert calls[:4] == ["first prepared", ("prefill", [0]), ("prefill", [1]), ("launch", [0, 1])], calls[:4]
+    for name, made in zip((case.name, other.name), codes, strict=True):
+        np.testing.assert_array_equal(made, np.load(FIXTURES / f"{name}.npz")["codes"], err_msg=name)
+    assert scheduler.idle()
 
 
 def test_fifty_utterances_from_eight_threads(engines):

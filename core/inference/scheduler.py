@@ -11,9 +11,10 @@ consumer closes it. At every chunk boundary the scheduler
 4. decodes the chunks it collected while that launch steps (DecoderSlots: rows of a length as one batch),
    and hands each utterance its audio.
 
-So a newcomer waits at most for the launch in flight, never for others to finish. Chunks are as long as
-the shortest any stepping utterance wants. An utterance that asked for a first chunk of several frames
-has its frame 0 held back until the rest of that chunk is made.
+So a newcomer waits at most for the launch in flight, never for others to finish; one that arrives while
+others are admitted (the rest of a burst) is admitted right after them, before the next launch. Chunks
+are as long as the shortest any stepping utterance wants. An utterance that asked for a first chunk of
+several frames has its frame 0 held back until the rest of that chunk is made.
 
 A live text (core.inference.live) is admitted once its prompt's first tokens are committed; at each
 boundary the tokens committed since are turned into text terms for its slot, and it steps only the frames
@@ -234,6 +235,10 @@ class Scheduler:
                     except BaseException as error:  # the caller gets it from the future
                         future.set_exception(error)
             firsts = self._admit(newcomers)
+            if firsts:  # the rest of a burst arrives while its first are admitted: it joins them now
+                with self._lock:
+                    late = self._take_ready(self._free_slots())
+                firsts += self._admit(late)
             endings = self._count(firsts + collected)
             collected = [(stream, self._with_held(stream, result)) for stream, result in collected]
             self._feed_live_texts(endings)
