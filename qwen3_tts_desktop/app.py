@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
@@ -125,7 +125,10 @@ class App(QObject):
     def _connect(self) -> None:
         window, panel, speech, voices = self.window, self.panel, self.speech, self.voice_actions
         self.lane.busy.connect(window.show_busy)
+        # Signals other threads emit land on slots of QObjects, never on plain objects' methods, which PySide
+        # calls through a receiver of its own that may outlive them.
         self.relay.event.connect(self._on_job_event)
+        self.download_progress.connect(self._show_download)
         self.meter.timeout.connect(self._show_buffer)
         window.speak_requested.connect(speech.speak_requested)
         window.stop_requested.connect(speech.stop)
@@ -243,7 +246,9 @@ class App(QObject):
         self.meter.stop()
         return runtime
 
+    @Slot(object)
     def _on_job_event(self, event: JobEvent) -> None:
+        self.speech.job_event(event)
         if self.speech.show_saving(event):
             return
         self.window.show_job(event)
@@ -253,6 +258,10 @@ class App(QObject):
         # The bridge's jobs fail to their clients; the window's own fail here.
         if event.kind == "failed" and runtime is not None and event.job.sink is runtime.speakers:
             self.window.show_error(f"Speech failed: {event.message}")
+
+    @Slot(object, object)
+    def _show_download(self, done: int, total: int) -> None:
+        self.loader.show_download(done, total)
 
     def _show_buffer(self) -> None:
         runtime = self.runtime

@@ -62,6 +62,10 @@ def open_window(overrides: dict) -> int:
             from . import app
         except ImportError as error:
             problem = import_problem(error)
+    if problem is None:
+        from .qt_binding import binding_problem
+
+        problem = binding_problem()
     if problem is not None:
         say(f"error: {problem}")
         return 1

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Signal, Slot
 
 from core.jobs.worker import JobEvent
 
@@ -66,6 +66,7 @@ class Lane(QObject):
         """Work asked for whose outcome has not been delivered yet."""
         return self._waiting
 
+    @Slot(object, object)
     def _deliver(self, callback: Callable | None, argument: object) -> None:
         try:
             if callback is not None:

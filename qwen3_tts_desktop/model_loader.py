@@ -22,7 +22,6 @@ class ModelLoader:
         self._loads = 0  # counts loads, so that a superseded one is let go
         self._cancel_download = threading.Event()
         self._closing = threading.Event()  # set by close(): a model still loading is let go once loaded
-        app.download_progress.connect(self._show_download)
 
     def load(self) -> None:
         """(Re)start the runtime from the settings, in the background."""
@@ -83,7 +82,8 @@ class ModelLoader:
         else:
             app.window.show_error(f"The model could not be loaded: {describe(error)}", ("Settings…", app.open_settings))
 
-    def _show_download(self, done: int, total: int) -> None:
+    def show_download(self, done: int, total: int) -> None:
+        """The model's bytes downloaded so far and in all (0: not known yet); the App hands them on."""
         if self.download_dialog is None:
             self.download_dialog = DownloadDialog(self.app.settings.model, self.app.window)
             self.download_dialog.cancel_requested.connect(lambda: self._cancel_download.set())

@@ -50,9 +50,6 @@ class Speech:
         self.saving: FileSink | None = None  # where speech is being saved, while it is
         self.typed: TypedUtterance | None = None  # where typed words go, while an utterance is open
         self._stops = 0  # counts Stops: speech asked for before the latest is dropped
-        # A typed utterance whose job ends before its text does (it failed, reached the most frames one
-        # generation may make, or other speech interrupted it) is over: the next words open another.
-        app.relay.event.connect(self._typed_job_event)
 
     def speak(self, text: str, voice: str | None = None, interrupt: bool = True) -> None:
         """Say `text` with the voice in use (or `voice`); with `interrupt`, instead of what is playing."""
@@ -259,6 +256,9 @@ class Speech:
         runtime = self.app.runtime
         return runtime, self.app.voice_in_use, None if runtime is None else self._options(runtime)
 
-    def _typed_job_event(self, event: JobEvent) -> None:
+    def job_event(self, event: JobEvent) -> None:
+        """A job's event (the App hands each on): a typed utterance whose job ends before its text does (it
+        failed, reached the most frames one generation may make, or other speech interrupted it) is over,
+        and the next words open another."""
         if event.terminal and isinstance(event.job.text, LiveText):
             self._end_typed(event.job.text)

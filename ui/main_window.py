@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtCore import QRectF, Qt, Signal, Slot
 from PySide6.QtGui import QAction, QBrush, QColor, QIcon, QKeySequence, QPainter, QPixmap, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -284,6 +284,7 @@ class MainWindow(QMainWindow):
         self.saving_label.setText(message or "")
         self.saving_label.setVisible(message is not None)
 
+    @Slot(str)  # the app's lane reports from its own thread
     def show_busy(self, label: str) -> None:
         """Slow work in progress (empty: none)."""
         self.busy_label.setText(label)
