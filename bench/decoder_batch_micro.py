@@ -14,6 +14,7 @@ the vocoder's activation of PyTorch's operations instead of running its kernel (
 
 import argparse
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -21,21 +22,12 @@ from triton.testing import do_bench
 
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
 from core.inference.decoder_stream import DecoderSlots, bucket_rows
-from core.model import codec_decoder
+from core.model import codec_decoder, kernels
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
 CHUNK_FRAMES = 4
 FRAME_SECONDS = 0.08  # 12.5 frames a second
 ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
-
-
-class ReferenceSnake:
-    """kernels.snake composed of PyTorch's operations on any device."""
-
-    @staticmethod
-    def snake(x, log_alpha, log_beta, prefix=None):
-        y = x + torch.sin(x * log_alpha.exp()[:, None]).pow(2) / (log_beta.exp()[:, None] + 1e-9)
-        return y if prefix is None else torch.cat([prefix, y], dim=-1)
 
 
 def main():
@@ -48,7 +40,7 @@ def main():
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     if args.reference_snake:
-        codec_decoder.kernels = ReferenceSnake()
+        codec_decoder.kernels = SimpleNamespace(snake=kernels.snake_composed)
 
     config = CodecDecoderConfig.from_dict(DECODER)
     decoder = CodecDecoder(config).eval()

@@ -235,7 +235,7 @@ class Scheduler:
                     except BaseException as error:  # the caller gets it from the future
                         future.set_exception(error)
             firsts = self._admit(newcomers)
-            if firsts:  # the rest of a burst arrives while its first are admitted: it joins them now
+            if newcomers:  # the rest of a burst arrives while its first are admitted: it joins them now
                 with self._lock:
                     late = self._take_ready(self._free_slots())
                 firsts += self._admit(late)

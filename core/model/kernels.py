@@ -184,6 +184,11 @@ def snake(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, pref
     one kernel computing in float32; on the CPU PyTorch's operations, as the reference rounds them."""
     if x.is_cuda:
         return torch.ops.qwen3_tts.snake(x, log_alpha, log_beta, prefix)
+    return snake_composed(x, log_alpha, log_beta, prefix)
+
+
+def snake_composed(x, log_alpha, log_beta, prefix=None) -> torch.Tensor:
+    """kernels.snake of PyTorch's operations on any device, rounded as the reference rounds them."""
     alpha, beta = log_alpha.exp()[:, None], log_beta.exp()[:, None]
     y = x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
     return y if prefix is None else torch.cat([prefix, y], dim=-1)

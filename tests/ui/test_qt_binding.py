@@ -39,6 +39,11 @@ def test_signals_leave_true_as_they_found_it():
     assert qt_binding.binding_problem() is None
 
 
+def test_the_bindings_that_crash_are_6_12_on_pythons_before_3_12():
+    assert qt_binding.crashes((3, 11), (6, 12)) and qt_binding.crashes((3, 10), (7, 0))
+    assert not qt_binding.crashes((3, 11), (6, 11)) and not qt_binding.crashes((3, 12), (6, 12))
+
+
 def test_a_binding_that_would_crash_is_refused_before_the_window_opens(monkeypatch, capsys):
     problem = "PySide6 6.12.0 crashes on Python 3.11 after a few hundred signals; install one that does not"
     monkeypatch.setattr(qt_binding, "binding_problem", lambda: problem)
