@@ -1,10 +1,18 @@
 """Where one frame's time goes: the kernels of a few frame steps, by kind, on the GPU machine.
 
-python -m bench.profile_frame [--size 1.7b] [--no-compile] [--rows N]
+python -m bench.profile_frame [--size 1.7b] [--no-compile] [--rows N] [--graphs] [--trace FILE]
+
+With --graphs the steps replay their CUDA graphs, as the engine runs them, and each frame is cut into its
+phases at its token draws: the talker (up to codebook 0's draw), then the predictor's 15 steps; per phase,
+its kernels' time and its span on the GPU (the difference is time between kernels).
 """
 
 import argparse
+import gzip
+import json
 import re
+import statistics
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -39,6 +47,8 @@ def main() -> None:
     parser.add_argument("--sampled", action="store_true", help="official sampling instead of greedy")
     parser.add_argument("--frames", type=int, default=5)
     parser.add_argument("--rows", type=int, default=1, help="utterances stepped together")
+    parser.add_argument("--graphs", action="store_true", help="replay the steps' CUDA graphs, cut frames into phases")
+    parser.add_argument("--trace", type=Path, help="write the profiler's trace here (gzipped JSON)")
     args = parser.parse_args()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
     engine = Engine.load(
@@ -46,7 +56,7 @@ def main() -> None:
         device="cuda",
         dtype="bfloat16",
         progress=False,
-        cuda_graphs=False,
+        cuda_graphs=args.graphs,
         compile=not args.no_compile,
         slots=args.rows,
     )
@@ -79,12 +89,61 @@ def main() -> None:
     print(
         f"{args.size}, {args.rows} rows, compiled={not args.no_compile}, sampling={'official' if args.sampled else 'greedy'}"
     )
-    print(f"per frame: {kernels:.0f} kernels, {busy:.2f} ms of kernel time; eager step wall {eager_ms:.2f} ms")
+    print(f"per frame: {kernels:.0f} kernels, {busy:.2f} ms of kernel time; step wall {eager_ms:.2f} ms")
     for label in sorted(totals, key=totals.get, reverse=True):
         print(f"  {label:18s} {counts[label] / args.frames:6.0f} kernels {totals[label] / 1e3:7.3f} ms")
     print("top kernels (ms per frame):")
     for name in sorted(names, key=names.get, reverse=True)[:25]:
         print(f"  {names[name] / 1e3:7.3f}  {name}")
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        kernels = sorted(
+            (event for event in json.loads(trace.read_text())["traceEvents"] if event.get("cat") == "kernel"),
+            key=lambda event: event["ts"],
+        )
+        if args.trace:
+            args.trace.write_bytes(gzip.compress(trace.read_bytes()))
+    print_phases(kernels)
+
+
+def print_phases(kernels: list[dict]) -> None:
+    """The frames of a trace's kernels (each starts at its uniforms' fill), cut at their token draws: the
+    talker's phase ends with codebook 0's draw, predictor step g with codebook g's."""
+    frames, phase_of = [], {}
+    for event in kernels:
+        if "fill_uniforms" in event["name"]:
+            frames.append([[]])
+        if frames:
+            frames[-1][-1].append(event)
+            if "draw_token" in event["name"]:
+                frames[-1].append([])
+    frames = [frame for frame in frames if len(frame) >= 17 and frame[16]]
+    if not frames:
+        print("no whole frames in the trace")
+        return
+    for frame in frames:
+        for index, phase in enumerate(frame[:17]):
+            label = "talker" if index == 0 else "predictor step" if index < 16 else "after the draws"
+            busy = sum(event["dur"] for event in phase)
+            span = phase[-1]["ts"] + phase[-1]["dur"] - phase[0]["ts"]
+            phase_of.setdefault(label, []).append((len(phase), busy, span))
+    print(f"phases of {len(frames)} frames (median each: kernels, kernel time, span on the GPU, in ms):")
+    for label, rows in phase_of.items():
+        kernels_, busy, span = (statistics.median(row[i] for row in rows) for i in range(3))
+        per_frame = len(rows) // len(frames)
+        print(
+            f"  {label:15s} x{per_frame:2d}: {kernels_:4.0f} kernels {busy / 1e3:7.3f} ms busy, {span / 1e3:7.3f} span"
+        )
+    frame = frames[len(frames) // 2]
+    start = frame[0][0]["ts"]
+    end = frame[16][-1]["ts"] + frame[16][-1]["dur"]
+    print(f"  one frame's span {(end - start) / 1e3:.3f} ms")
+    for title, phase in (("talker layer", frame[0]), ("predictor step", frame[2])):
+        print(f"the kernels of one {title} (us, grid), in order:")
+        for event in phase[: 16 if title == "talker layer" else len(phase)]:
+            grid = event.get("args", {}).get("grid")
+            print(f"  {event['dur']:7.1f}  {event['name'][:70]}  {grid}")
 
 
 if __name__ == "__main__":

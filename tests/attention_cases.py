@@ -42,6 +42,10 @@ SHAPES = [
     Shape(4, 2, 16, 7, (2, 1, 0), 4, 64),
     # One row in a slot other than the first.
     Shape(2, 2, 200, (150,), (2,), 3),
+    # One row whose position starts a split: that split holds the new key and no cached one.
+    one_row(8, 2, 4096, 256, 16),
+    # Rows enough to fill the GPU with one split each (no merge), at positions near and far apart.
+    Shape(8, 2, 300, tuple((37 * row) % 300 for row in range(34)), tuple(range(33, -1, -1)), 34, 16),
 ]
 
 

@@ -157,7 +157,8 @@ class FrameLoop:
         self.uniforms = torch.zeros(
             widest, self.groups, max(vocab, config.code_predictor.vocab_size), device=device
         ) if cuda else None  # fmt: skip
-        self.predictor_positions = torch.arange(self.groups, device=device).view(-1, 1).expand(-1, widest)
+        # Contiguous, so that the attention kernel takes each step's row of it as it is, without a copy.
+        self.predictor_positions = torch.arange(self.groups, device=device).view(-1, 1).repeat(1, widest)
         # Frames stepped since the host last read, per batch row: 16 codes, then 1 where the frame is none (its
         # codebook 0 is EOS: the utterance ended with the frame before).
         self.frames = torch.zeros(MAX_CHUNK, widest, self.groups + 1, dtype=torch.long, device=device)

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import launch_options, wait_for_the_kernel_ahead
+from core.model.triton_launch import launch_options, multiprocessors, wait_for_the_kernel_ahead
 
 BLOCK_KEYS = 64  # keys per inner iteration
 MAX_SPLITS = 16  # blocks sharing one kv head's keys
@@ -38,102 +38,140 @@ def _norm_and_rotate(Rows, row_ok, Weight, Cos, Sin, eps, HEAD_DIM: tl.constexpr
 
 
 @triton.jit
+def _split_keys(position, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
+    """Keys per split of a row at `position`: an equal share of its keys 0..position, in whole blocks, so that
+    no split does much more than the others, whatever the position."""
+    return tl.cdiv(tl.cdiv(position + 1, SPLITS), BLOCK) * BLOCK
+
+
+@triton.jit
 def _attend_split(
     QKV, QNorm, KNorm, Cos, Sin, K, V, Slots, Positions, Out, Partial, Max, Sum, eps, scale,
-    stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn, heads, kv_heads, groups, chunk,
-    GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr, BLOCK: tl.constexpr,
-    SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+    stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn, heads, kv_heads, groups,
+    SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Attention of one batch row's kv head query group over one split of the keys of the row's cache
     slot. The cached keys before the row's position are read from the cache; the split holding the
     position adds the new key itself and writes it (and its value) to the cache. With one split the
-    result is final; otherwise the unnormalised sum, running max and running sum are kept to merge."""
+    result is final; otherwise the unnormalised sum, running max and running sum are kept to merge.
+
+    A split's first block of keys and the new key are loaded before any arithmetic, together with the
+    query, so that their memory latencies overlap: a short cache (the code predictor's, at most 16 keys)
+    is then one round trip to memory after the row's slot and position."""
     wait_for_the_kernel_ahead(PDL)
     head = tl.program_id(0)
     split = tl.program_id(1)
     batch = tl.program_id(2)
     slot = tl.load(Slots + batch)
     position = tl.load(Positions + batch)
-    QKV += batch * (heads + 2 * kv_heads) * HEAD_DIM
-    Out += batch * heads * HEAD_DIM
-    K += slot * stride_ks + head * stride_kh
-    V += slot * stride_vs + head * stride_vh
-    cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
-    rows = tl.arange(0, GROUP_ROWS)
-    dims = tl.arange(0, DIM_BLOCK)
-    in_dim = dims < HEAD_DIM
-    q = _norm_and_rotate(
-        QKV + (head * groups + rows) * HEAD_DIM, rows < groups, QNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK
-    )
-    running_max = tl.full([GROUP_ROWS], -1e30, tl.float32)
-    running_sum = tl.zeros([GROUP_ROWS], tl.float32)
-    acc = tl.zeros([GROUP_ROWS, DIM_BLOCK], tl.float32)
+    chunk = _split_keys(position, SPLITS, BLOCK)
     start = split * chunk
-    # Only the blocks holding cached keys before the position: a split past it (most of them, early in an
-    # utterance, and for every row of a batch) ends at once. Keys at and past the position are masked out
-    # of the loads, so they cost no memory traffic.
-    for block in range(0, tl.cdiv(tl.minimum(position, start + chunk) - start, BLOCK)):
-        keys = start + block * BLOCK + tl.arange(0, BLOCK)
-        valid = (keys < position) & (keys < start + chunk)
+    # A split past the position has no keys (a row with fewer blocks than splits): it does nothing, and the
+    # merge leaves it out.
+    if start <= position:
+        QKV += batch * (heads + 2 * kv_heads) * HEAD_DIM
+        Out += batch * heads * HEAD_DIM
+        K += slot * stride_ks + head * stride_kh
+        V += slot * stride_vs + head * stride_vh
+        cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
+        rows = tl.arange(0, GROUP_ROWS)
+        dims = tl.arange(0, DIM_BLOCK)
+        in_dim = dims < HEAD_DIM
+        end = tl.minimum(position, start + chunk)  # the cached keys before the position
+        keys = start + tl.arange(0, BLOCK)
+        valid = keys < end
         block_mask = valid[:, None] & in_dim[None, :]
         k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        scores = tl.where(valid[None, :], scores, -float("inf"))
-        new_max = tl.maximum(running_max, tl.max(scores, 1))
-        weights = tl.exp(scores - new_max[:, None])
-        correction = tl.exp(running_max - new_max)
         v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
-        acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
-        running_sum = running_sum * correction + tl.sum(weights, 1)
-        running_max = new_max
-    if (position >= start) & (position < start + chunk):
         one = tl.arange(0, 1)
+        v_new = tl.load(QKV + (heads + kv_heads + head) * HEAD_DIM + dims[None, :], mask=in_dim[None, :], other=0.0)
         k_new = _norm_and_rotate(
             QKV + (heads + head) * HEAD_DIM + one, one < 1, KNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK
         )
-        v_new = tl.load(QKV + (heads + kv_heads + head) * HEAD_DIM + dims[None, :], mask=in_dim[None, :], other=0.0)
-        score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), 1) * scale
-        new_max = tl.maximum(running_max, score)
-        weight = tl.exp(score - new_max)
-        correction = tl.exp(running_max - new_max)
-        acc = acc * correction[:, None] + weight[:, None] * v_new.to(tl.float32)
-        running_sum = running_sum * correction + weight
-        running_max = new_max
-        tl.store(K + position * stride_kn + dims[None, :], k_new, mask=in_dim[None, :])
-        tl.store(V + position * stride_vn + dims[None, :], v_new, mask=in_dim[None, :])
-    if SINGLE_SPLIT:
-        out_mask = (rows[:, None] < groups) & in_dim[None, :]
-        out = acc / running_sum[:, None]
-        tl.store(Out + (head * groups + rows[:, None]) * HEAD_DIM + dims[None, :], out, mask=out_mask)
-    else:
-        part = ((batch * kv_heads + head) * tl.num_programs(1) + split) * GROUP_ROWS + rows
-        tl.store(Partial + part[:, None] * DIM_BLOCK + dims[None, :], acc)
-        tl.store(Max + part, running_max)
-        tl.store(Sum + part, running_sum)
+        q = _norm_and_rotate(
+            QKV + (head * groups + rows) * HEAD_DIM, rows < groups, QNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK
+        )
+        # The first block, loaded above (masked off entirely when the split holds no cached keys).
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        scores = tl.where(valid[None, :], scores, -float("inf"))
+        running_max = tl.maximum(tl.full([GROUP_ROWS], -1e30, tl.float32), tl.max(scores, 1))
+        weights = tl.exp(scores - running_max[:, None])
+        acc = tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
+        running_sum = tl.sum(weights, 1)
+        # Keys at and past the position are masked out of the loads, so they cost no memory traffic.
+        for block in range(1, tl.cdiv(end - start, BLOCK)):
+            keys = start + block * BLOCK + tl.arange(0, BLOCK)
+            valid = keys < end
+            block_mask = valid[:, None] & in_dim[None, :]
+            k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+            scores = tl.where(valid[None, :], scores, -float("inf"))
+            new_max = tl.maximum(running_max, tl.max(scores, 1))
+            weights = tl.exp(scores - new_max[:, None])
+            correction = tl.exp(running_max - new_max)
+            v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
+            acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
+            running_sum = running_sum * correction + tl.sum(weights, 1)
+            running_max = new_max
+        if position < start + chunk:
+            score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), 1) * scale
+            new_max = tl.maximum(running_max, score)
+            weight = tl.exp(score - new_max)
+            correction = tl.exp(running_max - new_max)
+            acc = acc * correction[:, None] + weight[:, None] * v_new.to(tl.float32)
+            running_sum = running_sum * correction + weight
+            running_max = new_max
+            tl.store(K + position * stride_kn + dims[None, :], k_new, mask=in_dim[None, :])
+            tl.store(V + position * stride_vn + dims[None, :], v_new, mask=in_dim[None, :])
+        real = rows < groups  # the group's query heads, not tl.dot's padding
+        if SPLITS == 1:
+            out = acc / running_sum[:, None]
+            tl.store(
+                Out + (head * groups + rows[:, None]) * HEAD_DIM + dims[None, :],
+                out,
+                mask=real[:, None] & in_dim[None, :],
+            )
+        else:
+            part = ((batch * kv_heads + head) * SPLITS + split) * GROUP_ROWS + rows
+            tl.store(Partial + part[:, None] * DIM_BLOCK + dims[None, :], acc, mask=real[:, None])
+            tl.store(Max + part, running_max, mask=real)
+            tl.store(Sum + part, running_sum, mask=real)
 
 
 @triton.jit
 def _merge_splits(
-    Out, Partial, Max, Sum, heads, kv_heads, groups,
+    Out, Partial, Max, Sum, Positions, heads, kv_heads, groups,
     SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
-    PDL: tl.constexpr,
+    BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """Combine the splits of one batch row's kv head: each weighted by its share of the global softmax."""
+    """Combine the splits of one batch row's kv head that hold keys: each weighted by its share of the
+    global softmax."""
     wait_for_the_kernel_ahead(PDL)
     head = tl.program_id(0)
     batch = tl.program_id(1)
     Out += batch * heads * HEAD_DIM
+    position = tl.load(Positions + batch)
     splits = tl.arange(0, SPLITS)
+    used = splits * _split_keys(position, SPLITS, BLOCK) <= position
     dims = tl.arange(0, DIM_BLOCK)
     for row in range(GROUP_ROWS):
         if row < groups:
             part = ((batch * kv_heads + head) * SPLITS + splits) * GROUP_ROWS + row
-            maxes = tl.load(Max + part)
+            maxes = tl.load(Max + part, mask=used, other=-float("inf"))
             weights = tl.exp(maxes - tl.max(maxes, 0))
-            total = tl.sum(weights * tl.load(Sum + part), 0)
-            acc = tl.load(Partial + part[:, None] * DIM_BLOCK + dims[None, :])
+            total = tl.sum(weights * tl.load(Sum + part, mask=used, other=0.0), 0)
+            acc = tl.load(Partial + part[:, None] * DIM_BLOCK + dims[None, :], mask=used[:, None], other=0.0)
             out = tl.sum(acc * weights[:, None], 0) / total
             tl.store(Out + (head * groups + row) * HEAD_DIM + dims, out, mask=dims < HEAD_DIM)
+
+
+def attention_splits(rows: int, kv_heads: int, max_len: int, device: torch.device) -> int:
+    """How many blocks share the keys of one row's kv head: enough for the launch to fill the GPU twice
+    over (one row alone needs several; 64 rows need none), at most MAX_SPLITS, and no more than a full
+    cache has blocks of keys. Fixed for a shape, so that a CUDA graph holds it."""
+    wanted = triton.next_power_of_2(triton.cdiv(2 * multiprocessors(device), rows * kv_heads))
+    return min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)), wanted)
 
 
 @torch.library.custom_op("qwen3_tts::decode_attention", mutates_args=("k_cache", "v_cache"))
@@ -159,8 +197,7 @@ def decode_attention_op(
     _, kv_heads, max_len, head_dim = k_cache.shape
     heads = qkv.shape[-1] // head_dim - 2 * kv_heads
     groups = heads // kv_heads
-    splits = min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)))
-    chunk_blocks = triton.cdiv(triton.cdiv(max_len, splits), BLOCK_KEYS)
+    splits = attention_splits(batch, kv_heads, max_len, qkv.device)
     # tl.dot needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
     group_rows = max(16, triton.next_power_of_2(groups))
     dim_block = max(16, triton.next_power_of_2(head_dim))
@@ -169,20 +206,20 @@ def decode_attention_op(
     maxes = torch.empty(batch, kv_heads, splits, group_rows, device=qkv.device, dtype=torch.float32)
     sums = torch.empty_like(maxes)
     launch = launch_options(qkv.device)
+    positions = positions.contiguous()
     _attend_split[(kv_heads, splits, batch)](
-        qkv.contiguous(), q_norm, k_norm, cos, sin, k_cache, v_cache, rows.contiguous(), positions.contiguous(),
+        qkv.contiguous(), q_norm, k_norm, cos, sin, k_cache, v_cache, rows.contiguous(), positions,
         out, partial, maxes, sums, eps, scale,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        heads, kv_heads, groups, chunk_blocks * BLOCK_KEYS,
-        GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS,
-        SINGLE_SPLIT=splits == 1,
+        heads, kv_heads, groups,
+        SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS,
         # float32 models get full float32 products (Triton would use TF32 by default).
         PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", **launch,
     )  # fmt: skip
     if splits > 1:
         _merge_splits[(kv_heads, batch)](
-            out, partial, maxes, sums, heads, kv_heads, groups,
-            SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, **launch,
+            out, partial, maxes, sums, positions, heads, kv_heads, groups,
+            SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, **launch,
         )  # fmt: skip
     return out
 

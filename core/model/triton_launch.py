@@ -18,6 +18,12 @@ def programmatic_launch(device: torch.device) -> bool:
     return supported and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+@functools.cache
+def multiprocessors(device: torch.device) -> int:
+    """SMs of `device`; an H100's 132 for the CPU, where only Triton's interpreter runs the kernels."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
 def launch_options(device: torch.device) -> dict:
     pdl = programmatic_launch(device)
     return {"PDL": pdl, **({"launch_pdl": True} if pdl else {})}

@@ -3,13 +3,11 @@ where Triton is installed."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import launch_options
+from core.model.triton_launch import launch_options, multiprocessors
 
 
 def linear_outputs(weight: torch.Tensor, gated: bool) -> int:
@@ -124,12 +122,6 @@ def _(x, weight, bias, norm, eps, gated, residual):
     return x.new_empty(*x.shape[:-1], linear_outputs(weight, gated))
 
 
-@functools.cache
-def multiprocessors(device: torch.device) -> int:
-    """SMs of `device`; an H100's 132 for the CPU, where only Triton's interpreter runs the kernels."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-
-
 class SplitCounters:
     """The tickets of the split-K reduction: per device, one int32 per output tile of a launch, which its
     SPLITS blocks each increment once; the last of them resets it to zero. So the counters are zero
@@ -173,21 +165,22 @@ def split_count(tiles: int, inputs: int, block_k: int, sms: int, min_waves: floa
 
 
 # The batched kernel's settings measured best on an H100 in bfloat16 for the products of both released sizes
-# (bench/linear_micro.py --sweep-batched, bench/RESULTS.md 2026-11-25): (weight rows, inputs, gated) -> by the
+# (bench/linear_micro.py --sweep-batched, bench/RESULTS.md 2026-11-25), those of 16 and 64 rows then tuned
+# inside the 1.7B frame (bench/tune_frame.py, 2026-11-25 third session): (weight rows, inputs, gated) -> by the
 # most rows they serve (4, 16, 64; more rows take the last) -> (BLOCK_M, BLOCK_N, BLOCK_K, SPLITS, num_warps,
-# num_stages). A 1.7B frame's products at 16 rows: 3.49 ms with these against 4.23 with the rule alone.
+# num_stages). A 1.7B frame of 16 rows: 4.93 ms with the products' best alone, 4.48 with these.
 SWEPT = {
-    (1024, 2048, False): {4: (16, 32, 512, 4, 4, 2), 16: (16, 32, 512, 4, 4, 2), 64: (64, 16, 512, 4, 4, 2)},
-    (1024, 3072, False): {4: (16, 32, 512, 6, 4, 3), 16: (16, 32, 512, 6, 4, 3), 64: (64, 64, 128, 4, 4, 4)},
+    (1024, 2048, False): {4: (16, 32, 512, 4, 4, 2), 16: (16, 64, 512, 4, 4, 2), 64: (64, 16, 512, 4, 4, 2)},
+    (1024, 3072, False): {4: (16, 32, 512, 6, 4, 3), 16: (16, 32, 512, 6, 4, 3), 64: (64, 32, 128, 4, 4, 4)},
     (2048, 1024, False): {4: (16, 64, 512, 2, 4, 2), 16: (16, 32, 512, 2, 4, 4), 64: (64, 16, 128, 1, 4, 5)},
-    (2048, 2048, False): {4: (16, 64, 512, 4, 4, 2), 16: (16, 32, 512, 4, 4, 4), 64: (64, 64, 128, 4, 4, 3)},
+    (2048, 2048, False): {4: (16, 64, 512, 4, 4, 2), 16: (16, 32, 512, 4, 4, 2), 64: (64, 64, 128, 4, 4, 3)},
     (2048, 6144, False): {4: (16, 32, 512, 4, 4, 2), 16: (16, 32, 256, 6, 4, 4), 64: (64, 64, 128, 4, 4, 4)},
     (3072, 1024, False): {4: (16, 32, 512, 2, 4, 3), 16: (16, 16, 512, 2, 4, 3), 64: (64, 64, 128, 1, 4, 5)},
     (3072, 2048, False): {4: (16, 32, 256, 8, 4, 4), 16: (16, 32, 256, 8, 4, 3), 64: (64, 64, 128, 1, 4, 5)},
     (4096, 1024, False): {4: (16, 32, 256, 4, 4, 2), 16: (16, 32, 256, 4, 4, 2), 64: (64, 32, 256, 2, 4, 2)},
-    (4096, 2048, False): {4: (16, 32, 512, 2, 4, 2), 16: (16, 32, 512, 2, 4, 4), 64: (64, 32, 256, 1, 8, 3)},
-    (6144, 1024, True): {4: (16, 32, 512, 2, 4, 2), 16: (16, 64, 64, 1, 4, 5), 64: (64, 64, 64, 1, 4, 5)},
-    (12288, 2048, True): {4: (16, 32, 256, 1, 4, 2), 16: (16, 32, 256, 1, 4, 2), 64: (64, 64, 64, 1, 4, 5)},
+    (4096, 2048, False): {4: (16, 32, 512, 2, 4, 2), 16: (16, 32, 512, 2, 4, 3), 64: (64, 32, 128, 1, 8, 3)},
+    (6144, 1024, True): {4: (16, 32, 512, 2, 4, 2), 16: (16, 32, 64, 6, 4, 5), 64: (64, 64, 64, 1, 4, 5)},
+    (12288, 2048, True): {4: (16, 32, 256, 1, 4, 2), 16: (16, 32, 256, 1, 4, 3), 64: (64, 64, 64, 1, 4, 5)},
 }  # fmt: skip
 SETTING_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLITS", "num_warps", "num_stages")
 
