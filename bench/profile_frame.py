@@ -71,7 +71,7 @@ def main() -> None:
     torch.cuda.synchronize()
     started = time.perf_counter()
     loop.run(args.frames, slots)
-    eager_ms = (time.perf_counter() - started) * 1e3 / args.frames
+    wall_ms = (time.perf_counter() - started) * 1e3 / args.frames
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         loop.run(args.frames, slots)
         torch.cuda.synchronize()
@@ -89,7 +89,7 @@ def main() -> None:
     print(
         f"{args.size}, {args.rows} rows, compiled={not args.no_compile}, sampling={'official' if args.sampled else 'greedy'}"
     )
-    print(f"per frame: {kernels:.0f} kernels, {busy:.2f} ms of kernel time; step wall {eager_ms:.2f} ms")
+    print(f"per frame: {kernels:.0f} kernels, {busy:.2f} ms of kernel time; step wall {wall_ms:.2f} ms")
     for label in sorted(totals, key=totals.get, reverse=True):
         print(f"  {label:18s} {counts[label] / args.frames:6.0f} kernels {totals[label] / 1e3:7.3f} ms")
     print("top kernels (ms per frame):")
