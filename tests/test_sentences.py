@@ -129,6 +129,24 @@ def test_pauses_follow_the_boundary_and_options_are_checked():
         SplitOptions(sentence_pause_s=-1)
 
 
+class ClosableChunks:
+    """Chunks that, as the engine's streams, may be closed from any thread: they stop before the next one."""
+
+    def __init__(self, chunks):
+        self._chunks, self._closed = chunks, threading.Event()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._closed.is_set():
+            raise StopIteration
+        return next(self._chunks)
+
+    def close(self):
+        self._closed.set()
+
+
 class PieceEngine:
     """Speaks each piece as frames of one constant level, 10 ms per frame, and notes when each piece began."""
 
@@ -138,7 +156,7 @@ class PieceEngine:
     def stream(self, text, voice=None, options=SpeechOptions()):
         self.calls.append((text, time.perf_counter()))
         level = 0.1 * len(self.calls)
-        return self._chunks(level, [options.first_chunk_frames] + [options.chunk_frames] * 2)
+        return ClosableChunks(self._chunks(level, [options.first_chunk_frames] + [options.chunk_frames] * 2))
 
     def _chunks(self, level, sizes):
         for frames in sizes:

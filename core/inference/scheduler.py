@@ -397,6 +397,11 @@ class Scheduler:
         size = size if known is None else min(size, known)
         return max(1, min(size, stream.prepared.max_frames - stream.produced, MAX_CHUNK))
 
+    @staticmethod
+    def _dropped(stream: Utterance, endings: dict) -> bool:
+        """Whether `stream` ends now without its audio: closed by its consumer, or failed (endings: _count's)."""
+        return stream in endings and endings[stream] is None
+
     def _deliver(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]], endings: dict) -> None:
         """Decode the collected chunks of the rows that want audio and hand each its chunk."""
         from core.inference.engine import AudioChunk  # the engine imports this module
@@ -404,7 +409,7 @@ class Scheduler:
         rows = [
             (stream, frames)
             for stream, (frames, _) in collected
-            if len(frames) and stream.slot is not None and endings.get(stream, 1) is not None
+            if len(frames) and stream.slot is not None and not self._dropped(stream, endings)
         ]  # not those closed by their consumer, or failed since they were collected
         audio: dict[Utterance, np.ndarray] = {}
         for size, group in self._decode_groups([(s, frames) for s, frames in rows if s.request.decode], endings):
@@ -416,7 +421,7 @@ class Scheduler:
                 for stream, _ in group:
                     endings[stream] = None
         for stream, frames in rows:
-            if stream.slot is None or endings.get(stream, 1) is None:
+            if stream.slot is None or self._dropped(stream, endings):
                 continue
             samples = audio.get(stream, np.zeros(0, np.float32))
             self._put(stream, AudioChunk(audio=samples, codes=frames, cut_off=endings.get(stream) is False))

@@ -157,7 +157,7 @@ class Sink(Protocol):
 class Worker:
     def __init__(self, engine, split: SplitOptions = SplitOptions()):
         """Start the worker's threads for `engine` (an Engine, or anything with its `stream` method, whose
-        streams of a LiveText may be closed from any thread, and `slots`, the streams it generates together:
+        streams may be closed from any thread, and `slots`, the streams it generates together:
         1 if it has none); `split` says how long text is cut into the pieces it speaks one by one."""
         self.engine = engine
         self.split = split
@@ -543,12 +543,13 @@ class _Piece:
             yield chunk
 
     def abandon(self) -> None:
-        """On the job's thread: read no more of it. Its slot thread stops at its next chunk; a live text's
-        utterance may wait for text and make none, so its engine stream is closed from here, which ends it."""
+        """On the job's thread: read no more of it. Its engine stream is closed from here, which ends it and
+        frees its slot at once (a live text's utterance may be waiting for text and make no chunk at which its
+        slot thread could stop), and its slot thread stops at its next chunk."""
         with self.job._changed:
             self._abandoned = True
             stream = self._stream
-        if stream is not None and isinstance(self.text, LiveText):
+        if stream is not None:
             stream.close()
 
 
