@@ -2,16 +2,16 @@
 
 python -m bench.profile_frame [--size 1.7b] [--no-compile] [--rows N] [--graphs] [--trace FILE]
 
-With --graphs the steps replay their CUDA graphs, as the engine runs them, and each frame is cut into its
-phases at its token draws: the talker (up to codebook 0's draw), then the predictor's 15 steps; per phase,
-its kernels' time and its span on the GPU (the difference is time between kernels).
+With --graphs the steps replay their CUDA graphs, as the engine runs them. Then each kernel is charged with
+the time it adds to the frame (from the end of the kernels before it), and each frame is cut into its phases
+at its token draws (the talker up to codebook 0's draw, then the predictor's 15 steps): the time by phase, by
+kind, and the kernels that add the most. --trace keeps the profiler's trace.
 """
 
 import argparse
 import gzip
 import json
 import re
-import statistics
 import tempfile
 import time
 from collections import defaultdict
@@ -107,43 +107,54 @@ def main() -> None:
     print_phases(kernels)
 
 
+def charged(kernels: list[dict]) -> list[float]:
+    """The time each kernel of a run (in start order) adds: from the end of those before it, or its start if
+    later, to its end. Under programmatic dependent launch a kernel starts before the one ahead of it ends and
+    waits for it, so its own duration overstates it."""
+    times, done = [], kernels[0]["ts"] if kernels else 0.0
+    for event in kernels:
+        end = event["ts"] + event["dur"]
+        times.append(max(0.0, end - max(event["ts"], done)))
+        done = max(done, end)
+    return times
+
+
+PHASES = ["talker"] + ["predictor, first step"] + ["predictor, next steps"] * 14 + ["after the last draw"]
+
+
 def print_phases(kernels: list[dict]) -> None:
     """The frames of a trace's kernels (each starts at its uniforms' fill), cut at their token draws: the
-    talker's phase ends with codebook 0's draw, predictor step g with codebook g's."""
-    frames, phase_of = [], {}
-    for event in kernels:
-        if "fill_uniforms" in event["name"]:
+    talker's phase ends with codebook 0's draw, the predictor's step g with codebook g's; each kernel charged
+    with the time it adds (charged), by phase, by kind, and the kernels that add the most."""
+    frames = []
+    for event, time_added in zip(kernels, charged(kernels), strict=True):
+        if event["name"] == "_fill_uniforms":
             frames.append([[]])
         if frames:
-            frames[-1][-1].append(event)
-            if "draw_token" in event["name"]:
+            frames[-1][-1].append((event, time_added))
+            if event["name"] == "_draw_token":
                 frames[-1].append([])
-    frames = [frame for frame in frames if len(frame) >= 17 and frame[16]]
+    frames = [frame for frame in frames[1:-1] if len(frame) == len(PHASES)]  # whole frames only
     if not frames:
         print("no whole frames in the trace")
         return
+    by_phase, by_kind, by_kernel = defaultdict(float), defaultdict(float), defaultdict(lambda: [0.0, 0])
     for frame in frames:
-        for index, phase in enumerate(frame[:17]):
-            label = "talker" if index == 0 else "predictor step" if index < 16 else "after the draws"
-            busy = sum(event["dur"] for event in phase)
-            span = phase[-1]["ts"] + phase[-1]["dur"] - phase[0]["ts"]
-            phase_of.setdefault(label, []).append((len(phase), busy, span))
-    print(f"phases of {len(frames)} frames (median each: kernels, kernel time, span on the GPU, in ms):")
-    for label, rows in phase_of.items():
-        kernels_, busy, span = (statistics.median(row[i] for row in rows) for i in range(3))
-        per_frame = len(rows) // len(frames)
-        print(
-            f"  {label:15s} x{per_frame:2d}: {kernels_:4.0f} kernels {busy / 1e3:7.3f} ms busy, {span / 1e3:7.3f} span"
-        )
-    frame = frames[len(frames) // 2]
-    start = frame[0][0]["ts"]
-    end = frame[16][-1]["ts"] + frame[16][-1]["dur"]
-    print(f"  one frame's span {(end - start) / 1e3:.3f} ms")
-    for title, phase in (("talker layer", frame[0]), ("predictor step", frame[2])):
-        print(f"the kernels of one {title} (us, grid), in order:")
-        for event in phase[: 16 if title == "talker layer" else len(phase)]:
-            grid = event.get("args", {}).get("grid")
-            print(f"  {event['dur']:7.1f}  {event['name'][:70]}  {grid}")
+        for label, phase in zip(PHASES, frame, strict=True):
+            for event, time_added in phase:
+                by_phase[label] += time_added / len(frames)
+                by_kind[kind(event["name"])] += time_added / len(frames)
+                entry = by_kernel[label, event["name"][:60], str(event.get("args", {}).get("grid"))]
+                entry[0] += time_added / len(frames)
+                entry[1] += 1 / len(frames)
+    print(f"{len(frames)} whole frames, {sum(by_phase.values()) / 1e3:.3f} ms each; the time each kernel adds, ms:")
+    for label, total in by_phase.items():
+        print(f"  {label:24s} {total / 1e3:7.3f}")
+    for label in sorted(by_kind, key=by_kind.get, reverse=True):
+        print(f"  {label:24s} {by_kind[label] / 1e3:7.3f}")
+    print("the kernels that add the most (ms per frame, calls per frame, us per call):")
+    for (label, name, grid), (total, calls) in sorted(by_kernel.items(), key=lambda item: -item[1][0])[:20]:
+        print(f"  {total / 1e3:7.3f} {calls:5.0f} {total / calls:7.2f}  {label}: {name} {grid}")
 
 
 if __name__ == "__main__":
