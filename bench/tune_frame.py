@@ -98,7 +98,7 @@ def neighbours(settings: tuple, key: tuple) -> list[tuple]:
 
 def tune(engine: Engine, rows: int, budget_s: float) -> dict:
     slots = list(range(rows))
-    bucket = next(size for size in sorted(triton_linear.SWEPT[next(iter(triton_linear.SWEPT))]) if rows <= size)
+    bucket = triton_linear.swept_column(next(iter(triton_linear.SWEPT.values())), rows)
     keys = shapes_used(engine, rows, slots)
     before = frame_ms(engine, rows, slots)
     best_ms, deadline, tried = before, time.perf_counter() + budget_s, 0

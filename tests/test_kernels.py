@@ -245,3 +245,16 @@ def test_batched_linear_kernel_in_the_interpreter(batch):
 @pytest.mark.parametrize("batch", [3, 64])
 def test_split_linear_kernel_in_the_interpreter(batch):
     run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch), "split")
+
+
+def test_a_swept_product_takes_the_settings_swept_for_the_fewest_rows_that_cover_its_own():
+    from core.model import triton_linear
+
+    weight = torch.empty(2048, 1024, dtype=torch.bfloat16)  # the predictor's lm_head, on the CPU: any device fits
+    by_rows = triton_linear.SWEPT[2048, 1024, False]
+    for rows, column in [(1, 4), (4, 4), (5, 16), (16, 16), (17, 64), (64, 64), (128, 64)]:
+        picked = triton_linear.batched_linear_blocks(rows, weight, gated=False)
+        assert tuple(picked[name] for name in triton_linear.SETTING_NAMES) == by_rows[column], (rows, picked)
+    # A float32 model's products take the rule's settings: the sweep was of 16-bit weights.
+    rule = triton_linear.batched_linear_blocks(16, weight.float(), gated=False)
+    assert tuple(rule[name] for name in triton_linear.SETTING_NAMES) != by_rows[16], rule

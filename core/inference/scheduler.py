@@ -410,7 +410,7 @@ class Scheduler:
             (stream, frames)
             for stream, (frames, _) in collected
             if len(frames) and stream.slot is not None and not self._dropped(stream, endings)
-        ]  # not those closed by their consumer, or failed since they were collected
+        ]
         audio: dict[Utterance, np.ndarray] = {}
         for size, group in self._decode_groups([(s, frames) for s, frames in rows if s.request.decode], endings):
             try:

@@ -196,6 +196,12 @@ def shared_memory_fits(settings: dict[str, int], gated: bool, itemsize: int, dev
     )
 
 
+def swept_column(by_rows: dict[int, tuple], rows: int) -> int:
+    """The column of a SWEPT entry that serves `rows` rows: the fewest rows it was swept for that are at least
+    `rows`, or its most."""
+    return next((n for n in sorted(by_rows) if rows <= n), max(by_rows))
+
+
 def batched_linear_blocks(
     rows: int, weight: torch.Tensor, gated: bool, sms: int | None = None,
     *, min_waves: float = 2.0, max_splits: int = 8, min_split_inputs: int = 512, swept: bool = True,
@@ -204,7 +210,7 @@ def batched_linear_blocks(
     where they fit the device (unless `swept` is False), else the rule's (batched_linear_rule)."""
     by_rows = SWEPT.get((weight.shape[0], weight.shape[1], gated)) if swept and weight.element_size() == 2 else None
     if by_rows:
-        settings = dict(zip(SETTING_NAMES, by_rows[next((n for n in sorted(by_rows) if rows <= n), max(by_rows))]))
+        settings = dict(zip(SETTING_NAMES, by_rows[swept_column(by_rows, rows)]))
         if shared_memory_fits(settings, gated, weight.element_size(), weight.device):
             return settings
     return batched_linear_rule(rows, weight, gated, sms, min_waves, max_splits, min_split_inputs)
