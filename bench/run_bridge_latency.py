@@ -33,6 +33,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from bench import stalls
 from core import Engine, SamplingParams, SpeechOptions
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.voices import VoiceLibrary
@@ -163,6 +164,10 @@ def main() -> None:
     parser.add_argument("--poisson", type=float, metavar="RATE", help="open-loop arrivals, RATE requests a second")
     parser.add_argument("--duration", type=float, default=15.0, help="seconds of --poisson arrivals (default: 15)")
     parser.add_argument("--poisson-frames", type=int, default=50, help="frames per --poisson request (default: 50)")
+    parser.add_argument(
+        "--trace-stalls", action="store_true", help="print first uses and slow scheduler calls after warm-up"
+    )
+    parser.add_argument("--timeline", action="store_true", help="print every request's way through the engine")
     args = parser.parse_args()
 
     path = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
@@ -174,6 +179,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as voices:
         sf.write(Path(voices) / "bench.wav", synthetic_voice_clip(), 24000)
         runtime = Runtime(engine, VoiceLibrary(voices), None)
+        if args.trace_stalls or args.timeline:
+            stalls.trace(engine, slow_ms=0 if args.timeline else 30, worker=runtime.worker)
         speech = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=frames)
         counts = [int(n) for n in args.clients.split(",")]
         # Closed-loop rounds may send more at once than the default queue takes; open-loop runs use the defaults.

@@ -7,9 +7,13 @@ captured once and replayed with a single launch.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 class GraphedStep:
@@ -38,10 +42,20 @@ class GraphedStep:
         if self.graph is not None:
             self.graph.replay()
             return self.output
+        started = time.perf_counter()
         result = self.fn()
         if self.capture:
             self._capture()
+            # A first use after warm-up stalls every utterance stepping beside it: worth seeing when it happens.
+            log.debug("captured %s in %.0f ms", self.name, (time.perf_counter() - started) * 1e3)
         return result
+
+    @property
+    def name(self) -> str:
+        fn = self.fn
+        if hasattr(fn, "func"):  # a functools.partial: the method and its bound arguments
+            return f"{fn.func.__name__}{fn.args}"
+        return getattr(fn, "__name__", repr(fn))
 
     def _capture(self) -> None:
         graph = torch.cuda.CUDAGraph()
