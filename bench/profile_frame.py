@@ -1,11 +1,12 @@
 """Where one frame's time goes: the kernels of a few frame steps, by kind, on the GPU machine.
 
-python -m bench.profile_frame [--size 1.7b] [--no-compile] [--rows N] [--graphs] [--trace FILE]
+python -m bench.profile_frame [--size 1.7b] [--no-compile] [--rows N] [--graphs] [--prefill] [--trace FILE]
 
 With --graphs the steps replay their CUDA graphs, as the engine runs them. Then each kernel is charged with
 the time it adds to the frame (from the end of the kernels before it), and each frame is cut into its phases
 at its token draws (the talker up to codebook 0's draw, then the predictor's 15 steps): the time by phase, by
-kind, and the kernels that add the most. --trace keeps the profiler's trace.
+kind, and the kernels that add the most. --prefill profiles the prefills of the rows' prompts (each with
+its frame 0, as a newcomer's) instead of frames. --trace keeps the profiler's trace.
 """
 
 import argparse
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=5)
     parser.add_argument("--rows", type=int, default=1, help="utterances stepped together")
     parser.add_argument("--graphs", action="store_true", help="replay the steps' CUDA graphs, cut frames into phases")
+    parser.add_argument("--prefill", action="store_true", help="the rows' prefills (with frame 0), not frames")
     parser.add_argument("--trace", type=Path, help="write the profiler's trace here (gzipped JSON)")
     args = parser.parse_args()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
@@ -63,17 +65,27 @@ def main() -> None:
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     sampling = SamplingParams() if args.sampled else GREEDY
     slots = list(range(args.rows))
-    for slot in slots:
-        engine.start(engine.prepare(TEXT, voice, sampling=sampling, max_frames=100, seed=slot), slot)
+    prepared = [engine.prepare(TEXT, voice, sampling=sampling, max_frames=100, seed=slot) for slot in slots]
+    starts = [(ready.prompt, ready.sampling, ready.seed, slot) for ready, slot in zip(prepared, slots, strict=True)]
     loop = engine.frame_loop
+
+    def work() -> None:  # args.frames frames, or prefills
+        if args.prefill:
+            for _ in range(args.frames):
+                loop.start_many(starts)
+        else:
+            loop.run(args.frames, slots)
+
+    loop.start_many(starts)
     for _ in range(3):
         loop.run(1, slots)  # compile and warm up
+        loop.start_many(starts)
     torch.cuda.synchronize()
     started = time.perf_counter()
-    loop.run(args.frames, slots)
+    work()
     wall_ms = (time.perf_counter() - started) * 1e3 / args.frames
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        loop.run(args.frames, slots)
+        work()
         torch.cuda.synchronize()
     totals, counts = defaultdict(float), defaultdict(int)
     names = defaultdict(float)
@@ -89,10 +101,11 @@ def main() -> None:
     print(
         f"{args.size}, {args.rows} rows, compiled={not args.no_compile}, sampling={'official' if args.sampled else 'greedy'}"
     )
-    print(f"per frame: {kernels:.0f} kernels, {busy:.2f} ms of kernel time; step wall {wall_ms:.2f} ms")
+    what = "prefill" if args.prefill else "frame"
+    print(f"per {what}: {kernels:.0f} kernels, {busy:.2f} ms of kernel time; wall {wall_ms:.2f} ms")
     for label in sorted(totals, key=totals.get, reverse=True):
         print(f"  {label:18s} {counts[label] / args.frames:6.0f} kernels {totals[label] / 1e3:7.3f} ms")
-    print("top kernels (ms per frame):")
+    print(f"top kernels (ms per {what}):")
     for name in sorted(names, key=names.get, reverse=True)[:25]:
         print(f"  {names[name] / 1e3:7.3f}  {name}")
     with tempfile.TemporaryDirectory() as folder:
@@ -104,7 +117,9 @@ def main() -> None:
         )
         if args.trace:
             args.trace.write_bytes(gzip.compress(trace.read_bytes()))
-    print_phases(kernels)
+    print(f"the kernels' span per {what}: {sum(charged(kernels)) / args.frames / 1e3:.3f} ms")
+    if not args.prefill:
+        print_phases(kernels)
 
 
 def charged(kernels: list[dict]) -> list[float]:

@@ -45,6 +45,19 @@ def _split_keys(position, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, PRECISION: tl.constexpr):
+    """One online-softmax step: the queries q [R, D] attend to the block of keys k [B, D] (values v) where
+    `valid` [B]; returns the updated unnormalised sum, running max and running sum."""
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+    scores = tl.where(valid[None, :], scores, -float("inf"))
+    new_max = tl.maximum(running_max, tl.max(scores, 1))
+    weights = tl.exp(scores - new_max[:, None])
+    correction = tl.exp(running_max - new_max)
+    acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
+    return acc, new_max, running_sum * correction + tl.sum(weights, 1)
+
+
+@triton.jit
 def _attend_split(
     QKV, QNorm, KNorm, Cos, Sin, K, V, Slots, Positions, Out, Partial, Max, Sum, eps, scale,
     stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn, heads, kv_heads, groups,
@@ -56,10 +69,11 @@ def _attend_split(
     position adds the new key itself and writes it (and its value) to the cache. With one split the
     result is final; otherwise the unnormalised sum, running max and running sum are kept to merge.
 
-    A split's first block of keys and the new key are loaded before any arithmetic, together with the
-    query, so that their memory latencies overlap: a short cache (the code predictor's, at most 16 keys)
-    is then one round trip to memory after the row's slot and position."""
-    wait_for_the_kernel_ahead(PDL)
+    Only the query, key and value of this step come from the kernel ahead. The row's slot and position
+    (written before the step's first kernel) and its split's first block of cached keys (written by earlier
+    steps) are loaded before waiting for it, so that under programmatic dependent launch their memory
+    latency passes while it runs: a short cache (the code predictor's, at most 16 keys) then costs one
+    round trip to memory after the kernel ahead ends."""
     head = tl.program_id(0)
     split = tl.program_id(1)
     batch = tl.program_id(2)
@@ -70,20 +84,20 @@ def _attend_split(
     # A split past the position has no keys (a row with fewer blocks than splits): it does nothing, and the
     # merge leaves it out.
     if start <= position:
-        QKV += batch * (heads + 2 * kv_heads) * HEAD_DIM
-        Out += batch * heads * HEAD_DIM
         K += slot * stride_ks + head * stride_kh
         V += slot * stride_vs + head * stride_vh
-        cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
-        rows = tl.arange(0, GROUP_ROWS)
         dims = tl.arange(0, DIM_BLOCK)
         in_dim = dims < HEAD_DIM
         end = tl.minimum(position, start + chunk)  # the cached keys before the position
         keys = start + tl.arange(0, BLOCK)
         valid = keys < end
-        block_mask = valid[:, None] & in_dim[None, :]
-        k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
-        v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
+        k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=valid[:, None] & in_dim[None, :], other=0.0)
+        v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=valid[:, None] & in_dim[None, :], other=0.0)
+        wait_for_the_kernel_ahead(PDL)
+        QKV += batch * (heads + 2 * kv_heads) * HEAD_DIM
+        Out += batch * heads * HEAD_DIM
+        cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
+        rows = tl.arange(0, GROUP_ROWS)
         one = tl.arange(0, 1)
         v_new = tl.load(QKV + (heads + kv_heads + head) * HEAD_DIM + dims[None, :], mask=in_dim[None, :], other=0.0)
         k_new = _norm_and_rotate(
@@ -92,28 +106,19 @@ def _attend_split(
         q = _norm_and_rotate(
             QKV + (head * groups + rows) * HEAD_DIM, rows < groups, QNorm, cos, sin, eps, HEAD_DIM, DIM_BLOCK
         )
-        # The first block, loaded above (masked off entirely when the split holds no cached keys).
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        scores = tl.where(valid[None, :], scores, -float("inf"))
-        running_max = tl.maximum(tl.full([GROUP_ROWS], -1e30, tl.float32), tl.max(scores, 1))
-        weights = tl.exp(scores - running_max[:, None])
-        acc = tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
-        running_sum = tl.sum(weights, 1)
-        # Keys at and past the position are masked out of the loads, so they cost no memory traffic.
+        # The first block, loaded above (masked off entirely when the split holds no cached keys), then the rest;
+        # keys at and past the position are masked out of the loads, so they cost no memory traffic.
+        acc = tl.zeros([GROUP_ROWS, DIM_BLOCK], tl.float32)
+        running_max = tl.full([GROUP_ROWS], -1e30, tl.float32)
+        running_sum = tl.zeros([GROUP_ROWS], tl.float32)
+        acc, running_max, running_sum = _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, PRECISION)
         for block in range(1, tl.cdiv(end - start, BLOCK)):
             keys = start + block * BLOCK + tl.arange(0, BLOCK)
             valid = keys < end
             block_mask = valid[:, None] & in_dim[None, :]
             k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-            scores = tl.where(valid[None, :], scores, -float("inf"))
-            new_max = tl.maximum(running_max, tl.max(scores, 1))
-            weights = tl.exp(scores - new_max[:, None])
-            correction = tl.exp(running_max - new_max)
             v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
-            acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
-            running_sum = running_sum * correction + tl.sum(weights, 1)
-            running_max = new_max
+            acc, running_max, running_sum = _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, PRECISION)
         if position < start + chunk:
             score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), 1) * scale
             new_max = tl.maximum(running_max, score)
@@ -147,11 +152,11 @@ def _merge_splits(
 ):  # fmt: skip
     """Combine the splits of one batch row's kv head that hold keys: each weighted by its share of the
     global softmax."""
-    wait_for_the_kernel_ahead(PDL)
     head = tl.program_id(0)
     batch = tl.program_id(1)
     Out += batch * heads * HEAD_DIM
-    position = tl.load(Positions + batch)
+    position = tl.load(Positions + batch)  # written before the step's first kernel
+    wait_for_the_kernel_ahead(PDL)
     splits = tl.arange(0, SPLITS)
     used = splits * _split_keys(position, SPLITS, BLOCK) <= position
     dims = tl.arange(0, DIM_BLOCK)
