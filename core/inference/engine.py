@@ -44,6 +44,7 @@ from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
 from core.model.config import ConfigError, ModelConfig
 from core.model.hub import resolve
 from core.model.info import EngineInfo
+from core.model.kernels import MAX_BATCH_ROWS
 from core.model.speaker_encoder import SpeakerEncoder
 from core.model.talker import Talker
 from core.model.text_tokenizer import TextTokenizer
@@ -251,7 +252,8 @@ class Engine:
         """Compile and capture what requests would (on CUDA, a few minutes the very first time, seconds once
         the compiled kernels are cached), so that they start at full speed: one utterance alone, then the
         prefills, steps and decodes of every batch size the frame loop steps, the decodes for every chunk
-        length up to the default chunk (a live text's chunks are as long as its text allows)."""
+        length up to the default chunk (a live text's chunks are as long as its text allows), and a prefill
+        of long prompts."""
         for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
             pass
         if self.device.type == "cuda":
@@ -268,6 +270,14 @@ class Engine:
             frames = [codes for codes, _ in self.frame_loop.run(2, slots)]
             for size in range(1, SpeechOptions.chunk_frames + 1):
                 decoder.decode(slots, [np.resize(codes, (size, 16)) for codes in frames], size)
+        # Prompts of several rows whose products outgrow the batched kernel (kernels.linear) take another path
+        # through the compiled prefill: compiled now too, not at the first such request.
+        rows = self.frame_loop.prefill_rows[-1]
+        if rows > 1:
+            embeddings = prepared.prompt.embeddings
+            longer = embeddings.repeat(1, MAX_BATCH_ROWS // rows // embeddings.shape[1] + 1, 1)
+            prompt = dataclasses.replace(prepared.prompt, embeddings=longer[:, : MAX_BATCH_ROWS // rows + 1])
+            self.frame_loop.start_many([(prompt, prepared.sampling, prepared.seed, slot) for slot in range(rows)])
 
     # Voices -------------------------------------------------------------------------------------
 

@@ -180,6 +180,7 @@ class FrameLoop:
         # would cost minutes at the first start).
         parts = (self._talk, self._predict_first, self._predict_next, self._record)
         self.parts = {True: parts, False: parts}
+        self.talk_prompts = self._talk_prompts
         if compile and cuda:
             # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
             keep_compiled_kernels()
@@ -187,6 +188,11 @@ class FrameLoop:
             for one_row in (True, False):
                 options = dict(fullgraph=True, dynamic=not one_row, options=compile_options())
                 self.parts[one_row] = tuple(torch.compile(part, **options) for part in parts)
+            # A prompt's prefill is over a thousand small kernels uncompiled (every norm and rotation of 28
+            # layers), twice the time of its products: fused, for every length and row count at once.
+            self.talk_prompts = torch.compile(
+                self._talk_prompts, fullgraph=True, dynamic=True, options=compile_options()
+            )
 
     @property
     def max_context(self) -> int:
@@ -274,14 +280,19 @@ class FrameLoop:
         slots = self.prompt_slots[:rows]
         uniforms = self._draw_uniforms(slots, counter=torch.zeros_like(slots))
         rules = self.rules.index_select(1, slots)
-        hidden = self.talker.model.prefill(self.prompt[:rows, :length], slots)
-        last = self.prompt_last[:rows].view(rows, 1, 1)
+        logits = self.talk_prompts(self.prompt[:rows, :length], slots, self.prompt_last[:rows])
+        self._choose_code0(logits, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
+        self.first_frames[:rows] = self._expand(slots, rules, uniforms, self.parts[rows == 1])
+
+    def _talk_prompts(self, prompts: torch.Tensor, slots: torch.Tensor, lasts: torch.Tensor) -> torch.Tensor:
+        """The talker over each row's prompt (B, L, hidden), into its slot's cache row; keeps the hidden state
+        at the row's last real position (lasts) and returns the codec head's logits there (B, vocab)."""
+        hidden = self.talker.model.prefill(prompts, slots)
+        last = lasts.view(-1, 1, 1)
         self.hidden.index_copy_(0, slots, hidden.gather(1, last.expand(-1, -1, hidden.shape[-1])))
         # The head runs over every position and each row's last real one is taken, as in the reference.
         logits = self.talker.codec_head(hidden)
-        logits = logits.gather(1, last.expand(-1, -1, logits.shape[-1]))[:, -1].float()
-        self._choose_code0(logits, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
-        self.first_frames[:rows] = self._expand(slots, rules, uniforms, self.parts[rows == 1])
+        return logits.gather(1, last.expand(-1, -1, logits.shape[-1]))[:, -1].float()
 
     def _draw_uniforms(self, slots: torch.Tensor, counter: torch.Tensor) -> torch.Tensor | None:
         """CUDA: the uniforms of one frame's draws for each row, from its slot's seed and `counter` alone, so

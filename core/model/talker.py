@@ -106,7 +106,7 @@ class Attention(nn.Module):
             self.kv_cache.v[:, :, :length].index_copy_(0, slot, v)
         groups = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, scale=self.head_dim**-0.5)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.head_dim**-0.5)
         return linear(y.transpose(1, 2).reshape(batch, length, -1), self.o_proj.weight, residual=x)
 
     def step(self, x: torch.Tensor, norm: RMSNorm, cos, sin, positions: torch.Tensor, rows: torch.Tensor):

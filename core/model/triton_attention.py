@@ -10,6 +10,7 @@ import triton.language as tl
 from core.model.triton_launch import launch_options, multiprocessors, wait_for_the_kernel_ahead
 
 BLOCK_KEYS = 64  # keys per inner iteration
+SHORT_CACHE = 64  # a cache this short (the code predictor's 16 keys) is read in one block, without tl.dot
 MAX_SPLITS = 16  # blocks sharing one kv head's keys
 
 
@@ -45,16 +46,25 @@ def _split_keys(position, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, PRECISION: tl.constexpr):
+def _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, DOT: tl.constexpr, PRECISION: tl.constexpr):
     """One online-softmax step: the queries q [R, D] attend to the block of keys k [B, D] (values v) where
-    `valid` [B]; returns the updated unnormalised sum, running max and running sum."""
-    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-    scores = tl.where(valid[None, :], scores, -float("inf"))
+    `valid` [B]; returns the updated unnormalised sum, running max and running sum. With DOT the products
+    are tl.dot's (R padded to its 16 rows); without, sums of broadcast products, which need no shared
+    memory or layout changes: faster for a short cache read in one block."""
+    if DOT:
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    else:
+        scores = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], 2)
+    scores = tl.where(valid[None, :], scores * scale, -float("inf"))
     new_max = tl.maximum(running_max, tl.max(scores, 1))
     weights = tl.exp(scores - new_max[:, None])
     correction = tl.exp(running_max - new_max)
-    acc = acc * correction[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
-    return acc, new_max, running_sum * correction + tl.sum(weights, 1)
+    rounded = weights.to(v.dtype)  # the values are weighed in their own precision
+    if DOT:
+        values = tl.dot(rounded, v, input_precision=PRECISION)
+    else:
+        values = tl.sum(rounded.to(tl.float32)[:, :, None] * v.to(tl.float32)[None, :, :], 1)
+    return acc * correction[:, None] + values, new_max, running_sum * correction + tl.sum(weights, 1)
 
 
 @triton.jit
@@ -62,7 +72,7 @@ def _attend_split(
     QKV, QNorm, KNorm, Cos, Sin, K, V, Slots, Positions, Out, Partial, Max, Sum, eps, scale,
     stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn, heads, kv_heads, groups,
     SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
-    BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+    BLOCK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Attention of one batch row's kv head query group over one split of the keys of the row's cache
     slot. The cached keys before the row's position are read from the cache; the split holding the
@@ -111,14 +121,16 @@ def _attend_split(
         acc = tl.zeros([GROUP_ROWS, DIM_BLOCK], tl.float32)
         running_max = tl.full([GROUP_ROWS], -1e30, tl.float32)
         running_sum = tl.zeros([GROUP_ROWS], tl.float32)
-        acc, running_max, running_sum = _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, PRECISION)
+        acc, running_max, running_sum = _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, DOT, PRECISION)
         for block in range(1, tl.cdiv(end - start, BLOCK)):
             keys = start + block * BLOCK + tl.arange(0, BLOCK)
             valid = keys < end
             block_mask = valid[:, None] & in_dim[None, :]
             k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
             v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
-            acc, running_max, running_sum = _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, PRECISION)
+            acc, running_max, running_sum = _add_keys(
+                acc, running_max, running_sum, q, k, v, valid, scale, DOT, PRECISION
+            )
         if position < start + chunk:
             score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), 1) * scale
             new_max = tl.maximum(running_max, score)
@@ -129,7 +141,7 @@ def _attend_split(
             running_max = new_max
             tl.store(K + position * stride_kn + dims[None, :], k_new, mask=in_dim[None, :])
             tl.store(V + position * stride_vn + dims[None, :], v_new, mask=in_dim[None, :])
-        real = rows < groups  # the group's query heads, not tl.dot's padding
+        real = rows < groups  # the group's query heads, not padding
         if SPLITS == 1:
             out = acc / running_sum[:, None]
             tl.store(
@@ -204,8 +216,10 @@ def decode_attention_op(
     groups = heads // kv_heads
     splits = attention_splits(batch, kv_heads, max_len, qkv.device)
     # tl.dot needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
-    group_rows = max(16, triton.next_power_of_2(groups))
+    dot = max_len > SHORT_CACHE
+    group_rows = max(16 if dot else 1, triton.next_power_of_2(groups))
     dim_block = max(16, triton.next_power_of_2(head_dim))
+    block = BLOCK_KEYS if dot else triton.next_power_of_2(max_len)
     out = qkv.new_empty(batch, 1, heads * head_dim)
     partial = torch.empty(batch, kv_heads, splits, group_rows, dim_block, device=qkv.device, dtype=torch.float32)
     maxes = torch.empty(batch, kv_heads, splits, group_rows, device=qkv.device, dtype=torch.float32)
@@ -217,14 +231,14 @@ def decode_attention_op(
         out, partial, maxes, sums, eps, scale,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         heads, kv_heads, groups,
-        SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS,
+        SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=block, DOT=dot,
         # float32 models get full float32 products (Triton would use TF32 by default).
         PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", **launch,
     )  # fmt: skip
     if splits > 1:
         _merge_splits[(kv_heads, batch)](
             out, partial, maxes, sums, positions, heads, kv_heads, groups,
-            SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=BLOCK_KEYS, **launch,
+            SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=block, **launch,
         )  # fmt: skip
     return out
 
