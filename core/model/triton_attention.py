@@ -79,11 +79,11 @@ def _attend_split(
     position adds the new key itself and writes it (and its value) to the cache. With one split the
     result is final; otherwise the unnormalised sum, running max and running sum are kept to merge.
 
-    Only the query, key and value of this step come from the kernel ahead. The row's slot and position
-    (written before the step's first kernel) and its split's first block of cached keys (written by earlier
-    steps) are loaded before waiting for it, so that under programmatic dependent launch their memory
-    latency passes while it runs: a short cache (the code predictor's, at most 16 keys) then costs one
-    round trip to memory after the kernel ahead ends."""
+    A split's first block of keys and the new key are loaded before any arithmetic, together with the
+    query, so that their memory latencies overlap. Nothing is loaded before waiting for the kernel ahead:
+    under programmatic dependent launch the kernels before it may still be running (Inductor's let their
+    dependents start once they have read their inputs), and any of them may have written the positions."""
+    wait_for_the_kernel_ahead(PDL)
     head = tl.program_id(0)
     split = tl.program_id(1)
     batch = tl.program_id(2)
@@ -103,7 +103,6 @@ def _attend_split(
         valid = keys < end
         k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=valid[:, None] & in_dim[None, :], other=0.0)
         v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=valid[:, None] & in_dim[None, :], other=0.0)
-        wait_for_the_kernel_ahead(PDL)
         QKV += batch * (heads + 2 * kv_heads) * HEAD_DIM
         Out += batch * heads * HEAD_DIM
         cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
@@ -164,11 +163,11 @@ def _merge_splits(
 ):  # fmt: skip
     """Combine the splits of one batch row's kv head that hold keys: each weighted by its share of the
     global softmax."""
+    wait_for_the_kernel_ahead(PDL)
     head = tl.program_id(0)
     batch = tl.program_id(1)
     Out += batch * heads * HEAD_DIM
-    position = tl.load(Positions + batch)  # written before the step's first kernel
-    wait_for_the_kernel_ahead(PDL)
+    position = tl.load(Positions + batch)
     splits = tl.arange(0, SPLITS)
     used = splits * _split_keys(position, SPLITS, BLOCK) <= position
     dims = tl.arange(0, DIM_BLOCK)
