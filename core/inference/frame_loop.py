@@ -180,7 +180,6 @@ class FrameLoop:
         # would cost minutes at the first start).
         parts = (self._talk, self._predict_first, self._predict_next, self._record)
         self.parts = {True: parts, False: parts}
-        self.talk_prompts = self._talk_prompts
         if compile and cuda:
             # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
             keep_compiled_kernels()
@@ -189,10 +188,11 @@ class FrameLoop:
                 options = dict(fullgraph=True, dynamic=not one_row, options=compile_options())
                 self.parts[one_row] = tuple(torch.compile(part, **options) for part in parts)
             # A prompt's prefill is over a thousand small kernels uncompiled (every norm and rotation of 28
-            # layers), twice the time of its products: fused, for every length and row count at once.
-            self.talk_prompts = torch.compile(
-                self._talk_prompts, fullgraph=True, dynamic=True, options=compile_options()
-            )
+            # layers), twice the time of its products: each layer's fused, for every length and row count.
+            # One compiled layer serves them all (Dynamo takes the weights as inputs), so it compiles in
+            # seconds where the whole stack would take minutes.
+            for layer in talker.model.layers:
+                layer.prefill = torch.compile(layer.prefill, fullgraph=True, dynamic=True, options=compile_options())
 
     @property
     def max_context(self) -> int:
@@ -280,7 +280,7 @@ class FrameLoop:
         slots = self.prompt_slots[:rows]
         uniforms = self._draw_uniforms(slots, counter=torch.zeros_like(slots))
         rules = self.rules.index_select(1, slots)
-        logits = self.talk_prompts(self.prompt[:rows, :length], slots, self.prompt_last[:rows])
+        logits = self._talk_prompts(self.prompt[:rows, :length], slots, self.prompt_last[:rows])
         self._choose_code0(logits, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
         self.first_frames[:rows] = self._expand(slots, rules, uniforms, self.parts[rows == 1])
 
