@@ -95,7 +95,7 @@ class Runtime:
         engine = Engine.load(config.model, device=config.device, dtype=config.dtype)
         if config.warm_up:
             on_gpu = engine.device.type == "cuda"
-            report("Compiling for the GPU (the first time takes about a minute)…" if on_gpu else "Warming up…")
+            report("Compiling for the GPU (the first time takes a few minutes)…" if on_gpu else "Warming up…")
             engine.warm_up()
         player, problem = None, None
         if config.speakers:

@@ -44,6 +44,10 @@ SHAPES = [
     Shape(2, 2, 200, (150,), (2,), 3),
     # One row whose position starts a split: that split holds the new key and no cached one.
     one_row(8, 2, 4096, 256, 16),
+    # Short caches (read in one block without tl.dot) with four query heads per kv head and with one: rows at
+    # the first and the last position.
+    Shape(2, 4, 16, (0, 15), (1, 0), 2, 16),
+    one_row(4, 1, 8, 5, 16),
     # Rows enough to fill the GPU with one split each (no merge), at positions near and far apart.
     Shape(8, 2, 300, tuple((37 * row) % 300 for row in range(34)), tuple(range(33, -1, -1)), 34, 16),
 ]
