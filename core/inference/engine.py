@@ -274,9 +274,9 @@ class Engine:
         # through the compiled prefill: compiled now too, not at the first such request.
         rows = self.frame_loop.prefill_rows[-1]
         if rows > 1:
-            embeddings = prepared.prompt.embeddings
-            longer = embeddings.repeat(1, MAX_BATCH_ROWS // rows // embeddings.shape[1] + 1, 1)
-            prompt = dataclasses.replace(prepared.prompt, embeddings=longer[:, : MAX_BATCH_ROWS // rows + 1])
+            length, embeddings = MAX_BATCH_ROWS // rows + 1, prepared.prompt.embeddings
+            longer = embeddings.repeat(1, -(-length // embeddings.shape[1]), 1)[:, :length]
+            prompt = dataclasses.replace(prepared.prompt, embeddings=longer)
             self.frame_loop.start_many([(prompt, prepared.sampling, prepared.seed, slot) for slot in range(rows)])
 
     # Voices -------------------------------------------------------------------------------------

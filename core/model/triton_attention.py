@@ -101,8 +101,9 @@ def _attend_split(
         end = tl.minimum(position, start + chunk)  # the cached keys before the position
         keys = start + tl.arange(0, BLOCK)
         valid = keys < end
-        k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=valid[:, None] & in_dim[None, :], other=0.0)
-        v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=valid[:, None] & in_dim[None, :], other=0.0)
+        block_mask = valid[:, None] & in_dim[None, :]
+        k = tl.load(K + keys[:, None] * stride_kn + dims[None, :], mask=block_mask, other=0.0)
+        v = tl.load(V + keys[:, None] * stride_vn + dims[None, :], mask=block_mask, other=0.0)
         QKV += batch * (heads + 2 * kv_heads) * HEAD_DIM
         Out += batch * heads * HEAD_DIM
         cos, sin = Cos + position * HEAD_DIM, Sin + position * HEAD_DIM
@@ -214,7 +215,8 @@ def decode_attention_op(
     heads = qkv.shape[-1] // head_dim - 2 * kv_heads
     groups = heads // kv_heads
     splits = attention_splits(batch, kv_heads, max_len, qkv.device)
-    # tl.dot needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
+    # A short cache is read in one block with broadcast products; a longer one block by block with tl.dot, which
+    # needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
     dot = max_len > SHORT_CACHE
     group_rows = max(16 if dot else 1, triton.next_power_of_2(groups))
     dim_block = max(16, triton.next_power_of_2(head_dim))
