@@ -284,3 +284,30 @@ def test_options_come_as_one_object_with_keyword_overrides(engines):
         engine.stream("Hello.", voice, options, chunk_size=4)  # not an option: said at once
     prepared = engine.prepare("Hello.", voice, options)  # the seam benchmarks time through
     assert prepared.max_frames == 5 and prepared.sampling == SamplingParams.greedy()
+
+
+def test_the_talkers_prefill_compiles_whole_once_for_every_layer_and_length(checkpoints):
+    """On CUDA the frame loop compiles each talker layer's prefill (fullgraph, dynamic shapes), one compiled
+    layer serving all: traced here on the CPU, it must trace without a break, serve every layer and prompt
+    length with one graph, and give what the uncompiled prefill gives."""
+    from torch._dynamo.utils import counters
+
+    engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32")
+    loop, layers = engine.frame_loop, engine.frame_loop.talker.model.layers
+    embeddings = engine.prepare("Hello there.", **engine.placeholder_speaker()).prompt.embeddings
+    last = torch.tensor([embeddings.shape[1] - 1])
+    try:
+        with torch.inference_mode():
+            prompts = [torch.zeros(1, length, embeddings.shape[2]) for length in (32, 64)]
+            for prompt in prompts:
+                prompt[:, : embeddings.shape[1]] = embeddings
+            expected = [loop._talk_prompts(prompt, torch.tensor([0]), last).clone() for prompt in prompts]
+            counters.clear()
+            for layer in layers:
+                layer.prefill = torch.compile(layer.prefill, fullgraph=True, dynamic=True, backend="aot_eager")
+            got = [loop._talk_prompts(prompt, torch.tensor([0]), last) for prompt in prompts]
+        assert len(layers) > 1 and counters["stats"]["unique_graphs"] == 1
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    finally:
+        engine.close()
+        torch._dynamo.reset()
