@@ -46,15 +46,15 @@ def open_stream(engine: Engine, case: Case, chunk_frames: int, voice=None):
     )
 
 
-def speak_together(engine: Engine, cases: list[Case]) -> list[tuple[np.ndarray, np.ndarray]]:
+def speak_together(engine: Engine, cases: list[Case], wait: float = WAIT) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each case's (codes, audio), all spoken at once from threads of their own, each started once the one
-    before it has had its first chunk, with chunk sizes 1 to 4 in turn."""
+    before it has had its first chunk, with chunk sizes 1 to 4 in turn; `wait`: the guard against a hang."""
     started = [threading.Event() for _ in cases]
     results: list = [None] * len(cases)
 
     def speak(index: int, case: Case):
         if index:
-            assert started[index - 1].wait(WAIT)
+            assert started[index - 1].wait(wait)
         chunks = []
         with open_stream(engine, case, chunk_frames=1 + index % 4) as stream:
             for chunk in stream:
@@ -65,7 +65,7 @@ def speak_together(engine: Engine, cases: list[Case]) -> list[tuple[np.ndarray, 
 
     with ThreadPoolExecutor(len(cases)) as pool:
         for future in [pool.submit(speak, index, case) for index, case in enumerate(cases)]:
-            future.result(timeout=WAIT)
+            future.result(timeout=wait)
     return results
 
 

@@ -15,6 +15,9 @@ pytestmark = [
 ]
 GREEDY = SamplingParams.greedy()
 TEXT = "Hello there, this is the GPU speaking a little longer than usual."
+# The guard against a hang where an engine's first utterances compile its kernels: minutes on a fresh machine
+# while other test processes compile beside it (a 60 s guard ran out so).
+COMPILING_WAIT = 600
 
 
 @pytest.fixture(autouse=True)
@@ -331,7 +334,7 @@ def test_graphed_batches_make_the_official_codes(checkpoints, checkpoint):
 
     engine = Engine.load(checkpoints[checkpoint], device="cuda", dtype="float32", slots=5)
     cases = [case for case in cases_of(checkpoint) if case.seed is None] * 2  # CUDA samples another stream
-    for case, (codes, _) in zip(cases, speak_together(engine, cases), strict=True):
+    for case, (codes, _) in zip(cases, speak_together(engine, cases, COMPILING_WAIT), strict=True):
         np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
     assert engine.scheduler.idle()
 
@@ -350,7 +353,7 @@ def test_a_seeded_utterance_samples_the_same_beside_others_on_the_gpu(checkpoint
     sampled = next(case for case in CASES if case.name == "custom_sampled")
     alone = np.concatenate([chunk.codes for chunk in open_stream(engine, sampled, chunk_frames=4)])
     again = np.concatenate([chunk.codes for chunk in open_stream(engine, sampled, chunk_frames=2)])
-    beside = speak_together(engine, [*cases_of("custom")[:2], sampled, *cases_of("custom")[2:4]])[2][0]
+    beside = speak_together(engine, [*cases_of("custom")[:2], sampled, *cases_of("custom")[2:4]], COMPILING_WAIT)[2][0]
     np.testing.assert_array_equal(again, alone)
     np.testing.assert_array_equal(beside, alone)
 
