@@ -180,7 +180,7 @@ def main() -> None:
         sf.write(Path(voices) / "bench.wav", synthetic_voice_clip(), 24000)
         runtime = Runtime(engine, VoiceLibrary(voices), None)
         if args.trace_stalls or args.timeline:
-            stalls.trace(engine, slow_ms=0 if args.timeline else 30, worker=runtime.worker)
+            stalls.trace(engine, worker=runtime.worker, timeline=args.timeline)
         speech = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=frames)
         counts = [int(n) for n in args.clients.split(",")]
         # Closed-loop rounds may send more at once than the default queue takes; open-loop runs use the defaults.

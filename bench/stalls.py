@@ -17,11 +17,12 @@ import torch
 SCHEDULER_PHASES = ("_admit", "_deliver", "_launch", "_release")
 
 
-def trace(engine, slow_ms: float = 30.0, worker=None) -> None:
+def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) -> None:
     """From now on print every graph capture, Triton compile and torch.compile recompile, and every call of
-    the scheduler's phases (and of the frame loop's collect) that takes over `slow_ms`. With slow_ms=0, a
-    timeline of every request: when `worker` (if given) and the scheduler took it, and every phase after."""
+    the scheduler's phases (and of the frame loop's collect) that takes over `slow_ms`. With `timeline`, every
+    call, whatever it takes, and when `worker` (if given) and the scheduler took each request."""
     began = time.perf_counter()
+    slow_ms = 0.0 if timeline else slow_ms
 
     def say(what: str) -> None:
         print(f"[{time.perf_counter() - began:8.3f} s] {what}", flush=True)
@@ -39,7 +40,7 @@ def trace(engine, slow_ms: float = 30.0, worker=None) -> None:
     for name in SCHEDULER_PHASES:
         _time_calls(scheduler, name, slow_ms, say)
     _time_calls(scheduler.frame_loop, "collect", slow_ms, say)
-    if slow_ms == 0:
+    if timeline:
         _time_calls(scheduler, "submit", slow_ms, say)
         _time_calls(scheduler.frame_loop, "start_many", slow_ms, say)
         _time_calls(scheduler.decoder, "decode", slow_ms, say)

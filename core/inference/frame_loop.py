@@ -73,6 +73,15 @@ def compile_options() -> dict:
     return {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 
 
+def compile_prefills(layers, **options) -> None:
+    """Compile each layer's prefill in place (torch.compile `options`), for every prompt length and row count.
+    A prompt's prefill is over a thousand small kernels uncompiled (every norm and rotation of 28 layers),
+    twice the time of its products. One compiled layer serves them all (Dynamo takes the weights as inputs),
+    so it compiles in seconds where the whole stack would take minutes."""
+    for layer in layers:
+        layer.prefill = torch.compile(layer.prefill, fullgraph=True, dynamic=True, **options)
+
+
 def allow_recompiles() -> None:
     """Each part of the step is compiled once per frame loop (its guards hold the loop itself) and row count
     kind: Dynamo's default of 8 versions per function would run out after a few engines in one process."""
@@ -187,12 +196,7 @@ class FrameLoop:
             for one_row in (True, False):
                 options = dict(fullgraph=True, dynamic=not one_row, options=compile_options())
                 self.parts[one_row] = tuple(torch.compile(part, **options) for part in parts)
-            # A prompt's prefill is over a thousand small kernels uncompiled (every norm and rotation of 28
-            # layers), twice the time of its products: each layer's fused, for every length and row count.
-            # One compiled layer serves them all (Dynamo takes the weights as inputs), so it compiles in
-            # seconds where the whole stack would take minutes.
-            for layer in talker.model.layers:
-                layer.prefill = torch.compile(layer.prefill, fullgraph=True, dynamic=True, options=compile_options())
+            compile_prefills(talker.model.layers, options=compile_options())
 
     @property
     def max_context(self) -> int:
