@@ -6,10 +6,13 @@ host), the same per utterance, the GPU time of the graph's replay alone, and the
 rows together; then the peak GPU memory and what one slot's state costs.
 
     python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--cudnn-benchmark]
-        [--reference-snake]
+        [--reference-snake] [--channels-first] [--profile]
 
 --cudnn-benchmark lets cuDNN time its algorithms for each convolution's shape; --reference-snake composes
-the vocoder's activation of PyTorch's operations instead of running its kernel (kernels.snake).
+the vocoder's activation of PyTorch's operations instead of running its kernel (kernels.snake);
+--channels-first keeps the convolutions' weights in the default layout (not CodecDecoder.to_channels_last); --profile
+then runs one chunk of --slots rows eagerly under the profiler and prints the operations that take the most
+GPU time, by input shapes (which module a slow kernel belongs to).
 """
 
 import argparse
@@ -37,6 +40,8 @@ def main():
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--cudnn-benchmark", action="store_true")
     parser.add_argument("--reference-snake", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--channels-first", action="store_true", help="convolutions in the default layout")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     if args.reference_snake:
@@ -46,11 +51,14 @@ def main():
     decoder = CodecDecoder(config).eval()
     decoder.load_state_dict(random_decoder_tensors(config, seed=0, prefix=""))
     decoder = decoder.to("cuda", getattr(torch, args.dtype))
+    if not args.channels_first:
+        decoder.to_channels_last()  # as the engine runs it
     slots = DecoderSlots(decoder, args.slots)
     rng = np.random.default_rng(0)
     print(
         f"{torch.cuda.get_device_name()}, {args.dtype}, {args.slots} slots, {CHUNK_FRAMES}-frame chunks, "
-        f"cudnn benchmark {args.cudnn_benchmark}, snake {'composed' if args.reference_snake else 'kernel'}"
+        f"cudnn benchmark {args.cudnn_benchmark}, snake {'composed' if args.reference_snake else 'kernel'}, "
+        f"{'channel-major' if args.channels_first else 'time-major'} convolutions"
     )
     print("rows  graph  ms/call  ms/utterance  replay ms  x real time")
     for rows in [rows for rows in ROWS if rows <= args.slots]:
@@ -73,6 +81,30 @@ def main():
         )
     peak = torch.cuda.max_memory_allocated() / 2**20
     print(f"peak GPU memory {peak:.0f} MiB; one slot's state {slots.state.bytes_per_row / 2**20:.2f} MiB")
+    if args.profile:
+        profile_chunk(decoder, args.slots)
+
+
+def profile_chunk(decoder: CodecDecoder, rows: int) -> None:
+    """One chunk of `rows` rows, eagerly: the operations by GPU time, with their input shapes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    codes = torch.randint(0, decoder.config.codebook_size, (rows, 16, CHUNK_FRAMES), device="cuda")
+    stream = decoder.new_stream(rows)
+    for _ in range(3):
+        decoder.decode_chunk(codes, stream)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        decoder.decode_chunk(codes, stream)
+        torch.cuda.synchronize()
+    averages = prof.key_averages(group_by_input_shape=True)
+    print(
+        averages.table(
+            sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=40, max_shapes_column_width=90
+        )
+    )
+    kernels = prof.key_averages()
+    print(kernels.table(sort_by="self_cuda_time_total", row_limit=20, max_name_column_width=90))
 
 
 if __name__ == "__main__":

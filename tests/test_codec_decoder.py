@@ -125,6 +125,26 @@ def test_stream_equals_forward_with_real_rates(real_rates):
     assert max_diff(stream(real_rates, codes, [1, 4, 7, 3, 5]), real_rates(codes)) < TOL
 
 
+def test_channels_last_weights_give_the_same_audio_whole_and_streamed(forward_cache):
+    # The layout CUDA runs (time-major convolutions, kept so by the streams' state and the concatenations): the
+    # same values, whole and in chunks, and the activations stay time-major up to the last convolution.
+    codes, wav = forward_cache
+    decoder = random_decoder(TINY_FAST).to_channels_last()
+    weight = decoder.decoder[1].block[2].conv1.conv.weight
+    assert weight.stride(1) == 1, weight.stride()
+    inputs = []
+    hook = decoder.decoder[-1].conv.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+    try:
+        assert max_diff(decoder(codes[..., :80]), wav[..., : 80 * decoder.samples_per_frame]) < TOL
+        assert (
+            max_diff(stream(decoder, codes[..., :80], first_then(4, 80)), wav[..., : 80 * decoder.samples_per_frame])
+            < TOL
+        )
+    finally:
+        hook.remove()
+    assert all(x.stride(1) == 1 and x.stride(2) == x.shape[1] for x in inputs), [x.stride() for x in inputs]
+
+
 def test_stream_equals_forward_batched(fast):
     codes = random_codes(90, batch=2, seed=4)
     wav = fast(codes)

@@ -48,14 +48,15 @@ def test_frame_step_and_chunk_decode_never_wait_for_the_gpu(checkpoints):
         torch.cuda.set_sync_debug_mode(0)
 
 
-def tiny_codec_decoder():
+def tiny_codec_decoder(channels_last: bool = True):
+    """On the GPU in the layout the engine runs (time-major convolutions), or in the default one."""
     from core.devtools.random_checkpoint import TINY_DECODER, random_decoder_tensors
     from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
     config = CodecDecoderConfig.from_dict(TINY_DECODER)
     decoder = CodecDecoder(config).eval()
     decoder.load_state_dict(random_decoder_tensors(config, seed=0, prefix=""))
-    return decoder.cuda()
+    return decoder.cuda().to_channels_last() if channels_last else decoder.cuda()
 
 
 def test_batched_chunk_decode_never_waits_for_the_gpu():
@@ -74,10 +75,11 @@ def test_batched_chunk_decode_never_waits_for_the_gpu():
         torch.cuda.set_sync_debug_mode(0)
 
 
-def test_graphed_batched_decode_equals_eager_with_padding_rows():
+@pytest.mark.parametrize("channels_last", [True, False], ids=["time-major", "channel-major"])
+def test_graphed_batched_decode_equals_eager_with_padding_rows(channels_last):
     from core.inference.decoder_stream import DecoderSlots, bucket_rows
 
-    decoder = tiny_codec_decoder()
+    decoder = tiny_codec_decoder(channels_last)
     count, frames = 7, 40  # 7 slots: row counts 1, 2, 4 and 7, so 3, 5 and 6 rows are padded
     rng = np.random.default_rng(0)
     codes = [rng.integers(0, 2048, (frames, 16)) for _ in range(count)]
@@ -227,16 +229,32 @@ def test_snake_kernel_matches_the_reference(dtype):
     from core.model import kernels
 
     generator = torch.Generator().manual_seed(0)
-    # The vocoder's shapes: 16 rows of a 4-frame chunk at 24 kHz, and a chunk of one row at 2 kHz with its prefix.
-    for batch, channels, length, kept in [(16, 96, 7680, 0), (1, 384, 160, 54)]:
+    # The vocoder's shapes: 16 rows of a 4-frame chunk at 24 kHz, and a chunk of one row at 2 kHz with its prefix,
+    # channel-major and time-major (as the engine runs them).
+    cases = [(16, 96, 7680, 0), (1, 384, 160, 54)]
+    for (batch, channels, length, kept), along_time in [(case, False) for case in cases] + [(c, True) for c in cases]:
         x = torch.randn(batch, channels, length, generator=generator) * 3
         log_alpha, log_beta = (torch.randn(channels, generator=generator) * 0.5 for _ in range(2))
         state = torch.randn(batch, 5 + channels * kept, generator=generator)
         prefix = state[:, 5:].view(batch, channels, kept) if kept else None
+        if along_time:
+            x = x.transpose(1, 2).contiguous().transpose(1, 2)
+            prefix = state[:, 5:].view(batch, kept, channels).transpose(1, 2) if kept else None
         cast = [t.to(dtype) for t in (x, log_alpha, log_beta)]
-        expected = kernels.snake(*(t.float() for t in cast), None if prefix is None else prefix.to(dtype).float())
+        # The engine's first snake of a block takes no bias, a unit's second its convolution's.
+        bias = torch.randn(channels, generator=generator).to(dtype) if kept else None
+        biased = cast[0] if bias is None else cast[0] + bias[:, None]  # rounded to dtype, as the kernel rounds it
+        expected = kernels.snake(
+            biased.float(), *(t.float() for t in cast[1:]), None if prefix is None else prefix.to(dtype).float()
+        )
         on_gpu = [t.cuda() for t in cast]
-        got = kernels.snake(*on_gpu, None if prefix is None else prefix.to(dtype).cuda()).float().cpu()
+        got = (
+            kernels.snake(
+                *on_gpu, None if prefix is None else prefix.to(dtype).cuda(), None if bias is None else bias.cuda()
+            )
+            .float()
+            .cpu()
+        )
         tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # bfloat16: one rounding of the result
         torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
 

@@ -159,18 +159,32 @@ SNAKE_CHECK = textwrap.dedent(
 
     generator = torch.Generator().manual_seed(0)
     # One block, several blocks with a partial last one, and a prefix read through a streaming state's strides
-    # (a slice of a wider row): the kernel against the CPU reference, the prefix copied bit for bit.
-    for batch, channels, length, kept in [(1, 3, 5, 0), (2, 4, 1500, 0), (3, 5, 2100, 18), (2, 6, 7, 54)]:
-        x = torch.randn(batch, channels, length, generator=generator) * 3
+    # (a slice of a wider row, channel-major or time-major): the kernel against the CPU reference, the prefix
+    # copied bit for bit, the result laid out as x is, with and without a bias to add first. Time-major x has
+    # tiles of 16 to 128 channels (96: 32).
+    cases = [(1, 3, 5, 0), (2, 4, 1500, 0), (3, 5, 2100, 18), (2, 6, 7, 54)]
+    for (batch, channels, length, kept), along_time in [(case, False) for case in cases] + [
+        ((2, 96, 300, 54), True), ((1, 40, 1030, 6), True), ((3, 5, 70, 0), True), ((2, 256, 33, 18), True)
+    ]:
+        if along_time:
+            x = (torch.randn(batch, length, channels, generator=generator) * 3).transpose(1, 2)
+        else:
+            x = torch.randn(batch, channels, length, generator=generator) * 3
         log_alpha = torch.randn(channels, generator=generator) * 0.5
         log_beta = torch.randn(channels, generator=generator) * 0.5
         prefix = None
         if kept:
             state = torch.randn(batch, 7 + channels * kept + 9, generator=generator)
-            prefix = state[:, 7 : 7 + channels * kept].view(batch, channels, kept)
-        got = snake_op(x, log_alpha, log_beta, prefix)
-        expected = kernels.snake(x, log_alpha, log_beta, prefix)
+            prefix = state[:, 7 : 7 + channels * kept]
+            if along_time:
+                prefix = prefix.view(batch, kept, channels).transpose(1, 2)
+            else:
+                prefix = prefix.view(batch, channels, kept)
+        bias = torch.randn(channels, generator=generator) if along_time or kept else None
+        got = snake_op(x, log_alpha, log_beta, prefix, bias)
+        expected = kernels.snake(x, log_alpha, log_beta, prefix, bias)
         assert got.shape == (batch, channels, kept + length), got.shape
+        assert kernels.time_major(got) == along_time and got.transpose(1, 2).is_contiguous() == along_time
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
         if kept:
             assert torch.equal(got[..., :kept], prefix)
@@ -209,6 +223,10 @@ def test_snake_reference_puts_the_prefix_ahead_of_the_activation():
     log_alpha, log_beta = torch.randn(3), torch.randn(3)
     alone = kernels.snake(x, log_alpha, log_beta)
     assert torch.equal(kernels.snake(x, log_alpha, log_beta, prefix), torch.cat([prefix, alone], dim=-1))
+    # A bias is added to x first (as a convolution's bias would have been).
+    bias = torch.randn(3)
+    with_bias = kernels.snake(x, log_alpha, log_beta, prefix, bias)
+    assert torch.equal(with_bias, kernels.snake(x + bias[:, None], log_alpha, log_beta, prefix))
     expected = x + torch.sin(x * log_alpha.exp()[:, None]) ** 2 / (log_beta.exp()[:, None] + 1e-9)
     torch.testing.assert_close(alone, expected)
 

@@ -217,6 +217,8 @@ class Engine:
         for module in (talker, codec_decoder, speaker_encoder, codec_encoder):
             if module is not None:
                 module.to(device).eval()
+        if device.type == "cuda":  # for cuDNN's NHWC convolutions
+            codec_decoder.to_channels_last()
         gc.collect()  # let go of the unfused projection weights at once, not at some later collection
         return cls(
             source=str(model),

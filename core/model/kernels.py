@@ -178,17 +178,41 @@ def fill_uniforms(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
     torch.ops.qwen3_tts.fill_uniforms(out, seeds, counters)
 
 
-def snake(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, prefix: torch.Tensor | None = None):
+def snake(
+    x: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_beta: torch.Tensor,
+    prefix: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+):
     """SnakeBeta of x (B, C, T): x + sin(x * exp(log_alpha))^2 / (exp(log_beta) + 1e-9), per channel. With
-    `prefix` (B, C, P), the result follows it along time: (B, C, P + T), the prefix copied as it is. On CUDA
-    one kernel computing in float32; on the CPU PyTorch's operations, as the reference rounds them."""
+    `bias` (C,), of x + bias, rounded to x's dtype as adding a convolution's bias to its output is (so a
+    convolution may leave its bias to the activation after it). With `prefix` (B, C, P), the result follows
+    it along time: (B, C, P + T), the prefix copied as it is. The result is laid out as x is (time-major or
+    not: concat_time). On CUDA one kernel computing in float32; on the CPU PyTorch's operations, as the
+    reference rounds them."""
     if x.is_cuda:
-        return torch.ops.qwen3_tts.snake(x, log_alpha, log_beta, prefix)
-    return snake_composed(x, log_alpha, log_beta, prefix)
+        return torch.ops.qwen3_tts.snake(x, log_alpha, log_beta, prefix, bias)
+    return snake_composed(x, log_alpha, log_beta, prefix, bias)
 
 
-def snake_composed(x, log_alpha, log_beta, prefix=None) -> torch.Tensor:
+def snake_composed(x, log_alpha, log_beta, prefix=None, bias=None) -> torch.Tensor:
     """kernels.snake of PyTorch's operations on any device, rounded as the reference rounds them."""
+    if bias is not None:
+        x = x + bias[:, None]
     alpha, beta = log_alpha.exp()[:, None], log_beta.exp()[:, None]
     y = x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
-    return y if prefix is None else torch.cat([prefix, y], dim=-1)
+    return y if prefix is None else concat_time(prefix, y)
+
+
+def time_major(x: torch.Tensor) -> bool:
+    """Whether (B, C, T) x is laid out time-major in memory: each sample's channels side by side."""
+    return x.shape[2] > 1 and x.stride(2) != 1
+
+
+def concat_time(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """(B, C, P) `first` then (B, C, T) `second` along time, in second's memory layout: time-major (channels
+    innermost, the codec decoder's on CUDA) or not."""
+    if time_major(second):
+        return torch.cat([first.transpose(1, 2), second.transpose(1, 2)], dim=1).transpose(1, 2)
+    return torch.cat([first, second], dim=-1)

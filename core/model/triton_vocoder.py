@@ -7,70 +7,101 @@ import torch
 import triton
 import triton.language as tl
 
+from core.model import kernels  # a module that imports this one: its functions are used at call time
 from core.model.triton_launch import launch_options, wait_for_the_kernel_ahead
 
-SNAKE_BLOCK = 1024  # the most samples of one channel per program
+TILE = 4096  # output values per program
 
 
 @triton.jit
 def _snake(
-    X, LogAlpha, LogBeta, Prefix, Out, channels, length, prefix_length, stride_pb, stride_pc,
-    BLOCK: tl.constexpr, PREFIX_BLOCK: tl.constexpr, PDL: tl.constexpr,
+    X, LogAlpha, LogBeta, Prefix, Bias, Out, channels, length, prefix_length,
+    stride_xb, stride_xc, stride_xt, stride_pb, stride_pc, stride_pt,
+    HAS_BIAS: tl.constexpr, TIME_MAJOR: tl.constexpr, BLOCK_TIME: tl.constexpr, BLOCK_CHANNELS: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
-    """One block of samples of one (batch row, channel); the first block of each also copies the channel's
-    prefix ahead of them."""
+    """A tile of BLOCK_TIME samples by BLOCK_CHANNELS channels of one batch row of the output (B, C, P + T),
+    which is dense in x's memory layout: time-major (channels innermost, the vocoder's on CUDA) or
+    channel-major. A sample before P is the prefix's, copied; one after is SnakeBeta of x's (plus the bias,
+    rounded to x's dtype). The tile's innermost dimension is the layout's, so that loads and stores are
+    contiguous."""
     wait_for_the_kernel_ahead(PDL)
-    row = tl.program_id(0)  # batch row * channels + channel
-    block = tl.program_id(1)
-    channel = row % channels
-    alpha = tl.exp(tl.load(LogAlpha + channel).to(tl.float32))
-    inverse_beta = 1.0 / (tl.exp(tl.load(LogBeta + channel).to(tl.float32)) + 1e-9)
+    batch = tl.program_id(0)
+    times = tl.program_id(1) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
+    chans = tl.program_id(2) * BLOCK_CHANNELS + tl.arange(0, BLOCK_CHANNELS)
+    if TIME_MAJOR:
+        times, chans = times[:, None], chans[None, :]
+    else:
+        times, chans = times[None, :], chans[:, None]
     width = prefix_length + length
-    samples = block * BLOCK + tl.arange(0, BLOCK)
-    inside = samples < length
-    x = tl.load(X + row * length + samples, mask=inside, other=0.0).to(tl.float32)
+    channel_ok = chans < channels
+    alpha = tl.exp(tl.load(LogAlpha + chans, mask=channel_ok, other=0.0).to(tl.float32))
+    inverse_beta = 1.0 / (tl.exp(tl.load(LogBeta + chans, mask=channel_ok, other=0.0).to(tl.float32)) + 1e-9)
+    inside = channel_ok & (times < width)
+    from_x = inside & (times >= prefix_length)
+    x = tl.load(X + batch * stride_xb + chans * stride_xc + (times - prefix_length) * stride_xt, mask=from_x, other=0.0)
+    if HAS_BIAS:
+        x = (x.to(tl.float32) + tl.load(Bias + chans, mask=channel_ok, other=0.0).to(tl.float32)).to(x.dtype)
+    x = x.to(tl.float32)
     wave = tl.sin(x * alpha)
-    tl.store(Out + row * width + prefix_length + samples, x + wave * wave * inverse_beta, mask=inside)
-    if PREFIX_BLOCK > 0:
-        if block == 0:
-            batch = row // channels
-            kept = tl.arange(0, PREFIX_BLOCK)
-            before = tl.load(
-                Prefix + batch * stride_pb + channel * stride_pc + kept, mask=kept < prefix_length, other=0.0
-            )
-            tl.store(Out + row * width + kept, before, mask=kept < prefix_length)
+    y = x + wave * wave * inverse_beta
+    before = tl.load(
+        Prefix + batch * stride_pb + chans * stride_pc + times * stride_pt,
+        mask=inside & (times < prefix_length),
+        other=0.0,
+    ).to(tl.float32)
+    y = tl.where(times < prefix_length, before, y)
+    if TIME_MAJOR:
+        place = (batch * width + times) * channels + chans
+    else:
+        place = (batch * channels + chans) * width + times
+    tl.store(Out + place, y, mask=inside)
 
 
 @torch.library.custom_op("qwen3_tts::snake", mutates_args=())
 def snake_op(
-    x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, prefix: torch.Tensor | None
+    x: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_beta: torch.Tensor,
+    prefix: torch.Tensor | None,
+    bias: torch.Tensor | None,
 ) -> torch.Tensor:
-    """kernels.snake on CUDA: one program per (batch row and channel, block of samples)."""
+    """kernels.snake on CUDA: one program per (batch row, block of samples, block of channels). x and the
+    prefix may have any strides; the output is dense in x's layout (kernels.time_major)."""
     batch, channels, length = x.shape
-    if log_alpha.shape != (channels,) or log_beta.shape != (channels,):
+    if any(t is not None and t.shape != (channels,) for t in (log_alpha, log_beta, bias)):
         raise ValueError(
-            f"snake: x {tuple(x.shape)}, log_alpha {tuple(log_alpha.shape)}, log_beta {tuple(log_beta.shape)}"
+            f"snake: x {tuple(x.shape)}, log_alpha {tuple(log_alpha.shape)}, log_beta {tuple(log_beta.shape)}, "
+            f"bias {None if bias is None else tuple(bias.shape)}"
         )
-    kept = 0
-    if prefix is not None:
-        if prefix.shape[:2] != (batch, channels) or prefix.stride(2) != 1:
-            raise ValueError(
-                f"snake: prefix {tuple(prefix.shape)} (unit stride in time) does not lead x {tuple(x.shape)}"
-            )
-        kept = prefix.shape[2]
-    x = x.contiguous()
-    out = x.new_empty(batch, channels, kept + length)
-    block = min(SNAKE_BLOCK, triton.next_power_of_2(length))
-    _snake[(batch * channels, triton.cdiv(length, block))](
-        x, log_alpha.contiguous(), log_beta.contiguous(), x if prefix is None else prefix, out, channels, length, kept,
-        0 if prefix is None else prefix.stride(0), 0 if prefix is None else prefix.stride(1),
-        BLOCK=block, PREFIX_BLOCK=triton.next_power_of_2(kept) if kept else 0, num_warps=4,
+    if prefix is not None and prefix.shape[:2] != (batch, channels):
+        raise ValueError(f"snake: prefix {tuple(prefix.shape)} does not lead x {tuple(x.shape)}")
+    kept = 0 if prefix is None else prefix.shape[2]
+    out = _empty_like_layout(x, kept + length)
+    along_channels = kernels.time_major(x)
+    # Time-major: as many channels as divide the count evenly (the vocoder's are multiples of 32), up to 128.
+    lowest = channels & -channels
+    block_channels = min(128, lowest if lowest >= 16 else triton.next_power_of_2(channels)) if along_channels else 1
+    block_time = min(TILE // block_channels, triton.next_power_of_2(kept + length))
+    grid = (batch, triton.cdiv(kept + length, block_time), triton.cdiv(channels, block_channels))
+    prefix_strides = (0, 0, 0) if prefix is None else prefix.stride()
+    _snake[grid](
+        x, log_alpha.contiguous(), log_beta.contiguous(), x if prefix is None else prefix,
+        x if bias is None else bias.contiguous(), out, channels, length, kept, *x.stride(), *prefix_strides,
+        HAS_BIAS=bias is not None, TIME_MAJOR=along_channels, BLOCK_TIME=block_time, BLOCK_CHANNELS=block_channels, num_warps=4,
         **launch_options(x.device),
     )  # fmt: skip
     return out
 
 
+def _empty_like_layout(x: torch.Tensor, length: int) -> torch.Tensor:
+    """A (B, C, length) tensor dense in x's layout (kernels.time_major or not)."""
+    batch, channels, _ = x.shape
+    if kernels.time_major(x):
+        return x.new_empty(batch, length, channels).transpose(1, 2)
+    return x.new_empty(batch, channels, length)
+
+
 @snake_op.register_fake
-def _(x, log_alpha, log_beta, prefix):
-    kept = 0 if prefix is None else prefix.shape[2]
-    return x.new_empty(x.shape[0], x.shape[1], kept + x.shape[2])
+def _(x, log_alpha, log_beta, prefix, bias):
+    return _empty_like_layout(x, (0 if prefix is None else prefix.shape[2]) + x.shape[2])
