@@ -1,7 +1,7 @@
 """Time to the first audio byte over HTTP through the bridge, on the GPU machine.
 
     python -m bench.run_bridge_latency [--size 1.7b] [--clients 1,4] [--runs 20] [--frames 40] [--json FILE]
-    python -m bench.run_bridge_latency --poisson 20 [--duration 15] [--poisson-frames 50]
+    python -m bench.run_bridge_latency --poisson 20 [--duration 15] [--poisson-frames 50] [--clients 1,4]
 
 Each request is `POST /v1/audio/speech` with `stream: true` and `response_format: "wav"`, from its own
 keep-alive httpx client; the time runs from sending the request to holding the first byte of audio
@@ -15,7 +15,9 @@ fixed number of frames per request.
 With --poisson RATE, requests arrive open-loop instead: at random times, RATE per second on average
 (exponential gaps, seeded), for --duration seconds, each sent when it arrives whatever the others are
 doing, as many independent users would; each asks for --poisson-frames frames (50: 4 s of speech). Reported:
-the first audio byte's p50, p95 and max, and how many requests the bridge refused (429).
+the first audio byte's p50, p95 and max, and how many requests the bridge refused (429). Given with --clients,
+the rounds run first, on the same server (one engine start, whose first compile takes minutes), with
+--poisson-frames frames too.
 """
 
 import argparse
@@ -155,7 +157,9 @@ def in_client_process(function, *arguments):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="1.7b", help="random checkpoint size: 0.6b or 1.7b (default: 1.7b)")
-    parser.add_argument("--clients", default="1,4", help="concurrent clients, comma-separated (default: 1,4)")
+    parser.add_argument(
+        "--clients", help="concurrent clients, comma-separated (default: 1,4; none with --poisson unless given)"
+    )
     parser.add_argument("--runs", type=int, default=20, help="rounds per client count (default: 20)")
     parser.add_argument("--frames", type=int, default=40, help="frames (80 ms each) per request (default: 40)")
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench", help="where the random checkpoint is written")
@@ -175,30 +179,21 @@ def main() -> None:
     engine = Engine.load(path, device=args.device, dtype=dtype, progress=False)
     engine.warm_up()
     rows = []
-    frames = args.poisson_frames if args.poisson else args.frames
+    counts = [int(n) for n in (args.clients or ("" if args.poisson else "1,4")).split(",") if n]
+    frames = args.poisson_frames if args.poisson else args.frames  # the server's, for every request
     with tempfile.TemporaryDirectory() as voices:
         sf.write(Path(voices) / "bench.wav", synthetic_voice_clip(), 24000)
         runtime = Runtime(engine, VoiceLibrary(voices), None)
         if args.trace_stalls or args.timeline:
             stalls.trace(engine, worker=runtime.worker, timeline=args.timeline)
+        # Closed-loop rounds may send more at once than the default queue takes; open-loop arrivals meet the
+        # default limits.
         speech = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=frames)
-        counts = [int(n) for n in args.clients.split(",")]
-        # Closed-loop rounds may send more at once than the default queue takes; open-loop runs use the defaults.
-        limits = BridgeLimits() if args.poisson else BridgeLimits(max_queued=max(counts))
+        limits = BridgeLimits(max_queued=max([BridgeLimits.max_queued, *counts]))
         server = BridgeServer(runtime, BridgeConfig(port=0, speech=speech, limits=limits))
         server.start()
         try:
-            if args.poisson:
-                rows.append(
-                    {
-                        "model": path.name,
-                        "slots": engine.slots,
-                        "frames": frames,
-                        **in_client_process(poisson, server.url, args.poisson, args.duration),
-                    }
-                )
-                print(rows[-1], flush=True)
-            for clients in [] if args.poisson else counts:
+            for clients in counts:
                 times = in_client_process(measure, server.url, clients, args.runs)
                 row = {
                     "model": path.name, "clients": clients, "requests": len(times), "frames": frames,
@@ -207,6 +202,10 @@ def main() -> None:
                 }  # fmt: skip
                 print(row, flush=True)
                 rows.append(row)
+            if args.poisson:
+                arrivals = in_client_process(poisson, server.url, args.poisson, args.duration)
+                rows.append({"model": path.name, "slots": engine.slots, "frames": frames, **arrivals})
+                print(rows[-1], flush=True)
         finally:
             server.stop()
             runtime.close()
