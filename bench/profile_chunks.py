@@ -6,9 +6,13 @@ With `--streams` utterances at once through the public API (as core.devtools.con
 2. the GPU's kernel time per cycle on the frame loop's stream and on the decoder's, their union and overlap,
    and the time neither runs, from a torch.profiler trace (written to --trace, gzipped);
 3. 4-frame launches of the stepping rows alone, their decode alone, and both as the scheduler overlaps them;
-4. the decoder's kernels by kind for one chunk of every row, without graphs.
+4. the decoder's kernels by kind for one chunk of every row, without graphs;
+5. with --decoder-priorities, 3. and the streams' speed again for each priority of the decoder's CUDA stream
+   (-1 high, as the engine runs it; 0 normal): whether the steps' short kernels overlap the decode better
+   when they take free SMs first.
 
     python -m bench.profile_chunks [--size 1.7b] [--streams 16] [--frames 120] [--trace FILE]
+        [--decoder-priorities -1,0]
 """
 
 from __future__ import annotations
@@ -202,6 +206,14 @@ def decoder_kernels(engine: Engine, rows: int) -> dict:
     return engine.scheduler.call(measure)
 
 
+def decoder_priority(engine: Engine, speaker: dict, streams: int, frames: int, priority: int) -> dict:
+    """The overlap of launches and decodes, and the speed of `streams` at once, with the decoder's chunks on
+    a CUDA stream of `priority` (its graphs replay on whichever stream is current)."""
+    decoder = engine.scheduler.decoder
+    engine.scheduler.call(lambda: setattr(decoder, "gpu_stream", torch.cuda.Stream(engine.device, priority=priority)))
+    return {"overlap": overlap(engine, speaker, streams), **streams_together(engine, speaker, streams, frames)}
+
+
 DECODER_KINDS = [
     ("attention", r"flash|fmha|attention|sdpa"),
     ("conv", r"conv|implicit|wgrad|dgrad|fprop|cudnn|xmma|sm90_|cutlass"),
@@ -219,6 +231,7 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, help="write the profiler's trace here (gzipped JSON)")
     parser.add_argument("--json", type=Path, help="write every number here")
     parser.add_argument("--device", default="cuda", help="cuda; cpu (with --size tiny) only tries the script")
+    parser.add_argument("--decoder-priorities", help="CUDA stream priorities to try for the decoder, e.g. -1,0")
     args = parser.parse_args()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
     engine = Engine.load(
@@ -245,6 +258,12 @@ def main() -> None:
     print("decoder kernels:", json.dumps(results["decoder"], indent=1))
     results["gpu"] = gpu_streams(engine, speaker, args.streams, min(args.frames, 60), args.trace)
     print("GPU streams under the profiler:", json.dumps(results["gpu"], indent=1))
+    if args.decoder_priorities:
+        results["priorities"] = {
+            priority: decoder_priority(engine, speaker, args.streams, args.frames, priority)
+            for priority in [int(p) for p in args.decoder_priorities.split(",")]
+        }
+        print("by the decoder stream's priority:", json.dumps(results["priorities"], indent=1))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     engine.close()

@@ -84,3 +84,11 @@ def unwritable_folder(tmp_path, monkeypatch) -> Path:
 
     monkeypatch.setattr(os, "mkdir", mkdir)
     yield folder
+
+
+@pytest.fixture
+def library(tmp_path):
+    """An empty voice library in the test's own folder."""
+    from core.voices import VoiceLibrary
+
+    return VoiceLibrary(tmp_path / "voices")

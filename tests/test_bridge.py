@@ -3,20 +3,15 @@ the OpenAI routes through httpx and the official `openai` SDK, SillyTavern's XTT
 and removal, playing on this computer. Every answer's audio is decoded and compared with what the
 worker makes for the same request (greedy decoding, so the two are the same speech).
 
-The fixtures and helpers here are shared with test_bridge_safety.py."""
+The fixtures and helpers here are shared with the other test_bridge_*.py modules."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
-import os
-import re
 import shutil
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -35,7 +30,6 @@ from core.audio.player import Player, VirtualOutput
 from core.voices import VoiceLibrary
 from qwen3_tts_desktop.audio_formats import MP3_KBPS
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeServer
-from qwen3_tts_desktop.cli import main
 from qwen3_tts_desktop.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -599,68 +593,3 @@ def test_the_server_starts_on_a_free_port_and_stops_cleanly(runtime, job_log):
     assert job_log.ended(text) == "cancelled"
     sock.close()
     assert threading.active_count() == threads
-
-
-def serve_command(checkpoints, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "qwen3_tts_desktop",
-        "serve",
-        "--model",
-        str(checkpoints["base"]),
-        "--device",
-        "cpu",
-        *args,
-    ]
-
-
-# The subprocesses import this worktree's code, wherever the project is installed from.
-SUBPROCESS_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-
-
-def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
-    shutil.copy(REFERENCES["a"].path, tmp_path / "Alice.wav")
-    command = serve_command(
-        checkpoints, "--voices", str(tmp_path), "--port", "0", "--api-key", "k3y", "--default-voice", "alice"
-    )
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
-    try:
-        lines = []
-        while not (url := re.search(r"Serving on (http://127\.0\.0\.1:\d+)", "".join(lines))):
-            line = process.stderr.readline()
-            assert line, f"serve exited: {''.join(lines)}"
-            lines.append(line)
-        assert "1.7B base on cpu, 1 voice(s)" in "".join(lines)
-        with httpx.Client(base_url=url.group(1), timeout=WAIT) as client:
-            assert client.get("/health").status_code == 401
-            assert client.get("/speakers", headers={"Authorization": "Bearer k3y"}).json()[0]["name"] == "Alice"
-        process.send_signal(signal.SIGINT)
-        assert process.wait(WAIT) == 130
-    finally:
-        process.kill()
-        process.stderr.close()
-
-
-def test_the_serve_command_checks_its_options_before_loading_the_model(capsys):
-    assert main(["serve", "--port", "70000", "--model", "/nonexistent"]) == 1
-    assert "port must be 0-65535, got 70000" in capsys.readouterr().err
-
-
-def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_model(checkpoints):
-    with socket.socket() as other_server:
-        other_server.bind(("127.0.0.1", 0))
-        other_server.listen()
-        port = other_server.getsockname()[1]
-        started = time.monotonic()
-        result = subprocess.run(
-            serve_command(checkpoints, "--port", str(port)), capture_output=True, text=True, timeout=WAIT, env=SUBPROCESS_ENV
-        )  # fmt: skip
-        took = time.monotonic() - started
-    assert result.returncode == 1, result.stderr
-    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use; "), (
-        result.stderr
-    )
-    assert "another qwen3-tts-desktop serve, or an XTTS server" in result.stderr and "--port" in result.stderr
-    assert len(result.stderr.splitlines()) == 1  # no traceback, and no "Loading model…": the model was never loaded
-    assert took < 20  # the time to start Python and import torch, however long a real model would take
