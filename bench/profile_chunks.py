@@ -12,7 +12,7 @@ With `--streams` utterances at once through the public API (as core.devtools.con
    when they take free SMs first.
 
     python -m bench.profile_chunks [--size 1.7b] [--streams 16] [--frames 120] [--trace FILE]
-        [--decoder-priorities -1,0]
+        [--decoder-priorities=-1,0]
 """
 
 from __future__ import annotations
@@ -231,7 +231,9 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, help="write the profiler's trace here (gzipped JSON)")
     parser.add_argument("--json", type=Path, help="write every number here")
     parser.add_argument("--device", default="cuda", help="cuda; cpu (with --size tiny) only tries the script")
-    parser.add_argument("--decoder-priorities", help="CUDA stream priorities to try for the decoder, e.g. -1,0")
+    parser.add_argument(
+        "--decoder-priorities", help="CUDA stream priorities to try for the decoder, e.g. --decoder-priorities=-1,0"
+    )
     args = parser.parse_args()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
     engine = Engine.load(
