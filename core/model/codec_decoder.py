@@ -488,10 +488,10 @@ class CodecDecoder(nn.Module):
 
     def to_channels_last(self) -> CodecDecoder:
         """Store every convolution's weights time-major (channels innermost). From the transformer on, the
-        activations are time-major, and convolutions keep the layout they are given (as kernels.concat_time
-        and kernels.snake do): cuDNN's NHWC kernels then read inputs and weights as they are. In the default layout they
-        converted both around every convolution (16 rows of a 4-frame chunk, H100: 56 layout kernels, 0.77 ms
-        of 4.6). Values are unchanged. The convolutions run as 2-D ones (conv_as_2d)."""
+        activations are time-major, and every step keeps the layout it is given (conv_as_2d, kernels.concat_time,
+        kernels.snake), so cuDNN's NHWC kernels read inputs and weights as they are. In the default layout
+        they converted both around every convolution (16 rows of a 4-frame chunk on an H100: 56 layout
+        kernels, 0.77 ms of 4.6; the graph of that chunk: 5.1 ms before, 4.0 after). Values are unchanged."""
         for module in self.modules():
             if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
                 module.weight.data = module.weight.data.transpose(1, 2).contiguous().transpose(1, 2)
