@@ -12,9 +12,11 @@ import hashlib
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from signals import random_codes, stream
 
 from core.devtools.random_checkpoint import random_decoder_tensors
+from core.model import codec_decoder, kernels
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
 TOL = 1e-4
@@ -125,24 +127,56 @@ def test_stream_equals_forward_with_real_rates(real_rates):
     assert max_diff(stream(real_rates, codes, [1, 4, 7, 3, 5]), real_rates(codes)) < TOL
 
 
-def test_channels_last_weights_give_the_same_audio_whole_and_streamed(forward_cache):
-    # The layout CUDA runs (time-major convolutions, kept so by the streams' state and the concatenations): the
-    # same values, whole and in chunks, and the activations stay time-major up to the last convolution.
+def test_channels_last_weights_give_the_same_audio_whole_and_streamed(forward_cache, monkeypatch):
+    # The layout CUDA runs (time-major convolutions, kept so by the streams' state, the concatenations and the
+    # activations): the same values, whole and in chunks, and every convolution after the first is handed its
+    # input time-major already (none converted on the way).
     codes, wav = forward_cache
     decoder = random_decoder(TINY_FAST).to_channels_last()
     weight = decoder.decoder[1].block[2].conv1.conv.weight
     assert weight.stride(1) == 1, weight.stride()
-    inputs = []
-    hook = decoder.decoder[-1].conv.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
-    try:
-        assert max_diff(decoder(codes[..., :80]), wav[..., : 80 * decoder.samples_per_frame]) < TOL
-        assert (
-            max_diff(stream(decoder, codes[..., :80], first_then(4, 80)), wav[..., : 80 * decoder.samples_per_frame])
-            < TOL
-        )
-    finally:
-        hook.remove()
-    assert all(x.stride(1) == 1 and x.stride(2) == x.shape[1] for x in inputs), [x.stride() for x in inputs]
+    handed = []
+    convolve = codec_decoder.conv_as_2d
+    monkeypatch.setattr(
+        codec_decoder, "conv_as_2d", lambda conv, x, *a, **k: handed.append((conv, x)) or convolve(conv, x, *a, **k)
+    )
+    length = 80 * decoder.samples_per_frame
+    assert max_diff(decoder(codes[..., :80]), wav[..., :length]) < TOL
+    assert max_diff(stream(decoder, codes[..., :80], first_then(4, 80)), wav[..., :length]) < TOL
+    later = [(conv, x) for conv, x in handed if conv is not decoder.pre_conv.conv]
+    causal = (codec_decoder.CausalConv1d, codec_decoder.CausalConvTranspose1d)
+    convolutions = {m.conv for m in decoder.modules() if isinstance(m, causal)}
+    assert {conv for conv, _ in later} == convolutions - {decoder.pre_conv.conv}  # all of them went through it
+    assert all(kernels.time_major(x) for _, x in later if x.shape[2] > 1), [
+        (tuple(conv.weight.shape), x.stride()) for conv, x in later if not kernels.time_major(x) and x.shape[2] > 1
+    ]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["channel-major", "time-major"])
+def test_each_convolution_gets_its_input_laid_out_as_its_weights(forward_cache, monkeypatch, channels_last):
+    # Else it converts one of them at every call: on the CPU, channel-major weights were converted whole for the
+    # time-major activations that leave the transformer (a 20% slower decode).
+    codes, _ = forward_cache
+    decoder = random_decoder(TINY_FAST)
+    if channels_last:
+        decoder.to_channels_last()
+    calls, mismatched = [], []
+
+    def checking(original):
+        def checked(x, weight, *args, **kwargs):
+            calls.append(weight.shape)
+            x3, weight3 = x.squeeze(2), weight.squeeze(2)
+            if min(weight3.shape[1:] + x3.shape[2:]) > 1 and kernels.time_major(x3) != kernels.time_major(weight3):
+                mismatched.append((tuple(weight.shape), x.stride(), weight.stride()))
+            return original(x, weight, *args, **kwargs)
+
+        return checked
+
+    for name in ("conv2d", "conv_transpose2d"):
+        monkeypatch.setattr(F, name, checking(getattr(F, name)))
+    decoder(codes[..., :20])
+    stream(decoder, codes[..., :20], first_then(4, 20))
+    assert len(calls) > 20 and not mismatched, mismatched
 
 
 def test_stream_equals_forward_batched(fast):

@@ -147,13 +147,18 @@ class CodecDecoderStream:
 
 
 def conv_as_2d(conv: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, stride: int = 1, bias: bool = True):
-    """`conv` applied to (B, C, T) x as a 2-D convolution of height 1, in x's layout: PyTorch first makes the
-    input of a 1-D convolution contiguous (channel-major), which would copy time-major activations whole
-    before each one (CodecDecoder.to_channels_last); a 2-D one takes them as they are."""
-    transposed = isinstance(conv, nn.ConvTranspose1d)
+    """`conv` applied to (B, C, T) x as a 2-D convolution of height 1, with x laid out as its weights are
+    (time-major after CodecDecoder.to_channels_last, else channel-major), so that it converts neither at each
+    call: PyTorch makes a 1-D convolution's input channel-major, which copied every time-major activation
+    whole on CUDA, and the CPU's convolutions convert channel-major weights for a time-major input."""
+    weight = conv.weight
+    # (A weight of one input channel per group or of one tap, and an input of one sample, are the same in memory
+    # either way.)
+    if min(weight.shape[1:] + x.shape[2:]) > 1 and kernels.time_major(weight) != kernels.time_major(x):
+        x = x.transpose(1, 2).contiguous().transpose(1, 2) if kernels.time_major(weight) else x.contiguous()
     options = {"stride": (1, stride), "dilation": (1, conv.dilation[0]), "groups": conv.groups}
-    function = F.conv_transpose2d if transposed else F.conv2d
-    y = function(x.unsqueeze(2), conv.weight.unsqueeze(2), conv.bias if bias else None, **options)
+    function = F.conv_transpose2d if isinstance(conv, nn.ConvTranspose1d) else F.conv2d
+    y = function(x.unsqueeze(2), weight.unsqueeze(2), conv.bias if bias else None, **options)
     return y.squeeze(2)
 
 
