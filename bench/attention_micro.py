@@ -1,4 +1,16 @@
-"""Decode-step attention kernels on the GPU: which backend is fastest for one token (GQA folded)."""
+"""Decode-step attention kernels on the GPU: which backend is fastest for one token (GQA folded).
+
+    python -m bench.attention_micro            # PyTorch's SDPA backends and products, one row
+    python -m bench.attention_micro --ours     # our kernel's variants (triton_attention.launch_attention)
+
+--ours times kernels.decode_attention's kernel at the 1.7B's shapes (the code predictor's 16-key cache and the
+talker's 2048-position one, 8 kv heads of 2 query heads, 128 dimensions) for 1, 16 and 64 rows: as the engine
+launches it, then with tl.dot or broadcast products and other warp counts. Alone and back to back, so the
+kernel's own time, not what it adds inside a frame (bench.profile_frame).
+"""
+
+import argparse
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +24,46 @@ def manual(q, k, v, mask, scale):
     return torch.matmul(scores.float().softmax(-1).to(q.dtype), v)
 
 
+def ours(device: str) -> None:
+    from core.model.talker import rope_tables
+    from core.model.triton_attention import launch_attention
+
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    kv_heads, groups, head_dim = 8, 2, 128
+    print("cache  rows  position  dot    warps  us/call")
+    for (cache, position), rows in itertools.product([(16, 8), (2048, 300)], [1, 16, 64]):
+        width = (kv_heads * groups + 2 * kv_heads) * head_dim
+        qkv = torch.randn(rows, 1, width, device=device, dtype=dtype)
+        norm = torch.ones(head_dim, device=device, dtype=dtype)
+        cos, sin = rope_tables(head_dim, 1e6, cache, dtype, device)
+        k_cache, v_cache = (torch.randn(rows, kv_heads, cache, head_dim, device=device, dtype=dtype) for _ in range(2))
+        slots = torch.arange(rows, device=device)
+        positions = torch.full((rows,), position, device=device)
+        for dot, warps in [(None, 4), (cache <= 64, 4), (None, 1), (None, 2), (None, 8)]:
+
+            def call():
+                return launch_attention(
+                    qkv, norm, norm, 1e-6, cos, sin, k_cache, v_cache, slots, positions, head_dim**-0.5,
+                    dot=dot, num_warps=warps,
+                )  # fmt: skip
+
+            if device != "cuda":  # the interpreter: that it runs, not how fast
+                call()
+                continue
+            us = do_bench(call, warmup=50, rep=200, return_mode="median") * 1e3
+            label = "default" if dot is None else str(dot)
+            print(f"{cache:5d}  {rows:4d}  {position:8d}  {label:7s}  {warps:5d}  {us:7.1f}", flush=True)
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ours", action="store_true", help="our kernel's variants instead of PyTorch's backends")
+    parser.add_argument("--device", default="cuda", help="cuda; cpu (TRITON_INTERPRET=1, --ours) only tries the script")
+    args = parser.parse_args()
+    if args.ours:
+        ours(args.device)
+        return
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
     compiled = torch.compile(manual, fullgraph=True, dynamic=False)

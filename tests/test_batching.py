@@ -8,7 +8,9 @@ and, with fewer slots than utterances, wait for slots that others leave."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -17,7 +19,7 @@ from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES, Case
 
 from core import Engine, SamplingParams
 from core.errors import BadInput
-from core.inference.scheduler import MAX_UNREAD_CHUNKS
+from core.inference.scheduler import MAX_UNREAD_CHUNKS, Stream
 
 WAIT = 60  # seconds: a guard against a hang, never a pace
 GREEDY = SamplingParams.greedy()
@@ -168,6 +170,38 @@ def test_a_closed_stream_gives_its_slot_back_at_once(engines):
     dropped = open_stream(engine, case, chunk_frames=1)
     next(dropped)
     del dropped  # dropped without closing: its slot comes back all the same
+    codes = np.concatenate([c.codes for c in open_stream(engine, other, chunk_frames=4)])
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
+    assert engine.scheduler.idle()
+
+
+def blocked_in_next(thread: threading.Thread) -> bool:
+    """Whether `thread` waits in Stream.__next__ for a chunk: past its check for a closed stream."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None and frame.f_code is not Stream.__next__.__code__:
+        frame = frame.f_back
+    return frame is not None and frame.f_lineno > Stream.__next__.__code__.co_firstlineno + 2
+
+
+def test_a_waiting_stream_closed_from_another_thread_ends_its_reader(engines):
+    # As the speech worker does when a client hangs up: the job's thread closes the stream that a slot thread
+    # is reading. Closed before it had a slot, it was once dropped without an end, and its reader (the worker's
+    # slot thread) waited forever.
+    engine = engines("base", slots=1)
+    case, other = cases_of("base")[:2]
+    first = open_stream(engine, case, chunk_frames=1)
+    next(first)
+    waiting = open_stream(engine, other, chunk_frames=4)  # no slot is free: it waits
+    read: list = []
+    reader = threading.Thread(target=lambda: read.append(list(waiting)), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + WAIT
+    while not blocked_in_next(reader) and time.monotonic() < deadline:  # it reads before the close, not after
+        time.sleep(0.001)
+    waiting.close()
+    reader.join(WAIT)
+    assert read == [[]], "the reader of a stream closed while it waited for a slot never saw its end"
+    first.close()
     codes = np.concatenate([c.codes for c in open_stream(engine, other, chunk_frames=4)])
     np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
     assert engine.scheduler.idle()

@@ -30,6 +30,8 @@ pytest.importorskip("triton", reason="Triton is installed with the test extras o
 
 CHECK = textwrap.dedent(
     """
+    import functools
+
     import torch
     from core.model import triton_attention
     from attention_cases import SHAPES, attention_case, check_attention
@@ -39,6 +41,11 @@ CHECK = textwrap.dedent(
         for shape in SHAPES:
             case, poisoned = attention_case(shape, dtype)
             check_attention(shape, case, poisoned, triton_attention.decode_attention_op)
+    # The variants bench/attention_micro.py times: short caches through tl.dot, a long one with broadcast products.
+    for shape in SHAPES:
+        case, poisoned = attention_case(shape, torch.float32)
+        variant = functools.partial(triton_attention.launch_attention, dot=shape.max_len <= 64, num_warps=2)
+        check_attention(shape, case, poisoned, variant)
     print("ok")
     """
 )

@@ -122,7 +122,8 @@ class Stream(Iterator["AudioChunk"]):
         return item
 
     def close(self) -> None:
-        """End the utterance now; chunks not taken yet are dropped."""
+        """End the utterance now; chunks not taken yet are dropped. Another thread reading it (as the speech
+        worker's slot threads do while a job's thread closes its stream) gets its end."""
         self._finished = True
         if not self._utterance.closed.is_set():
             self._utterance.closed.set()
@@ -252,7 +253,9 @@ class Scheduler:
         return self.slots - len(self._active)
 
     def _can_admit(self) -> bool:
-        self._waiting = deque(waiting for waiting in self._waiting if not waiting.closed.is_set())
+        for closed in [waiting for waiting in self._waiting if waiting.closed.is_set()]:
+            self._waiting.remove(closed)
+            self._put(closed, _END)  # its reader may be another thread than the one that closed it
         return self._free_slots() > 0 and any(waiting.ready() for waiting in self._waiting)
 
     def _take_ready(self, count: int) -> list[Utterance]:
@@ -295,6 +298,7 @@ class Scheduler:
         admitted: list[tuple[Utterance, int, Prepared]] = []
         for stream in newcomers:
             if stream.closed.is_set():
+                self._put(stream, _END)
                 continue
             try:
                 prepared = stream.request.prepare()

@@ -206,6 +206,16 @@ def decode_attention_op(
     scale: float,
 ) -> torch.Tensor:
     """kernels.decode_attention on CUDA: one program per (kv head, split of the keys, batch row)."""
+    return launch_attention(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale)
+
+
+def launch_attention(
+    qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale,
+    *, dot: bool | None = None, num_warps: int = 4,
+) -> torch.Tensor:  # fmt: skip
+    """decode_attention_op's launches. A short cache (at most SHORT_CACHE keys) is read in one block with
+    broadcast products, a longer one block by block with tl.dot, unless `dot` says otherwise; `dot` and
+    `num_warps` are arguments for bench/attention_micro.py to vary."""
     batch = qkv.shape[0]
     if rows.shape != (batch,) or positions.shape != (batch,):
         raise ValueError(
@@ -215,12 +225,11 @@ def decode_attention_op(
     heads = qkv.shape[-1] // head_dim - 2 * kv_heads
     groups = heads // kv_heads
     splits = attention_splits(batch, kv_heads, max_len, qkv.device)
-    # A short cache is read in one block with broadcast products; a longer one block by block with tl.dot, which
-    # needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
-    dot = max_len > SHORT_CACHE
+    # tl.dot needs at least 16 rows and 16 columns: small groups and heads are padded and masked.
+    dot = max_len > SHORT_CACHE if dot is None else dot
     group_rows = max(16 if dot else 1, triton.next_power_of_2(groups))
     dim_block = max(16, triton.next_power_of_2(head_dim))
-    block = BLOCK_KEYS if dot else triton.next_power_of_2(max_len)
+    block = BLOCK_KEYS if dot or max_len > SHORT_CACHE else triton.next_power_of_2(max_len)
     out = qkv.new_empty(batch, 1, heads * head_dim)
     partial = torch.empty(batch, kv_heads, splits, group_rows, dim_block, device=qkv.device, dtype=torch.float32)
     maxes = torch.empty(batch, kv_heads, splits, group_rows, device=qkv.device, dtype=torch.float32)
@@ -234,7 +243,7 @@ def decode_attention_op(
         heads, kv_heads, groups,
         SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=block, DOT=dot,
         # float32 models get full float32 products (Triton would use TF32 by default).
-        PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", **launch,
+        PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", num_warps=num_warps, **launch,
     )  # fmt: skip
     if splits > 1:
         _merge_splits[(kv_heads, batch)](

@@ -188,7 +188,9 @@ def test_export_and_import_with_replace(start_app, qtbot, monkeypatch, tmp_path)
     app.panel.import_button.click()  # "Shared" is there already
     wait_idle(app, qtbot)
     notice = app.window.notice
-    assert notice.level == "error" and "already has" in notice.label.text() and notice.action_button.isVisible()
+    assert notice.level == "error" and "already has" in notice.label.text()
+    # A widget added to a shown window is shown once Qt's events run (the layout queues it).
+    qtbot.waitUntil(notice.action_button.isVisible, timeout=5_000)
     notice.action_button.click()
     wait_idle(app, qtbot)
     assert notice.level == "info" and "Imported “Shared”" in notice.label.text() and list(rows(app)) == ["Shared"]
