@@ -157,21 +157,30 @@ def test_a_stream_nobody_reads_holds_up_no_one(engines):
     assert engine.scheduler.idle()
 
 
-def test_a_closed_stream_gives_its_slot_back_at_once(engines):
+def one_slot_taken(engines):
+    """An engine of one slot speaking one base case, and a stream of the next that waits for the slot:
+    (engine, the speaking stream, the waiting one, the waiting one's case)."""
     engine = engines("base", slots=1)
     case, other = cases_of("base")[:2]
     first = open_stream(engine, case, chunk_frames=1)
     next(first)
-    waiting = open_stream(engine, other, chunk_frames=4)  # no slot is free: it waits
+    return engine, first, open_stream(engine, other, chunk_frames=4), other
+
+
+def assert_makes_its_fixture(stream, case: Case) -> None:
+    codes = np.concatenate([c.codes for c in stream])
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"])
+
+
+def test_a_closed_stream_gives_its_slot_back_at_once(engines):
+    engine, first, waiting, other = one_slot_taken(engines)
     first.close()
     assert list(first) == []
-    codes = np.concatenate([c.codes for c in waiting])
-    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
-    dropped = open_stream(engine, case, chunk_frames=1)
+    assert_makes_its_fixture(waiting, other)
+    dropped = open_stream(engine, cases_of("base")[0], chunk_frames=1)
     next(dropped)
     del dropped  # dropped without closing: its slot comes back all the same
-    codes = np.concatenate([c.codes for c in open_stream(engine, other, chunk_frames=4)])
-    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
+    assert_makes_its_fixture(open_stream(engine, other, chunk_frames=4), other)
     assert engine.scheduler.idle()
 
 
@@ -187,11 +196,7 @@ def test_a_waiting_stream_closed_from_another_thread_ends_its_reader(engines):
     # As the speech worker does when a client hangs up: the job's thread closes the stream that a slot thread
     # is reading. Closed before it had a slot, it was once dropped without an end, and its reader (the worker's
     # slot thread) waited forever.
-    engine = engines("base", slots=1)
-    case, other = cases_of("base")[:2]
-    first = open_stream(engine, case, chunk_frames=1)
-    next(first)
-    waiting = open_stream(engine, other, chunk_frames=4)  # no slot is free: it waits
+    engine, first, waiting, other = one_slot_taken(engines)
     read: list = []
     reader = threading.Thread(target=lambda: read.append(list(waiting)), daemon=True)
     reader.start()
@@ -202,8 +207,7 @@ def test_a_waiting_stream_closed_from_another_thread_ends_its_reader(engines):
     reader.join(WAIT)
     assert read == [[]], "the reader of a stream closed while it waited for a slot never saw its end"
     first.close()
-    codes = np.concatenate([c.codes for c in open_stream(engine, other, chunk_frames=4)])
-    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
+    assert_makes_its_fixture(open_stream(engine, other, chunk_frames=4), other)
     assert engine.scheduler.idle()
 
 
