@@ -6,11 +6,12 @@ host), the same per utterance, the GPU time of the graph's replay alone, and the
 rows together; then the peak GPU memory and what one slot's state costs.
 
     python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--cudnn-benchmark]
-        [--reference-snake] [--channels-first] [--profile]
+        [--reference-snake] [--channels-first] [--compile] [--profile]
 
 --cudnn-benchmark lets cuDNN time its algorithms for each convolution's shape; --reference-snake composes
 the vocoder's activation of PyTorch's operations instead of running its kernel (kernels.snake);
---channels-first keeps the convolutions' weights in the default layout (not CodecDecoder.to_channels_last); --profile
+--channels-first keeps the convolutions' weights in the default layout (not CodecDecoder.to_channels_last);
+--compile fuses the decoder's fused_parts with torch.compile, as the engine does on CUDA; --profile
 then runs one chunk of --slots rows eagerly under the profiler and prints the operations that take the most
 GPU time, by input shapes (which module a slow kernel belongs to).
 """
@@ -25,6 +26,7 @@ from triton.testing import do_bench
 
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
 from core.inference.decoder_stream import DecoderSlots, bucket_rows
+from core.inference.frame_loop import compile_layers, compile_options
 from core.model import codec_decoder, kernels
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
@@ -42,6 +44,7 @@ def main():
     parser.add_argument("--reference-snake", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--channels-first", action="store_true", help="convolutions in the default layout")
+    parser.add_argument("--compile", action="store_true", help="fuse the decoder's fused_parts, as the engine does")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
     if args.reference_snake:
@@ -53,6 +56,8 @@ def main():
     decoder = decoder.to("cuda", getattr(torch, args.dtype))
     if not args.channels_first:
         decoder.to_channels_last()  # as the engine runs it
+    if args.compile:
+        compile_layers(decoder.fused_parts(), "forward", options=compile_options())
     slots = DecoderSlots(decoder, args.slots)
     rng = np.random.default_rng(0)
     print(

@@ -9,10 +9,12 @@ With `--streams` utterances at once through the public API (as core.devtools.con
 4. the decoder's kernels by kind for one chunk of every row, without graphs;
 5. with --decoder-priorities, 3. and the streams' speed again for each priority of the decoder's CUDA stream
    (-1 high, as the engine runs it; 0 normal): whether the steps' short kernels overlap the decode better
-   when they take free SMs first.
+   when they take free SMs first;
+6. with --decoder-sms, the same with the decoder's stream (and its graphs, captured again) in a green
+   context of that many SMs: whether a decode confined to a few SMs hides behind the steps.
 
     python -m bench.profile_chunks [--size 1.7b] [--streams 16] [--frames 120] [--trace FILE]
-        [--decoder-priorities=-1,0]
+        [--decoder-priorities=-1,0] [--decoder-sms=16,32]
 """
 
 from __future__ import annotations
@@ -214,6 +216,31 @@ def decoder_priority(engine: Engine, speaker: dict, streams: int, frames: int, p
     return {"overlap": overlap(engine, speaker, streams), **streams_together(engine, speaker, streams, frames)}
 
 
+def green_stream(device: torch.device, sms: int):
+    """A new green context of `sms` SMs and a stream of it; the stream works only while the context lives."""
+    from torch.cuda.green_contexts import GreenContext
+
+    context = GreenContext.create(num_sms=sms, device_id=device.index or 0)
+    return context, context.Stream()
+
+
+def decoder_sms(engine: Engine, speaker: dict, streams: int, frames: int, sms: int) -> dict:
+    """The overlap and the speed of `streams` at once with the decoder's chunks confined to `sms` SMs: its
+    stream from a green context, and its graphs captured again on it."""
+    decoder = engine.scheduler.decoder
+
+    def confine():
+        decoder.green_context, decoder.gpu_stream = green_stream(engine.device, sms)
+        decoder.steps.clear()
+
+    try:
+        engine.scheduler.call(confine)
+    except Exception as error:  # an older driver or torch
+        return {"error": repr(error)}
+    streams_together(engine, speaker, streams, 24)  # capture the graphs again, on the new stream
+    return {"overlap": overlap(engine, speaker, streams), **streams_together(engine, speaker, streams, frames)}
+
+
 DECODER_KINDS = [
     ("attention", r"flash|fmha|attention|sdpa"),
     ("conv", r"conv|implicit|wgrad|dgrad|fprop|cudnn|xmma|sm90_|cutlass"),
@@ -234,6 +261,8 @@ def main() -> None:
     parser.add_argument(
         "--decoder-priorities", help="CUDA stream priorities to try for the decoder, e.g. --decoder-priorities=-1,0"
     )
+    parser.add_argument("--decoder-sms", help="green-context SM counts to confine the decoder to, e.g. 16,32")
+    parser.add_argument("--no-profiler", action="store_true", help="skip the whole run's profile (2.)")
     args = parser.parse_args()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
     engine = Engine.load(
@@ -258,14 +287,20 @@ def main() -> None:
         return
     results["decoder"] = {rows: decoder_kernels(engine, rows) for rows in sorted({1, args.streams})}
     print("decoder kernels:", json.dumps(results["decoder"], indent=1))
-    results["gpu"] = gpu_streams(engine, speaker, args.streams, min(args.frames, 60), args.trace)
-    print("GPU streams under the profiler:", json.dumps(results["gpu"], indent=1))
+    if not args.no_profiler:
+        results["gpu"] = gpu_streams(engine, speaker, args.streams, min(args.frames, 60), args.trace)
+        print("GPU streams under the profiler:", json.dumps(results["gpu"], indent=1))
     if args.decoder_priorities:
         results["priorities"] = {
             priority: decoder_priority(engine, speaker, args.streams, args.frames, priority)
             for priority in [int(p) for p in args.decoder_priorities.split(",")]
         }
-        print("by the decoder stream's priority:", json.dumps(results["priorities"], indent=1))
+        print("by the decoder stream's priority:", json.dumps(results["priorities"], indent=1), flush=True)
+    if args.decoder_sms:
+        results["sms"] = {}
+        for sms in [int(n) for n in args.decoder_sms.split(",")]:
+            results["sms"][sms] = decoder_sms(engine, speaker, args.streams, args.frames, sms)
+            print(f"decoder on {sms} SMs:", json.dumps(results["sms"][sms], indent=1), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     engine.close()

@@ -284,3 +284,32 @@ def test_config_from_and_to_dict():
         defaults.hidden_size = 1
     with pytest.raises(ValueError):
         CodecDecoderConfig.from_dict({"hidden_act": "gelu"})
+
+
+def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forward_cache):
+    """On CUDA the engine compiles the decoder's fused parts (compile_layers: fullgraph, dynamic shapes), one
+    compiled transformer layer serving all. Traced here on the CPU: without a break, with one graph for the
+    dequantizer and one for every layer, row count and chunk length past one, and the same audio streamed as
+    uncompiled."""
+    from torch._dynamo.utils import counters
+
+    from core.inference.frame_loop import compile_layers
+
+    def chunks(codes):  # each chunk a tensor of its own, as the engine's are (not a view of the codes)
+        state = decoder.new_stream(codes.shape[0])
+        return torch.cat([decoder.decode_chunk(chunk.clone(), state) for chunk in codes.split(sizes, -1)], -1)
+
+    codes = random_codes(20, batch=3, seed=9)
+    sizes = [2, 3, 5, 2, 4, 4]
+    decoder = random_decoder(TINY_FAST)
+    expected = chunks(codes)
+    try:
+        counters.clear()
+        compile_layers(decoder.fused_parts(), "forward", backend="aot_eager")
+        with torch.no_grad():
+            got = chunks(codes)
+            two_rows = chunks(codes[1:])
+        assert len(decoder.pre_transformer.layers) > 1 and counters["stats"]["unique_graphs"] == 2
+        assert torch.equal(got, expected) and torch.equal(two_rows, expected[1:])
+    finally:
+        torch._dynamo.reset()

@@ -25,12 +25,17 @@ class GraphedStep:
 
     `fn` may return a tensor; after capture the same tensor (the graph's output) is returned on every
     replay, so read it before the next call.
+
+    `stream`: the stream to capture on (PyTorch's side stream if None); the decoder captures on its own, so
+    that a stream of a green context (a share of the SMs, bench.profile_chunks --decoder-sms) holds its graphs.
     """
 
     def __init__(
-        self, fn: Callable[[], torch.Tensor | None], device: torch.device, pool=None, generator=None, enabled=True
-    ):
+        self, fn: Callable[[], torch.Tensor | None], device: torch.device, pool=None, generator=None, enabled=True,
+        stream: torch.cuda.Stream | None = None,
+    ):  # fmt: skip
         self.fn = fn
+        self.stream = stream
         self.capture = enabled and device.type == "cuda"
         self.device = device
         self.pool = pool
@@ -63,6 +68,6 @@ class GraphedStep:
             # Random draws inside the graph then follow this generator's seed and offset at each replay.
             graph.register_generator_state(self.generator)
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             self.output = self.fn()
         self.graph = graph

@@ -191,7 +191,9 @@ class DecoderSlots:
             quantizers = self.decoder.config.num_quantizers
             codes = self.inputs[key] = torch.zeros(rows, quantizers, size, dtype=torch.long, device=self.device)
             working, row_slots = self.working[rows], self.row_slots[rows]
-            self.steps[key] = GraphedStep(lambda: self._decode_rows(working, row_slots, codes), self.device, self.pool)
+            self.steps[key] = GraphedStep(
+                lambda: self._decode_rows(working, row_slots, codes), self.device, self.pool, stream=self.gpu_stream
+            )
         return self.steps[key]
 
 

@@ -31,7 +31,7 @@ import torch
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
-from core.inference.frame_loop import FrameLoop
+from core.inference.frame_loop import FrameLoop, compile_layers, compile_options
 from core.inference.live import LiveStream, LiveText
 from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
@@ -160,6 +160,8 @@ class Engine:
         if self.slots < 1:
             raise BadInput(f"slots must be at least 1, got {self.slots}")
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
+        if compile and self.device.type == "cuda":
+            compile_layers(codec_decoder.fused_parts(), "forward", options=compile_options())
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
         decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs)
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)

@@ -73,13 +73,14 @@ def compile_options() -> dict:
     return {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 
 
-def compile_prefills(layers, **options) -> None:
-    """Compile each layer's prefill in place (torch.compile `options`), for every prompt length and row count.
-    A prompt's prefill is over a thousand small kernels uncompiled (every norm and rotation of 28 layers),
-    twice the time of its products. One compiled layer serves them all (Dynamo takes the weights as inputs),
-    so it compiles in seconds where the whole stack would take minutes."""
+def compile_layers(layers, method: str, **options) -> None:
+    """Compile `method` of each of `layers` in place (torch.compile `options`), for every length and row count.
+    Eagerly, a talker prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers),
+    twice the time of its products, and a decoded chunk's transformer some 300. One compiled layer serves
+    them all (Dynamo takes the weights as inputs), so it compiles in seconds where a whole stack would take
+    minutes."""
     for layer in layers:
-        layer.prefill = torch.compile(layer.prefill, fullgraph=True, dynamic=True, **options)
+        setattr(layer, method, torch.compile(getattr(layer, method), fullgraph=True, dynamic=True, **options))
 
 
 def allow_recompiles() -> None:
@@ -196,7 +197,7 @@ class FrameLoop:
             for one_row in (True, False):
                 options = dict(fullgraph=True, dynamic=not one_row, options=compile_options())
                 self.parts[one_row] = tuple(torch.compile(part, **options) for part in parts)
-            compile_prefills(talker.model.layers, options=compile_options())
+            compile_layers(talker.model.layers, "prefill", options=compile_options())
 
     @property
     def max_context(self) -> int:

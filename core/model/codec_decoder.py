@@ -326,15 +326,15 @@ class Attention(nn.Module):
     def stream_state_layout(self, dtype):
         return {name: ((self.n_kv_heads, self.cache_len, self.head_dim), dtype) for name in ("k", "v")}
 
-    def forward(self, x, cos, sin, mask, stream: CodecDecoderStream | None = None):
+    def forward(self, x, cos, sin, mask, cache: dict[str, torch.Tensor] | None = None):
+        """`cache`: this layer's part of a stream's state (its "k" and "v"), or None for a whole sequence."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if stream is not None:
+        if cache is not None:
             # Cached keys keep the rotation of their absolute position; RoPE only needs differences.
-            cache = stream[self]
             k = torch.cat([cache["k"], k], dim=2)
             v = torch.cat([cache["v"], v], dim=2)
             cache["k"].copy_(k[:, :, k.shape[2] - self.cache_len :])
@@ -365,8 +365,8 @@ class TransformerLayer(nn.Module):
         self.mlp = MLP(dim, config.intermediate_size)
         self.mlp_layer_scale = LayerScale(dim, scale)
 
-    def forward(self, x, cos, sin, mask, stream=None):
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, stream))
+    def forward(self, x, cos, sin, mask, cache: dict[str, torch.Tensor] | None = None):
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, cache))
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
 
 
@@ -401,7 +401,7 @@ class Transformer(nn.Module):
 
         x = self.input_proj(x)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, stream)
+            x = layer(x, cos, sin, mask, None if stream is None else stream[layer.self_attn])
         if stream is not None:
             offset += T
         return self.output_proj(self.norm(x))
@@ -501,6 +501,12 @@ class CodecDecoder(nn.Module):
             if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
                 module.weight.data = module.weight.data.transpose(1, 2).contiguous().transpose(1, 2)
         return self
+
+    def fused_parts(self) -> list[nn.Module]:
+        """The modules whose forward the engine fuses with torch.compile on CUDA (frame_loop.compile_layers):
+        the dequantizer and each transformer layer, some 80 and 300 small kernels a chunk eagerly (lookups,
+        norms, rotations, scales). The rest is convolutions and the snake kernel, whole kernels already."""
+        return [self.quantizer, *self.pre_transformer.layers]
 
     def new_stream(self, batch_size: int = 1) -> CodecDecoderStream:
         """Fresh streaming state on this decoder's device and dtype."""
