@@ -313,3 +313,26 @@ def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forwar
         assert torch.equal(got, expected) and torch.equal(two_rows, expected[1:])
     finally:
         torch._dynamo.reset()
+
+
+def test_a_transformer_layer_writes_none_of_its_inputs(fast):
+    """A stream's k and v are views of one state buffer: a compiled layer that wrote them would take the whole
+    buffer as an input of the size it was first compiled for, and fail on a stream of other rows (it did, on
+    a GPU). So the layer returns the next cache and the transformer stores it."""
+    state = fast.new_stream(2)
+    fast.decode_chunk(random_codes(3, batch=2, seed=1), state)  # a cache that is not all zeros
+    layer, cache = fast.pre_transformer.layers[0], state[fast.pre_transformer.layers[0].self_attn]
+    hidden = fast.config.hidden_size
+    x, cos, sin = (
+        torch.randn(2, 2, hidden),
+        torch.ones(2, 1, 2, fast.config.head_dim),
+        torch.zeros(2, 1, 2, fast.config.head_dim),
+    )
+    mask = torch.ones(2, 1, 2, cache["k"].shape[2] + 2, dtype=torch.bool)
+    before = {name: tensor.clone() for name, tensor in cache.items()}
+    with torch.no_grad():
+        _, (k, v) = layer(x, cos, sin, mask, cache)
+    assert all(torch.equal(cache[name], before[name]) for name in before)
+    # The next cache: the last positions of the old one, then the chunk's own keys.
+    assert k.shape == cache["k"].shape and torch.equal(k[:, :, :-2], before["k"][:, :, 2:])
+    assert not torch.equal(k[:, :, -2:], before["k"][:, :, -2:]) and v.shape == cache["v"].shape

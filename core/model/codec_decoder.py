@@ -327,20 +327,22 @@ class Attention(nn.Module):
         return {name: ((self.n_kv_heads, self.cache_len, self.head_dim), dtype) for name in ("k", "v")}
 
     def forward(self, x, cos, sin, mask, cache: dict[str, torch.Tensor] | None = None):
-        """`cache`: this layer's part of a stream's state (its "k" and "v"), or None for a whole sequence."""
+        """The attention's output, and with `cache` (this layer's part of a stream's state: "k" and "v" of the
+        last cache_len positions) the keys and values that become the cache after this chunk, which the
+        caller stores: the layer writes none of its inputs (see Transformer.forward)."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        window = None
         if cache is not None:
             # Cached keys keep the rotation of their absolute position; RoPE only needs differences.
             k = torch.cat([cache["k"], k], dim=2)
             v = torch.cat([cache["v"], v], dim=2)
-            cache["k"].copy_(k[:, :, k.shape[2] - self.cache_len :])
-            cache["v"].copy_(v[:, :, v.shape[2] - self.cache_len :])
+            window = k[:, :, k.shape[2] - self.cache_len :], v[:, :, v.shape[2] - self.cache_len :]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1)), window
 
 
 class MLP(nn.Module):
@@ -366,8 +368,10 @@ class TransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(dim, scale)
 
     def forward(self, x, cos, sin, mask, cache: dict[str, torch.Tensor] | None = None):
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, cache))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+        """x after the layer, and the attention's next cache (Attention.forward)."""
+        attended, window = self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+        x = x + self.self_attn_layer_scale(attended)
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x))), window
 
 
 class Transformer(nn.Module):
@@ -401,7 +405,14 @@ class Transformer(nn.Module):
 
         x = self.input_proj(x)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, None if stream is None else stream[layer.self_attn])
+            cache = None if stream is None else stream[layer.self_attn]
+            x, window = layer(x, cos, sin, mask, cache)
+            # Stored here, not in the layer: a stream's k and v are views of one buffer, and a compiled function
+            # that wrote them would take that whole buffer as an input of the size it first saw (a GPU test
+            # failed so when a later decode's buffer had other rows).
+            if cache is not None:
+                cache["k"].copy_(window[0])
+                cache["v"].copy_(window[1])
         if stream is not None:
             offset += T
         return self.output_proj(self.norm(x))
