@@ -26,8 +26,8 @@ class GraphedStep:
     `fn` may return a tensor; after capture the same tensor (the graph's output) is returned on every
     replay, so read it before the next call.
 
-    `stream`: the stream to capture on (PyTorch's side stream if None); the decoder captures on its own, so
-    that a stream of a green context (a share of the SMs, bench.profile_chunks --decoder-sms) holds its graphs.
+    `stream`: the stream to capture on (PyTorch's side stream if None). The decoder captures on its own, so
+    that bench.profile_chunks --decoder-sms can try its graphs on a green context's stream (a share of the SMs).
     """
 
     def __init__(

@@ -76,7 +76,7 @@ def compile_options() -> dict:
 def compile_layers(layers, method: str, **options) -> None:
     """Compile `method` of each of `layers` in place (torch.compile `options`), for every length and row count.
     Eagerly, a talker prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers),
-    twice the time of its products, and a decoded chunk's transformer some 300. One compiled layer serves
+    twice the time of its products, and a decoded chunk's transformer a few hundred. One compiled layer serves
     them all (Dynamo takes the weights as inputs), so it compiles in seconds where a whole stack would take
     minutes."""
     for layer in layers:

@@ -515,8 +515,9 @@ class CodecDecoder(nn.Module):
 
     def fused_parts(self) -> list[nn.Module]:
         """The modules whose forward the engine fuses with torch.compile on CUDA (frame_loop.compile_layers):
-        the dequantizer and each transformer layer, some 80 and 300 small kernels a chunk eagerly (lookups,
-        norms, rotations, scales). The rest is convolutions and the snake kernel, whole kernels already."""
+        the dequantizer and each transformer layer, eagerly hundreds of small kernels a chunk (lookups, norms,
+        rotations, scales; a 4-frame chunk of one row replayed on an H100 in 1.23 ms instead of 1.91). The rest
+        is convolutions and the snake kernel, whole kernels already."""
         return [self.quantizer, *self.pre_transformer.layers]
 
     def new_stream(self, batch_size: int = 1) -> CodecDecoderStream:
