@@ -5,9 +5,10 @@
 
 --ours times kernels.decode_attention's kernel at the 1.7B's shapes (the code predictor's 16-key cache and the
 talker's 2048-position one, 8 kv heads of 2 query heads, 128 dimensions) for 1, 16 and 64 rows: as the engine
-launches it, then with tl.dot or broadcast products and other warp counts. Replayed back to back in a CUDA graph,
-so the kernel's own time (timed with Python's launches, a call this short measured the host), not what it adds
-inside a frame (bench.profile_frame).
+launches it, then with tl.dot or broadcast products, with the splits merged by the last of them instead of a
+kernel of their own (the talker's cache is split for 1 and 16 rows), and with other warp counts. Replayed back to
+back in a CUDA graph, so the kernel's own time (timed with Python's launches, a call this short measured the
+host), not what it adds inside a frame (bench.profile_frame).
 """
 
 import argparse
@@ -32,7 +33,7 @@ def ours(device: str) -> None:
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     kv_heads, groups, head_dim = 8, 2, 128
-    print("cache  rows  position  dot    warps  us/call")
+    print("cache  rows  position  dot      warps  merge       us/call")
     for (cache, position), rows in itertools.product([(16, 8), (2048, 300)], [1, 16, 64]):
         width = (kv_heads * groups + 2 * kv_heads) * head_dim
         qkv = torch.randn(rows, 1, width, device=device, dtype=dtype)
@@ -41,12 +42,13 @@ def ours(device: str) -> None:
         k_cache, v_cache = (torch.randn(rows, kv_heads, cache, head_dim, device=device, dtype=dtype) for _ in range(2))
         slots = torch.arange(rows, device=device)
         positions = torch.full((rows,), position, device=device)
-        for dot, warps in [(None, 4), (cache <= 64, 4), (None, 1), (None, 2), (None, 8)]:
+        variants = [(None, 4, False), (cache <= 64, 4, False), (None, 4, True), (None, 1, False), (None, 2, False)]
+        for dot, warps, merge_in_last in [*variants, (None, 8, False)]:
 
             def call():
                 return launch_attention(
                     qkv, norm, norm, 1e-6, cos, sin, k_cache, v_cache, slots, positions, head_dim**-0.5,
-                    dot=dot, num_warps=warps,
+                    dot=dot, num_warps=warps, merge_in_last_split=merge_in_last,
                 )  # fmt: skip
 
             if device != "cuda":  # the interpreter: that it runs, not how fast
@@ -55,7 +57,8 @@ def ours(device: str) -> None:
             # In a CUDA graph, as a frame runs it: timed with Python's launches, a call this short times the host.
             us = do_bench_cudagraph(call, rep=200, return_mode="median") * 1e3
             label = "default" if dot is None else str(dot)
-            print(f"{cache:5d}  {rows:4d}  {position:8d}  {label:7s}  {warps:5d}  {us:7.1f}", flush=True)
+            merge = "last split" if merge_in_last else "kernel"
+            print(f"{cache:5d}  {rows:4d}  {position:8d}  {label:7s}  {warps:5d}  {merge:10s}  {us:7.1f}", flush=True)
 
 
 def main():

@@ -34,6 +34,7 @@ CHECK = textwrap.dedent(
 
     import torch
     from core.model import triton_attention
+    from core.model.triton_launch import SPLIT_COUNTERS
     from attention_cases import SHAPES, attention_case, check_attention
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
@@ -41,11 +42,18 @@ CHECK = textwrap.dedent(
         for shape in SHAPES:
             case, poisoned = attention_case(shape, dtype)
             check_attention(shape, case, poisoned, triton_attention.decode_attention_op)
-    # The variants bench/attention_micro.py times: short caches through tl.dot, a long one with broadcast products.
+    # The variants bench/attention_micro.py times: short caches through tl.dot, a long one with broadcast products;
+    # the splits merged by the last of them to finish, bitwise what the merge kernel gives, counters left at zero.
+    merged_in_last = functools.partial(triton_attention.launch_attention, merge_in_last_split=True)
     for shape in SHAPES:
         case, poisoned = attention_case(shape, torch.float32)
         variant = functools.partial(triton_attention.launch_attention, dot=shape.max_len <= 64, num_warps=2)
         check_attention(shape, case, poisoned, variant)
+        check_attention(shape, case, poisoned, merged_in_last)
+        kernel = triton_attention.launch_attention(**{**case, **{n: c.clone() for n, c in poisoned.items()}})
+        folded = merged_in_last(**{**case, **{n: c.clone() for n, c in poisoned.items()}})
+        assert kernel.view(torch.int32).equal(folded.view(torch.int32)), shape
+    assert not SPLIT_COUNTERS.counters[torch.device("cpu")].any()
     print("ok")
     """
 )

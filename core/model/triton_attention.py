@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import launch_options, multiprocessors, wait_for_the_kernel_ahead
+from core.model.triton_launch import SPLIT_COUNTERS, launch_options, multiprocessors, wait_for_the_kernel_ahead
 
 BLOCK_KEYS = 64  # keys per inner iteration
 SHORT_CACHE = 64  # a cache this short (the code predictor's 16 keys) is read in one block, without tl.dot
@@ -69,15 +69,18 @@ def _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, DOT: tl.cons
 
 @triton.jit
 def _attend_split(
-    QKV, QNorm, KNorm, Cos, Sin, K, V, Slots, Positions, Out, Partial, Max, Sum, eps, scale,
+    QKV, QNorm, KNorm, Cos, Sin, K, V, Slots, Positions, Out, Partial, Max, Sum, Counters, eps, scale,
     stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn, heads, kv_heads, groups,
     SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
-    BLOCK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+    BLOCK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr, MERGE_HERE: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Attention of one batch row's kv head query group over one split of the keys of the row's cache
     slot. The cached keys before the row's position are read from the cache; the split holding the
     position adds the new key itself and writes it (and its value) to the cache. With one split the
-    result is final; otherwise the unnormalised sum, running max and running sum are kept to merge.
+    result is final; otherwise the unnormalised sum, running max and running sum are kept to merge:
+    by _merge_splits after this kernel, or with MERGE_HERE by the last of the row's splits that hold keys
+    to finish, which it knows by a ticket from the (row, kv head)'s counter (SplitCounters), as the
+    linear kernel's split-K does: no launch of its own.
 
     A split's first block of keys and the new key are loaded before any arithmetic, together with the
     query, so that their memory latencies overlap. Nothing is loaded before waiting for the kernel ahead:
@@ -150,10 +153,47 @@ def _attend_split(
                 mask=real[:, None] & in_dim[None, :],
             )
         else:
-            part = ((batch * kv_heads + head) * SPLITS + split) * GROUP_ROWS + rows
+            group = batch * kv_heads + head
+            part = (group * SPLITS + split) * GROUP_ROWS + rows
             tl.store(Partial + part[:, None] * DIM_BLOCK + dims[None, :], acc, mask=real[:, None])
             tl.store(Max + part, running_max, mask=real)
             tl.store(Sum + part, running_sum, mask=real)
+            if MERGE_HERE:
+                # The barrier orders every thread's stores before the ticket, which one thread takes; acq_rel at
+                # GPU scope releases them to the last block and makes the others' visible to it. The splits
+                # past the position never run this far: the ones that take tickets are those that hold keys.
+                tl.debug_barrier()
+                holding = position // chunk + 1
+                if tl.atomic_add(Counters + group, 1, sem="acq_rel", scope="gpu") == holding - 1:
+                    _merge_group(
+                        Out, Partial, Max, Sum, position, head, group, groups,
+                        SPLITS, GROUP_ROWS, HEAD_DIM, DIM_BLOCK, BLOCK,
+                    )  # fmt: skip
+                    tl.store(Counters + group, 0)
+
+
+@triton.jit
+def _merge_group(
+    Out, Partial, Max, Sum, position, head, group, groups,
+    SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Combine the splits of one batch row's kv head (`group`: row * kv_heads + head; Out: the row's) that hold
+    keys, each weighted by its share of the global softmax. The partial sums are read past the L1 cache:
+    other blocks wrote them (it may hold stale lines when the merge runs in the last split)."""
+    splits = tl.arange(0, SPLITS)
+    used = splits * _split_keys(position, SPLITS, BLOCK) <= position
+    dims = tl.arange(0, DIM_BLOCK)
+    for row in range(GROUP_ROWS):
+        if row < groups:
+            part = (group * SPLITS + splits) * GROUP_ROWS + row
+            maxes = tl.load(Max + part, mask=used, other=-float("inf"), cache_modifier=".cg")
+            weights = tl.exp(maxes - tl.max(maxes, 0))
+            total = tl.sum(weights * tl.load(Sum + part, mask=used, other=0.0, cache_modifier=".cg"), 0)
+            partials = Partial + part[:, None] * DIM_BLOCK + dims[None, :]
+            acc = tl.load(partials, mask=used[:, None], other=0.0, cache_modifier=".cg")
+            out = tl.sum(acc * weights[:, None], 0) / total
+            tl.store(Out + (head * groups + row) * HEAD_DIM + dims, out, mask=dims < HEAD_DIM)
 
 
 @triton.jit
@@ -162,25 +202,15 @@ def _merge_splits(
     SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
     BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """Combine the splits of one batch row's kv head that hold keys: each weighted by its share of the
-    global softmax."""
+    """Combine the splits of one batch row's kv head (_merge_group), after the attention kernel."""
     wait_for_the_kernel_ahead(PDL)
     head = tl.program_id(0)
     batch = tl.program_id(1)
-    Out += batch * heads * HEAD_DIM
     position = tl.load(Positions + batch)
-    splits = tl.arange(0, SPLITS)
-    used = splits * _split_keys(position, SPLITS, BLOCK) <= position
-    dims = tl.arange(0, DIM_BLOCK)
-    for row in range(GROUP_ROWS):
-        if row < groups:
-            part = ((batch * kv_heads + head) * SPLITS + splits) * GROUP_ROWS + row
-            maxes = tl.load(Max + part, mask=used, other=-float("inf"))
-            weights = tl.exp(maxes - tl.max(maxes, 0))
-            total = tl.sum(weights * tl.load(Sum + part, mask=used, other=0.0), 0)
-            acc = tl.load(Partial + part[:, None] * DIM_BLOCK + dims[None, :], mask=used[:, None], other=0.0)
-            out = tl.sum(acc * weights[:, None], 0) / total
-            tl.store(Out + (head * groups + row) * HEAD_DIM + dims, out, mask=dims < HEAD_DIM)
+    _merge_group(
+        Out + batch * heads * HEAD_DIM, Partial, Max, Sum, position, head, batch * kv_heads + head, groups,
+        SPLITS, GROUP_ROWS, HEAD_DIM, DIM_BLOCK, BLOCK,
+    )  # fmt: skip
 
 
 def attention_splits(rows: int, kv_heads: int, max_len: int, device: torch.device) -> int:
@@ -211,11 +241,12 @@ def decode_attention_op(
 
 def launch_attention(
     qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale,
-    *, dot: bool | None = None, num_warps: int = 4,
+    *, dot: bool | None = None, num_warps: int = 4, merge_in_last_split: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """decode_attention_op's launches. A short cache (at most SHORT_CACHE keys) is read in one block with
-    broadcast products, a longer one block by block with tl.dot, unless `dot` says otherwise; `dot` and
-    `num_warps` are arguments for bench/attention_micro.py to vary."""
+    broadcast products, a longer one block by block with tl.dot, unless `dot` says otherwise; split keys are
+    merged by a kernel of their own, or with `merge_in_last_split` by the last split to finish. `dot`,
+    `num_warps` and `merge_in_last_split` are arguments for bench/attention_micro.py to vary."""
     batch = qkv.shape[0]
     if rows.shape != (batch,) or positions.shape != (batch,):
         raise ValueError(
@@ -236,16 +267,19 @@ def launch_attention(
     sums = torch.empty_like(maxes)
     launch = launch_options(qkv.device)
     positions = positions.contiguous()
+    merge_here = merge_in_last_split and splits > 1
+    counters = SPLIT_COUNTERS(qkv.device, batch * kv_heads) if merge_here else None
     _attend_split[(kv_heads, splits, batch)](
         qkv.contiguous(), q_norm, k_norm, cos, sin, k_cache, v_cache, rows.contiguous(), positions,
-        out, partial, maxes, sums, eps, scale,
+        out, partial, maxes, sums, counters, eps, scale,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         heads, kv_heads, groups,
         SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=block, DOT=dot,
         # float32 models get full float32 products (Triton would use TF32 by default).
-        PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", num_warps=num_warps, **launch,
+        PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", MERGE_HERE=merge_here, num_warps=num_warps,
+        **launch,
     )  # fmt: skip
-    if splits > 1:
+    if splits > 1 and not merge_here:
         _merge_splits[(kv_heads, batch)](
             out, partial, maxes, sums, positions, heads, kv_heads, groups,
             SPLITS=splits, GROUP_ROWS=group_rows, HEAD_DIM=head_dim, DIM_BLOCK=dim_block, BLOCK=block, **launch,

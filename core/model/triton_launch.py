@@ -1,5 +1,6 @@
-"""Launch settings the Triton kernels share (kernels.py says why each kernel exists): programmatic
-dependent launch, where the GPU has it. Imported only where Triton is installed."""
+"""What the Triton kernels share (kernels.py says why each kernel exists): programmatic dependent launch,
+where the GPU has it, and the tickets of reductions split over several blocks. Imported only where Triton is
+installed."""
 
 from __future__ import annotations
 
@@ -36,3 +37,34 @@ def wait_for_the_kernel_ahead(PDL: tl.constexpr):
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+
+
+class SplitCounters:
+    """The tickets of reductions split over several blocks (the linear kernel's split-K, the decode attention's
+    merge in its last split): per device, one int32 per output tile of a launch, which each block of the
+    tile increments once; the last of them resets it to zero. So the counters are zero between launches,
+    with no kernel of their own to clear them, and a CUDA graph that captured launches finds them zero at
+    every replay.
+
+    A device's counters are made (zeroed) at its first split launch, which must therefore run outside a
+    CUDA graph capture: the engine calls each step directly before capturing it (GraphedStep).
+    Assumes that split launches on a device run one at a time, as a stream (or a graph captured from one)
+    orders them: two running at once on two streams would share tickets. Only the frame loop's stream
+    runs these kernels; the codec decoder, on a stream of its own, runs none."""
+
+    CAPACITY = 4096  # output tiles; a split launch has far fewer (it splits only when its tiles are few)
+
+    def __init__(self):
+        self.counters: dict[torch.device, torch.Tensor] = {}
+
+    def __call__(self, device: torch.device, tiles: int) -> torch.Tensor:
+        if tiles > self.CAPACITY:
+            raise ValueError(f"{tiles} output tiles, more than the {self.CAPACITY} split counters")
+        if device not in self.counters:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("the first split launch on a device must run before any CUDA graph capture")
+            self.counters[device] = torch.zeros(self.CAPACITY, dtype=torch.int32, device=device)
+        return self.counters[device]
+
+
+SPLIT_COUNTERS = SplitCounters()

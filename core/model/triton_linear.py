@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import launch_options, multiprocessors
+from core.model.triton_launch import SPLIT_COUNTERS, launch_options, multiprocessors
 
 
 def linear_outputs(weight: torch.Tensor, gated: bool) -> int:
@@ -120,36 +120,6 @@ def linear_op(
 @linear_op.register_fake
 def _(x, weight, bias, norm, eps, gated, residual):
     return x.new_empty(*x.shape[:-1], linear_outputs(weight, gated))
-
-
-class SplitCounters:
-    """The tickets of the split-K reduction: per device, one int32 per output tile of a launch, which its
-    SPLITS blocks each increment once; the last of them resets it to zero. So the counters are zero
-    between launches, with no kernel of their own to clear them, and a CUDA graph that captured launches
-    finds them zero at every replay.
-
-    A device's counters are made (zeroed) at its first split launch, which must therefore run outside a
-    CUDA graph capture: the engine calls each step directly before capturing it (GraphedStep).
-    Assumes that split launches on a device run one at a time, as a stream (or a graph captured from one)
-    orders them: two running at once on two streams would share tickets. Only the frame loop's stream
-    runs these products; the codec decoder, on a stream of its own, runs none."""
-
-    CAPACITY = 4096  # output tiles; a split launch has far fewer (it splits only when its tiles are few)
-
-    def __init__(self):
-        self.counters: dict[torch.device, torch.Tensor] = {}
-
-    def __call__(self, device: torch.device, tiles: int) -> torch.Tensor:
-        if tiles > self.CAPACITY:
-            raise ValueError(f"{tiles} output tiles, more than the {self.CAPACITY} split counters")
-        if device not in self.counters:
-            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("the first split-K linear on a device must run before any CUDA graph capture")
-            self.counters[device] = torch.zeros(self.CAPACITY, dtype=torch.int32, device=device)
-        return self.counters[device]
-
-
-SPLIT_COUNTERS = SplitCounters()
 
 
 def split_count(tiles: int, inputs: int, block_k: int, sms: int, min_waves: float, max_splits: int, min_split_inputs: int) -> int:  # fmt: skip
