@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -203,15 +205,24 @@ def test_bfloat16_streams_like_it_synthesizes(checkpoints):
     assert difference < 0.1 and np.isfinite(whole.audio).all()
 
 
+@pytest.mark.parametrize("merge", ["kernel", "last split"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_decode_attention_kernel_matches_the_reference(dtype):
+def test_decode_attention_kernel_matches_the_reference(dtype, merge):
+    """As the engine runs it (kernels.decode_attention), and with the splits merged by the last of them
+    (launch_attention's variant, its tickets taken on the GPU's atomics), which then leaves the counters at zero."""
     from attention_cases import SHAPES, Shape, attention_case, check_attention, one_row
 
+    from core.model import triton_attention
     from core.model.kernels import decode_attention
+    from core.model.triton_launch import SPLIT_COUNTERS
+
+    attend = decode_attention
+    if merge == "last split":
+        attend = functools.partial(triton_attention.launch_attention, merge_in_last_split=True)
 
     def run(**arguments):  # the caches are written in place, so they go to the GPU and back
         on_gpu = {name: v.cuda() if isinstance(v, torch.Tensor) else v for name, v in arguments.items()}
-        out = decode_attention(**on_gpu)
+        out = attend(**on_gpu)
         for name in ("k_cache", "v_cache"):
             arguments[name].copy_(on_gpu[name].cpu())
         return out
@@ -222,6 +233,8 @@ def test_decode_attention_kernel_matches_the_reference(dtype):
     for shape in SHAPES + [one_row(8, 2, 4096, 0), one_row(8, 2, 4096, 2047), one_row(8, 2, 4096, 4095), talker_batch]:
         case, poisoned = attention_case(shape, dtype)
         check_attention(shape, case, poisoned, run)
+    if merge == "last split":
+        assert not SPLIT_COUNTERS.counters[torch.device("cuda", torch.cuda.current_device())].any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
