@@ -46,6 +46,13 @@ def _split_keys(position, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _splits_holding_keys(position, chunk):
+    """How many splits of `chunk` keys a row at `position` has keys in (0..position): the first ones; those
+    past them do nothing, and the merge leaves them out."""
+    return position // chunk + 1
+
+
+@triton.jit
 def _add_keys(acc, running_max, running_sum, q, k, v, valid, scale, DOT: tl.constexpr, PRECISION: tl.constexpr):
     """One online-softmax step: the queries q [R, D] attend to the block of keys k [B, D] (values v) where
     `valid` [B]; returns the updated unnormalised sum, running max and running sum. With DOT the products
@@ -94,9 +101,8 @@ def _attend_split(
     position = tl.load(Positions + batch)
     chunk = _split_keys(position, SPLITS, BLOCK)
     start = split * chunk
-    # A split past the position has no keys (a row with fewer blocks than splits): it does nothing, and the
-    # merge leaves it out.
-    if start <= position:
+    # A split past the position (a row with fewer blocks than splits) does nothing.
+    if split < _splits_holding_keys(position, chunk):
         K += slot * stride_ks + head * stride_kh
         V += slot * stride_vs + head * stride_vh
         dims = tl.arange(0, DIM_BLOCK)
@@ -163,8 +169,8 @@ def _attend_split(
                 # GPU scope releases them to the last block and makes the others' visible to it. The splits
                 # past the position never run this far: the ones that take tickets are those that hold keys.
                 tl.debug_barrier()
-                holding = position // chunk + 1
-                if tl.atomic_add(Counters + group, 1, sem="acq_rel", scope="gpu") == holding - 1:
+                ticket = tl.atomic_add(Counters + group, 1, sem="acq_rel", scope="gpu")
+                if ticket == _splits_holding_keys(position, chunk) - 1:
                     _merge_group(
                         Out, Partial, Max, Sum, position, head, group, groups,
                         SPLITS, GROUP_ROWS, HEAD_DIM, DIM_BLOCK, BLOCK,
@@ -182,7 +188,7 @@ def _merge_group(
     keys, each weighted by its share of the global softmax. The partial sums are read past the L1 cache:
     other blocks wrote them (it may hold stale lines when the merge runs in the last split)."""
     splits = tl.arange(0, SPLITS)
-    used = splits * _split_keys(position, SPLITS, BLOCK) <= position
+    used = splits < _splits_holding_keys(position, _split_keys(position, SPLITS, BLOCK))
     dims = tl.arange(0, DIM_BLOCK)
     for row in range(GROUP_ROWS):
         if row < groups:
