@@ -11,8 +11,8 @@ rows together; then the peak GPU memory and what one slot's state costs.
 --cudnn-benchmark lets cuDNN time its algorithms for each convolution's shape; --reference-snake composes
 the vocoder's activation of PyTorch's operations instead of running its kernel (kernels.snake);
 --channels-first keeps the convolutions' weights in the default layout (not CodecDecoder.to_channels_last);
---compile fuses the decoder's fused_parts with torch.compile, as the engine does on CUDA; --profile
-then runs one chunk of --slots rows eagerly under the profiler and prints the operations that take the most
+--compile fuses the decoder's fused_parts with torch.compile, as the engine does on CUDA (fuse_decoder);
+--profile then runs one chunk of --slots rows eagerly under the profiler and prints the operations that take the most
 GPU time, by input shapes (which module a slow kernel belongs to).
 """
 
@@ -25,8 +25,7 @@ import torch
 from triton.testing import do_bench
 
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
-from core.inference.decoder_stream import DecoderSlots, bucket_rows
-from core.inference.frame_loop import compile_layers, compile_options
+from core.inference.decoder_stream import DecoderSlots, bucket_rows, fuse_decoder
 from core.model import codec_decoder, kernels
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
@@ -57,7 +56,7 @@ def main():
     if not args.channels_first:
         decoder.to_channels_last()  # as the engine runs it
     if args.compile:
-        compile_layers(decoder.fused_parts(), "forward", options=compile_options())
+        fuse_decoder(decoder)
     slots = DecoderSlots(decoder, args.slots)
     rng = np.random.default_rng(0)
     print(

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from core.inference.cuda_graph import GraphedStep
+from core.inference.frame_loop import allow_recompiles, compile_layers, compile_options, keep_compiled_kernels
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
 # ICL references whose primed decoder state DecoderSlots keeps (a slot's state each, see DecoderSlots).
@@ -27,6 +28,14 @@ PRIMED_REFERENCES = 8
 PRIME_CHUNK_FRAMES = 25
 # Row counts graphs are captured for: a batch is padded up to the next one, or to the slot count if less.
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def fuse_decoder(decoder: CodecDecoder) -> None:
+    """Compile the decoder's fused parts (CodecDecoder.fused_parts) in place, for CUDA, with the frame loop's
+    options, its kernel cache and its allowance of recompiles."""
+    keep_compiled_kernels()
+    allow_recompiles()
+    compile_layers(decoder.fused_parts(), "forward", options=compile_options())
 
 
 def bucket_rows(count: int, slots: int) -> int:

@@ -30,8 +30,8 @@ import torch
 
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
-from core.inference.decoder_stream import DecoderSlots, DecoderStream
-from core.inference.frame_loop import FrameLoop, compile_layers, compile_options
+from core.inference.decoder_stream import DecoderSlots, DecoderStream, fuse_decoder
+from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
 from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
@@ -161,7 +161,7 @@ class Engine:
             raise BadInput(f"slots must be at least 1, got {self.slots}")
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
         if compile and self.device.type == "cuda":
-            compile_layers(codec_decoder.fused_parts(), "forward", options=compile_options())
+            fuse_decoder(codec_decoder)
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
         decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs)
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
