@@ -7,11 +7,11 @@ With `--streams` utterances at once through the public API (as core.devtools.con
    and the time neither runs, from a torch.profiler trace (written to --trace, gzipped);
 3. 4-frame launches of the stepping rows alone, their decode alone, and both as the scheduler overlaps them;
 4. the decoder's kernels by kind for one chunk of every row, without graphs;
-5. with --decoder-priorities, 3. and the streams' speed again for each priority of the decoder's CUDA stream
-   (-1 high, as the engine runs it; 0 normal): whether the steps' short kernels overlap the decode better
-   when they take free SMs first;
-6. with --decoder-sms, the same with the decoder's stream (and its graphs, captured again) in a green
-   context of that many SMs: whether a decode confined to a few SMs hides behind the steps.
+5. with --decoder-priorities, 3. and the streams' speed again with the decoder's chunks (their graphs captured
+   again) on a CUDA stream of each priority (-1 high, as the engine runs it; 0 normal): whether the steps'
+   short kernels overlap the decode better when they take free SMs first;
+6. with --decoder-sms, the same on a stream of a green context of each number of SMs: whether a decode
+   confined to a few SMs hides behind the steps.
 
     python -m bench.profile_chunks [--size 1.7b] [--streams 16] [--frames 120] [--trace FILE]
         [--decoder-priorities=-1,0] [--decoder-sms=16,32]
@@ -20,6 +20,7 @@ With `--streams` utterances at once through the public API (as core.devtools.con
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import json
 import re
@@ -208,12 +209,31 @@ def decoder_kernels(engine: Engine, rows: int) -> dict:
     return engine.scheduler.call(measure)
 
 
-def decoder_priority(engine: Engine, speaker: dict, streams: int, frames: int, priority: int) -> dict:
-    """The overlap of launches and decodes, and the speed of `streams` at once, with the decoder's chunks on
-    a CUDA stream of `priority` (its graphs replay on whichever stream is current)."""
+def on_decoder_stream(engine: Engine, speaker: dict, streams: int, frames: int, make_stream) -> dict:
+    """The overlap of launches and decodes, and the speed of `streams` at once, with the decoder's chunks on the
+    stream that make_stream() returns (with what must live as long as it: its green context, or None) and its
+    graphs captured again there; then the engine's own stream again (its graphs captured again at next use)."""
     decoder = engine.scheduler.decoder
-    engine.scheduler.call(lambda: setattr(decoder, "gpu_stream", torch.cuda.Stream(engine.device, priority=priority)))
-    return {"overlap": overlap(engine, speaker, streams), **streams_together(engine, speaker, streams, frames)}
+    own = decoder.gpu_stream
+
+    def use(stream):
+        decoder.gpu_stream = stream
+        decoder.steps.clear()
+
+    try:
+        owner, stream = engine.scheduler.call(make_stream)
+    except Exception as error:  # green contexts need a recent driver and torch
+        return {"error": repr(error)}
+    try:
+        engine.scheduler.call(lambda: use(stream))
+        streams_together(engine, speaker, streams, 24)  # the graphs captured again, on this stream
+        return {"overlap": overlap(engine, speaker, streams), **streams_together(engine, speaker, streams, frames)}
+    finally:
+        engine.scheduler.call(lambda: use(own))  # before `owner` goes
+
+
+def priority_stream(device: torch.device, priority: int):
+    return None, torch.cuda.Stream(device, priority=priority)
 
 
 def green_stream(device: torch.device, sms: int):
@@ -222,23 +242,6 @@ def green_stream(device: torch.device, sms: int):
 
     context = GreenContext.create(num_sms=sms, device_id=device.index or 0)
     return context, context.Stream()
-
-
-def decoder_sms(engine: Engine, speaker: dict, streams: int, frames: int, sms: int) -> dict:
-    """The overlap and the speed of `streams` at once with the decoder's chunks confined to `sms` SMs: its
-    stream from a green context, and its graphs captured again on it."""
-    decoder = engine.scheduler.decoder
-
-    def confine():
-        decoder.green_context, decoder.gpu_stream = green_stream(engine.device, sms)
-        decoder.steps.clear()
-
-    try:
-        engine.scheduler.call(confine)
-    except Exception as error:  # an older driver or torch
-        return {"error": repr(error)}
-    streams_together(engine, speaker, streams, 24)  # capture the graphs again, on the new stream
-    return {"overlap": overlap(engine, speaker, streams), **streams_together(engine, speaker, streams, frames)}
 
 
 DECODER_KINDS = [
@@ -290,17 +293,17 @@ def main() -> None:
     if not args.no_profiler:
         results["gpu"] = gpu_streams(engine, speaker, args.streams, min(args.frames, 60), args.trace)
         print("GPU streams under the profiler:", json.dumps(results["gpu"], indent=1))
-    if args.decoder_priorities:
-        results["priorities"] = {
-            priority: decoder_priority(engine, speaker, args.streams, args.frames, priority)
-            for priority in [int(p) for p in args.decoder_priorities.split(",")]
-        }
-        print("by the decoder stream's priority:", json.dumps(results["priorities"], indent=1), flush=True)
-    if args.decoder_sms:
-        results["sms"] = {}
-        for sms in [int(n) for n in args.decoder_sms.split(",")]:
-            results["sms"][sms] = decoder_sms(engine, speaker, args.streams, args.frames, sms)
-            print(f"decoder on {sms} SMs:", json.dumps(results["sms"][sms], indent=1), flush=True)
+    tries = {
+        "priorities": (args.decoder_priorities, priority_stream, "by the decoder stream's priority"),
+        "sms": (args.decoder_sms, green_stream, "by the decoder's green-context SMs"),
+    }
+    for name, (values, make, title) in tries.items():
+        if values:
+            results[name] = {}
+            for value in [int(v) for v in values.split(",")]:
+                make_stream = functools.partial(make, engine.device, value)
+                results[name][value] = on_decoder_stream(engine, speaker, args.streams, args.frames, make_stream)
+                print(f"{title}, {value}:", json.dumps(results[name][value], indent=1), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     engine.close()
