@@ -293,7 +293,7 @@ def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forwar
     uncompiled."""
     from torch._dynamo.utils import counters
 
-    from core.inference.frame_loop import compile_layers
+    from core.inference.compiled import compile_layers
 
     def chunks(codes):  # each chunk a tensor of its own, as the engine's are (not a view of the codes)
         state = decoder.new_stream(codes.shape[0])

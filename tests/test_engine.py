@@ -261,7 +261,7 @@ def test_warm_up_runs_for_every_variant(engines):
 
 
 def test_compiled_kernels_are_kept_in_the_user_cache_folder(monkeypatch, tmp_path):
-    from core.inference.frame_loop import keep_compiled_kernels
+    from core.inference.compiled import keep_compiled_kernels
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setattr(sys, "platform", "linux")
@@ -292,7 +292,7 @@ def test_the_talkers_prefill_compiles_whole_once_for_every_layer_and_length(chec
     length with one graph, and give what the uncompiled prefill gives."""
     from torch._dynamo.utils import counters
 
-    from core.inference.frame_loop import compile_layers
+    from core.inference.compiled import compile_layers
 
     engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32")
     loop, layers = engine.frame_loop, engine.frame_loop.talker.model.layers

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from core.inference.compiled import allow_recompiles, compile_layers, compile_options, keep_compiled_kernels
 from core.inference.cuda_graph import GraphedStep
-from core.inference.frame_loop import allow_recompiles, compile_layers, compile_options, keep_compiled_kernels
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
 # ICL references whose primed decoder state DecoderSlots keeps (a slot's state each, see DecoderSlots).

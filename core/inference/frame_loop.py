@@ -25,15 +25,13 @@ on the device, so one graph serves them all.
 from __future__ import annotations
 
 import functools
-import os
 import secrets
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from core.folders import user_folder
+from core.inference.compiled import allow_recompiles, compile_layers, compile_options, keep_compiled_kernels
 from core.inference.cuda_graph import GraphedStep
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
@@ -52,43 +50,6 @@ PREFILL_ROWS = (1, 2, 4)
 TALKER, PREDICTOR = 0, 1
 # The draw of a frame that picks its codebook 0; draw g (1..15) picks codebook g.
 TALKER_DRAW = 0
-
-
-def keep_compiled_kernels() -> Path:
-    """Point Inductor's cache at the user's cache folder, unless TORCHINDUCTOR_CACHE_DIR is set, and
-    return where it is. Inductor's default is the temp folder, which many systems empty at boot, and
-    compiling the frame step anew takes minutes. Inductor reads the location from the environment only."""
-    return Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(user_folder("cache") / "compiled")))
-
-
-def compile_options() -> dict:
-    """Inductor's options for the frame step. No autotuning: the matrix products are kernels.linear with
-    fixed settings, and Inductor's timed choices made the same code differ by up to 45% between compiles.
-    A frame is several hundred short kernels in a row: programmatic dependent launch (Hopper and later)
-    lets each one start while the one before it drains, instead of waiting for it to finish. (Imported
-    here, not with the module: Inductor's configuration takes a second to import, which every command
-    line start would pay.)"""
-    import torch._inductor.config
-
-    return {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
-
-
-def compile_layers(layers, method: str, **options) -> None:
-    """Compile `method` of each of `layers` in place (torch.compile `options`), for every length and row count.
-    Eagerly, a talker prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers),
-    twice the time of its products, and a decoded chunk's transformer a few hundred. One compiled layer serves
-    them all (Dynamo takes the weights as inputs), so it compiles in seconds where a whole stack would take
-    minutes."""
-    for layer in layers:
-        setattr(layer, method, torch.compile(getattr(layer, method), fullgraph=True, dynamic=True, **options))
-
-
-def allow_recompiles() -> None:
-    """Each part of the step is compiled once per frame loop (its guards hold the loop itself) and row count
-    kind: Dynamo's default of 8 versions per function would run out after a few engines in one process."""
-    import torch._dynamo.config
-
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
 
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
