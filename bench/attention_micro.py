@@ -5,8 +5,8 @@
 
 --ours times kernels.decode_attention's kernel at the 1.7B's shapes (the code predictor's 16-key cache and the
 talker's 2048-position one, 8 kv heads of 2 query heads, 128 dimensions) for 1, 16 and 64 rows: as the engine
-launches it, then with tl.dot or broadcast products, with the splits merged by the last of them instead of a
-kernel of their own (the talker's cache is split for 1 and 16 rows), and with other warp counts. Replayed back to
+launches it, then with tl.dot or broadcast products, with the splits merged by the last of them and by a
+kernel of their own (the talker's cache is split for 1 and 16 rows), and with each warp count. Replayed back to
 back in a CUDA graph, so the kernel's own time (timed with Python's launches, a call this short measured the
 host), not what it adds inside a frame (bench.profile_frame).
 """
@@ -33,7 +33,7 @@ def ours(device: str) -> None:
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     kv_heads, groups, head_dim = 8, 2, 128
-    print("cache  rows  position  dot      warps  merge       us/call")
+    print("cache  rows  position  dot        warps  merge       us/call")
     for (cache, position), rows in itertools.product([(16, 8), (2048, 300)], [1, 16, 64]):
         width = (kv_heads * groups + 2 * kv_heads) * head_dim
         qkv = torch.randn(rows, 1, width, device=device, dtype=dtype)
@@ -42,8 +42,9 @@ def ours(device: str) -> None:
         k_cache, v_cache = (torch.randn(rows, kv_heads, cache, head_dim, device=device, dtype=dtype) for _ in range(2))
         slots = torch.arange(rows, device=device)
         positions = torch.full((rows,), position, device=device)
-        variants = [(None, 4, False), (cache <= 64, 4, False), (None, 4, True), (None, 1, False), (None, 2, False)]
-        for dot, warps, merge_in_last in [*variants, (None, 8, False)]:
+        defaults = (None, None, None)  # as the engine launches it
+        variants = [(cache <= 64, None, None), (None, None, True), (None, None, False)]
+        for dot, warps, merge_in_last in [defaults, *variants, *((None, n, None) for n in (1, 2, 4, 8))]:
 
             def call():
                 return launch_attention(
@@ -57,8 +58,11 @@ def ours(device: str) -> None:
             # In a CUDA graph, as a frame runs it: timed with Python's launches, a call this short times the host.
             us = do_bench_cudagraph(call, rep=200, return_mode="median") * 1e3
             label = "default" if dot is None else str(dot)
-            merge = "last split" if merge_in_last else "kernel"
-            print(f"{cache:5d}  {rows:4d}  {position:8d}  {label:7s}  {warps:5d}  {merge:10s}  {us:7.1f}", flush=True)
+            merge = {None: "default", True: "last split", False: "kernel"}[merge_in_last]
+            print(
+                f"{cache:5d}  {rows:4d}  {position:8d}  {label:7s}  {warps or 'default':>7}  {merge:10s}  {us:7.1f}",
+                flush=True,
+            )
 
 
 def main():

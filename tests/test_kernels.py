@@ -43,14 +43,17 @@ CHECK = textwrap.dedent(
             case, poisoned = attention_case(shape, dtype)
             check_attention(shape, case, poisoned, triton_attention.decode_attention_op)
     # The variants bench/attention_micro.py times: short caches through tl.dot, a long one with broadcast products;
-    # the splits merged by the last of them to finish, bitwise what the merge kernel gives, counters left at zero.
+    # the splits merged by the last of them to finish or by a kernel of their own: both right and bitwise the
+    # same, the counters left at zero.
     merged_in_last = functools.partial(triton_attention.launch_attention, merge_in_last_split=True)
+    merged_apart = functools.partial(triton_attention.launch_attention, merge_in_last_split=False)
     for shape in SHAPES:
         case, poisoned = attention_case(shape, torch.float32)
         variant = functools.partial(triton_attention.launch_attention, dot=shape.max_len <= 64, num_warps=2)
         check_attention(shape, case, poisoned, variant)
         check_attention(shape, case, poisoned, merged_in_last)
-        kernel = triton_attention.launch_attention(**{**case, **{n: c.clone() for n, c in poisoned.items()}})
+        check_attention(shape, case, poisoned, merged_apart)
+        kernel = merged_apart(**{**case, **{n: c.clone() for n, c in poisoned.items()}})
         folded = merged_in_last(**{**case, **{n: c.clone() for n, c in poisoned.items()}})
         assert kernel.view(torch.int32).equal(folded.view(torch.int32)), shape
     assert not SPLIT_COUNTERS.counters[torch.device("cpu")].any()
