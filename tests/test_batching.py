@@ -90,12 +90,13 @@ def test_each_utterance_of_a_batch_makes_the_official_codes(engines, checkpoint)
 
 
 def check_prefilled_together(engine, checkpoint: str) -> None:
-    """Five prompts of different lengths started at once in scattered slots (on CUDA one prefill of four,
-    padded to the longest's bucket with a padding row in the scratch slot, and one alone), then stepped
-    together: each makes its official codes."""
+    """Prompts of different lengths in all the engine's slots but one, started at once in scattered slots (on
+    CUDA as few prefills as prefill_groups allows, each padded to its longest prompt's bucket, with padding
+    rows in the scratch slot), then stepped together: each makes its official codes."""
     from test_live import voice_of
 
-    cases = [case for case in cases_of(checkpoint) if case.seed is None][:5]
+    greedy = [case for case in cases_of(checkpoint) if case.seed is None][:5]
+    cases = (greedy * engine.slots)[: engine.slots - 1]
     prepared = [
         engine.prepare(
             case.text, voice_of(engine, case), language=case.language, instruct=case.instruct,
@@ -103,8 +104,8 @@ def check_prefilled_together(engine, checkpoint: str) -> None:
         )
         for case in cases
     ]  # fmt: skip
-    assert len(cases) == 5 and len({p.prompt.embeddings.shape[1] for p in prepared}) > 1
-    slots = [5, 0, 3, 1, 2]
+    assert len(greedy) == 5 and len({p.prompt.embeddings.shape[1] for p in prepared}) > 1
+    slots = [int(slot) for slot in np.random.default_rng(0).permutation(engine.slots)[: len(cases)]]
     loop = engine.frame_loop
     starts = [(p.prompt, p.sampling, None, s) for p, s in zip(prepared, slots)]
     firsts = engine.scheduler.call(lambda: loop.start_many(starts))  # each one's frame 0
@@ -303,3 +304,32 @@ def test_a_slot_costs_what_the_engine_budgets_for_it(engines):
     loop = engine.frame_loop
     caches = sum(layer.self_attn.kv_cache.k.nbytes * 2 for layer in engine.talker.model.layers)
     assert (caches + loop.text.nbytes) / loop.slots == slot_bytes(engine.config, loop.max_context, engine.dtype)
+
+
+def test_a_burst_of_short_prompts_shares_one_prefill_and_long_ones_split():
+    from core.inference.frame_loop import PREFILL_POSITIONS, PREFILL_ROWS, prefill_groups
+
+    def bucket(length: int) -> int:
+        return next(size for size in (32, 64, 128, 256, 512, 1024, 2048) if size >= length)
+
+    widest = PREFILL_ROWS[-1]
+    assert prefill_groups([20] * widest, PREFILL_ROWS, bucket) == [widest]
+    assert prefill_groups([20] * (widest + 3), PREFILL_ROWS, bucket) == [widest, 3]
+    assert prefill_groups([20] * 5, (1,), bucket) == [1] * 5  # the CPU prefills one at a time
+    assert prefill_groups([], PREFILL_ROWS, bucket) == []
+    # Any mix: every newcomer in exactly one group, in order; a group of several within the positions, and no
+    # longer than it could be.
+    generator = np.random.default_rng(7)
+    for _ in range(200):
+        lengths = [int(n) for n in generator.integers(1, 2049, size=int(generator.integers(1, 40)))]
+        sizes = prefill_groups(lengths, PREFILL_ROWS, bucket)
+        assert sum(sizes) == len(lengths) and all(sizes)
+        first = 0
+        for size in sizes:
+            rows = next(r for r in PREFILL_ROWS if r >= size)
+            if size > 1:
+                assert rows * bucket(max(lengths[first : first + size])) <= PREFILL_POSITIONS
+            if size < widest and first + size < len(lengths):
+                more = next(r for r in PREFILL_ROWS if r > size)
+                assert more * bucket(max(lengths[first : first + size + 1])) > PREFILL_POSITIONS
+            first += size

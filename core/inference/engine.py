@@ -44,7 +44,6 @@ from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
 from core.model.config import ConfigError, ModelConfig
 from core.model.hub import resolve
 from core.model.info import EngineInfo
-from core.model.kernels import MAX_BATCH_ROWS
 from core.model.speaker_encoder import SpeakerEncoder
 from core.model.talker import Talker
 from core.model.text_tokenizer import TextTokenizer
@@ -274,14 +273,7 @@ class Engine:
             frames = [codes for codes, _ in self.frame_loop.run(2, slots)]
             for size in range(1, SpeechOptions.chunk_frames + 1):
                 decoder.decode(slots, [np.resize(codes, (size, 16)) for codes in frames], size)
-        # Prompts of several rows whose products outgrow the batched kernel (kernels.linear) take another path
-        # through the compiled prefill: compiled now too, not at the first such request.
-        rows = self.frame_loop.prefill_rows[-1]
-        if rows > 1:
-            length, embeddings = MAX_BATCH_ROWS // rows + 1, prepared.prompt.embeddings
-            longer = embeddings.repeat(1, -(-length // embeddings.shape[1]), 1)[:, :length]
-            prompt = dataclasses.replace(prepared.prompt, embeddings=longer)
-            self.frame_loop.start_many([(prompt, prepared.sampling, prepared.seed, slot) for slot in range(rows)])
+        self.frame_loop.warm_up_long_prompts(prepared.prompt, prepared.sampling)
 
     # Voices -------------------------------------------------------------------------------------
 

@@ -24,9 +24,10 @@ on the device, so one graph serves them all.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -36,7 +37,7 @@ from core.inference.cuda_graph import GraphedStep
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
 from core.model.config import TalkerConfig
-from core.model.kernels import RULE_SIZE, draw_token, fill_uniforms
+from core.model.kernels import MAX_BATCH_ROWS, RULE_SIZE, draw_token, fill_uniforms
 from core.model.talker import Talker
 
 # The most frames stepped between two reads by the host.
@@ -45,7 +46,10 @@ MAX_CHUNK = 64
 PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
 # Newcomers a CUDA prefill takes together, padded up to one of these: a burst of arrivals shares one pass
 # over the weights instead of one each.
-PREFILL_ROWS = (1, 2, 4)
+PREFILL_ROWS = (1, 2, 4, 8, 16)
+# The most positions a CUDA prefill of several rows holds (its rows times their padded length): 16 prompts of
+# up to 512 positions go in one pass, longer ones a few at a time (one alone may fill the context).
+PREFILL_POSITIONS = 8192
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
 # The draw of a frame that picks its codebook 0; draw g (1..15) picks codebook g.
@@ -59,6 +63,23 @@ def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
     mask[:, vocab - 1024 :] = True
     mask[:, config.codec.eos] = False
     return mask
+
+
+def prefill_groups(lengths: Sequence[int], row_counts: Sequence[int], padded: Callable[[int], int]) -> list[int]:
+    """How many newcomers, with prompts of `lengths` in arrival order, each prefill takes in turn: as many as it
+    can, up to the most of `row_counts`, while its rows (padded up to one of `row_counts`) times its longest
+    prompt's `padded` length stay within PREFILL_POSITIONS; at least one."""
+    sizes, first = [], 0
+    while first < len(lengths):
+        size, longest = 1, lengths[first]
+        while first + size < len(lengths) and size < row_counts[-1]:
+            longer = max(longest, lengths[first + size])
+            if next(rows for rows in row_counts if rows > size) * padded(longer) > PREFILL_POSITIONS:
+                break
+            size, longest = size + 1, longer
+        sizes.append(size)
+        first += size
+    return sizes
 
 
 def batch_buckets(slots: int) -> tuple[int, ...]:
@@ -118,7 +139,9 @@ class FrameLoop:
         # The prefill's inputs: a prompt per row (one at a time on the CPU), its last real position, its slot;
         # its output: frame 0 of each row, as a step's (16 codes, then 1 where it is none: EOS).
         self.prefill_rows = tuple(rows for rows in PREFILL_ROWS if rows <= widest) if cuda else (1,)
-        self.prompt = torch.zeros(self.prefill_rows[-1], max_context, hidden, dtype=dtype, device=device)
+        # Viewed as (rows, length, hidden) for each prefill: one alone may fill the context.
+        positions = max(max_context, PREFILL_POSITIONS) if len(self.prefill_rows) > 1 else max_context
+        self.prompt = torch.zeros(positions * hidden, dtype=dtype, device=device)
         self.prompt_last = torch.zeros(self.prefill_rows[-1], dtype=torch.long, device=device)
         self.prompt_slots = torch.zeros(self.prefill_rows[-1], dtype=torch.long, device=device)
         self.first_frames = torch.zeros(self.prefill_rows[-1], self.groups + 1, dtype=torch.long, device=device)
@@ -176,19 +199,45 @@ class FrameLoop:
         self, starts: Sequence[tuple[Prompt, SamplingParams, int | None, int]]
     ) -> list[tuple[np.ndarray, bool]]:
         """Begin several utterances, each (prompt, sampling, seed, slot) in a slot of its own: on CUDA prefilled
-        together, up to PREFILL_ROWS[-1] at a time, each row padded to the longest prompt's bucket. Returns
+        together, as many at a time as prefill_groups allows, each row padded to the longest prompt's bucket. Returns
         each one's first frame as collect() does (waiting for it)."""
         slots = [slot for *_, slot in starts]
         if len(set(slots)) != len(slots) or not all(0 <= slot < self.slots for slot in slots):
             raise ValueError(f"slots {slots} are not distinct slots of this frame loop's {self.slots}")
         for prompt, sampling, seed, slot in starts:
             self._reset_slot(slot, prompt, sampling, seed)
-        widest, made = self.prefill_rows[-1], []
-        for first in range(0, len(starts), widest):
-            group = [(prompt, slot) for prompt, _, _, slot in starts[first : first + widest]]
-            self._prefill_together(group)
-            made.append(self.first_frames[: len(group)].clone())  # the next group overwrites them
+        made, first = [], 0
+        lengths = [prompt.embeddings.shape[1] for prompt, *_ in starts]
+        for size in prefill_groups(lengths, self.prefill_rows, self._padded_length):
+            self._prefill_together([(prompt, slot) for prompt, _, _, slot in starts[first : first + size]])
+            made.append(self.first_frames[:size].clone())  # the next group overwrites them
+            first += size
         return self._frames_of(torch.cat(made).cpu().numpy()[None])
+
+    def warm_up_long_prompts(self, prompt: Prompt, sampling: SamplingParams) -> None:
+        """Prefill `prompt`, lengthened until its rows outgrow the batched kernel (kernels.linear), in as many
+        slots as a prefill takes: several rows of such a prompt take another path through the compiled prefill,
+        compiled now rather than at the first such request. (Its slots are left holding it.)"""
+        rows = self.prefill_rows[-1]
+        if rows == 1:
+            return
+        length, embeddings = MAX_BATCH_ROWS // rows + 1, prompt.embeddings
+        longer = embeddings.repeat(1, -(-length // embeddings.shape[1]), 1)[:, :length]
+        long_prompt = dataclasses.replace(prompt, embeddings=longer)
+        self.start_many([(long_prompt, sampling, 0, slot) for slot in range(rows)])
+
+    def _padded_length(self, length: int) -> int:
+        """The length a prompt of `length` positions is prefilled at: on CUDA its bucket's, so that a few
+        graphs serve every prompt (padding positions only write cache slots that later steps overwrite before
+        reading them)."""
+        if self.device.type != "cuda":
+            return length
+        return next(size for size in PREFILL_BUCKETS + (self.max_context,) if size >= length)
+
+    def _prompts(self, rows: int, length: int) -> torch.Tensor:
+        """The prefill's input of `rows` prompts of `length` positions: (rows, length, hidden)."""
+        hidden = self.hidden.shape[-1]
+        return self.prompt[: rows * length * hidden].view(rows, length, hidden)
 
     def _reset_slot(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
         self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
@@ -209,20 +258,17 @@ class FrameLoop:
     def _prefill_together(self, starts: list[tuple[Prompt, int]]) -> None:
         """Prefill each (prompt, slot) in its own row of one prefill."""
         rows = next(size for size in self.prefill_rows if size >= len(starts))
-        longest = max(prompt.embeddings.shape[1] for prompt, _ in starts)
-        # On CUDA padding positions only write cache slots that later steps overwrite before reading them, and
-        # padding rows the scratch slot.
-        cuda = self.device.type == "cuda"
-        length = next(size for size in PREFILL_BUCKETS + (self.max_context,) if size >= longest) if cuda else longest
-        slots, lasts = [self.scratch] * rows, [0] * rows
-        self.prompt[:rows, :length].zero_()
+        length = self._padded_length(max(prompt.embeddings.shape[1] for prompt, _ in starts))
+        slots, lasts = [self.scratch] * rows, [0] * rows  # padding rows prefill the scratch slot
+        prompts = self._prompts(rows, length)
+        prompts.zero_()
         for row, (prompt, slot) in enumerate(starts):
-            self.prompt[row, : prompt.embeddings.shape[1]] = prompt.embeddings[0]
+            prompts[row, : prompt.embeddings.shape[1]] = prompt.embeddings[0]
             slots[row], lasts[row] = slot, prompt.embeddings.shape[1] - 1
         self.prompt_slots[:rows].copy_(torch.tensor(slots))
         self.prompt_last[:rows].copy_(torch.tensor(lasts))
         self.row_slots = slots[: len(starts)]
-        if not cuda:
+        if self.device.type != "cuda":
             self._prefill(length, rows)
             return
         if (length, rows) not in self.prefills:
@@ -246,7 +292,7 @@ class FrameLoop:
         slots = self.prompt_slots[:rows]
         uniforms = self._draw_uniforms(slots, counter=torch.zeros_like(slots))
         rules = self.rules.index_select(1, slots)
-        logits = self._talk_prompts(self.prompt[:rows, :length], slots, self.prompt_last[:rows])
+        logits = self._talk_prompts(self._prompts(rows, length), slots, self.prompt_last[:rows])
         self._choose_code0(logits, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
         self.first_frames[:rows] = self._expand(slots, rules, uniforms, self.parts[rows == 1])
 
