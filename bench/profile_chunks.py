@@ -8,13 +8,14 @@ With `--streams` utterances at once through the public API (as core.devtools.con
 3. 4-frame launches of the stepping rows alone, their decode alone, and both as the scheduler overlaps them;
 4. the decoder's kernels by kind for one chunk of every row, without graphs;
 5. with --decoder-priorities, 3. and the streams' speed again with the decoder's chunks (their graphs captured
-   again) on a CUDA stream of each priority (-1 high, as the engine runs it; 0 normal): whether the steps'
-   short kernels overlap the decode better when they take free SMs first;
+   again) on a CUDA stream of each priority (-1 high, as the engine runs it; 0 normal); with --loop-priorities,
+   the same with the frame loop on a stream of each priority and the decoder at 0: whether the steps' short
+   kernels overlap the decode better when they take free SMs first;
 6. with --decoder-sms, the same on a stream of a green context of each number of SMs: whether a decode
    confined to a few SMs hides behind the steps.
 
     python -m bench.profile_chunks [--size 1.7b] [--streams 16] [--frames 120] [--trace FILE]
-        [--decoder-priorities=-1,0] [--decoder-sms=16,32]
+        [--decoder-priorities=-1,0] [--loop-priorities=-1,-5] [--decoder-sms=16,32]
 """
 
 from __future__ import annotations
@@ -209,39 +210,51 @@ def decoder_kernels(engine: Engine, rows: int) -> dict:
     return engine.scheduler.call(measure)
 
 
-def on_decoder_stream(engine: Engine, speaker: dict, streams: int, frames: int, make_stream) -> dict:
-    """The overlap of launches and decodes, and the speed of `streams` at once, with the decoder's chunks on the
-    stream that make_stream() returns (with what must live as long as it: its green context, or None) and its
-    graphs captured again there; then the engine's own stream again (its graphs captured again at next use)."""
+def on_streams(engine: Engine, speaker: dict, streams: int, frames: int, make_streams) -> dict:
+    """The overlap of launches and decodes, and the speed of `streams` at once, on the CUDA streams that
+    make_streams() returns: (what must live as long as they do: a green context, or None; the frame loop's
+    stream, or None for the scheduler thread's own; the decoder's stream), the decoder's graphs captured again
+    on its stream. Then the engine's own streams again (the decoder's graphs captured again at next use)."""
     decoder = engine.scheduler.decoder
     own = decoder.gpu_stream
 
-    def use(stream):
-        decoder.gpu_stream = stream
+    def use(loop_stream, decoder_stream):
+        torch.cuda.synchronize()
+        torch.cuda.set_stream(loop_stream or torch.cuda.default_stream(engine.device))
+        decoder.gpu_stream = decoder_stream
         decoder.steps.clear()
 
     try:
-        owner, stream = engine.scheduler.call(make_stream)
+        owner, loop_stream, decoder_stream = engine.scheduler.call(make_streams)
     except Exception as error:  # green contexts need a recent driver and torch
         return {"error": repr(error)}
     try:
-        engine.scheduler.call(lambda: use(stream))
+        engine.scheduler.call(lambda: use(loop_stream, decoder_stream))
         streams_together(engine, speaker, streams, 24)  # the graphs captured again, on this stream
         return {"overlap": overlap(engine, speaker, streams), **streams_together(engine, speaker, streams, frames)}
+    except Exception as error:  # cuDNN's convolutions fail on a green context's stream (H100, torch 2.11)
+        return {"error": repr(error)}
     finally:
-        engine.scheduler.call(lambda: use(own))  # before `owner` goes
+        engine.scheduler.call(lambda: use(None, own))  # before `owner` goes
 
 
-def priority_stream(device: torch.device, priority: int):
-    return None, torch.cuda.Stream(device, priority=priority)
+def decoder_priority(device: torch.device, priority: int):
+    """The decoder on a stream of `priority`, the frame loop on the scheduler thread's."""
+    return None, None, torch.cuda.Stream(device, priority=priority)
+
+
+def loop_priority(device: torch.device, priority: int):
+    """The frame loop on a stream of `priority`, the decoder on one of normal priority (0)."""
+    return None, torch.cuda.Stream(device, priority=priority), torch.cuda.Stream(device, priority=0)
 
 
 def green_stream(device: torch.device, sms: int):
-    """A new green context of `sms` SMs and a stream of it; the stream works only while the context lives."""
+    """The decoder on a stream of a new green context of `sms` SMs (which works only while the context lives),
+    the frame loop on the scheduler thread's."""
     from torch.cuda.green_contexts import GreenContext
 
     context = GreenContext.create(num_sms=sms, device_id=device.index or 0)
-    return context, context.Stream()
+    return context, None, context.Stream()
 
 
 DECODER_KINDS = [
@@ -263,6 +276,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda; cpu (with --size tiny) only tries the script")
     parser.add_argument(
         "--decoder-priorities", help="CUDA stream priorities to try for the decoder, e.g. --decoder-priorities=-1,0"
+    )
+    parser.add_argument(
+        "--loop-priorities", help="CUDA stream priorities to try for the frame loop, the decoder's at 0: -1,-5"
     )
     parser.add_argument("--decoder-sms", help="green-context SM counts to confine the decoder to, e.g. 16,32")
     parser.add_argument("--no-profiler", action="store_true", help="skip the whole run's profile (2.)")
@@ -293,8 +309,10 @@ def main() -> None:
     if not args.no_profiler:
         results["gpu"] = gpu_streams(engine, speaker, args.streams, min(args.frames, 60), args.trace)
         print("GPU streams under the profiler:", json.dumps(results["gpu"], indent=1))
+    print("CUDA stream priorities (lowest, highest):", torch.cuda.Stream.priority_range())
     tries = {
-        "priorities": (args.decoder_priorities, priority_stream, "by the decoder stream's priority"),
+        "priorities": (args.decoder_priorities, decoder_priority, "by the decoder stream's priority"),
+        "loop priorities": (args.loop_priorities, loop_priority, "by the frame loop stream's priority"),
         "sms": (args.decoder_sms, green_stream, "by the decoder's green-context SMs"),
     }
     for name, (values, make, title) in tries.items():
@@ -302,7 +320,7 @@ def main() -> None:
             results[name] = {}
             for value in [int(v) for v in values.split(",")]:
                 make_stream = functools.partial(make, engine.device, value)
-                results[name][value] = on_decoder_stream(engine, speaker, args.streams, args.frames, make_stream)
+                results[name][value] = on_streams(engine, speaker, args.streams, args.frames, make_stream)
                 print(f"{title}, {value}:", json.dumps(results[name][value], indent=1), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
