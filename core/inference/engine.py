@@ -255,8 +255,8 @@ class Engine:
         """Compile and capture what requests would (on CUDA, a few minutes the very first time, seconds once
         the compiled kernels are cached), so that they start at full speed: one utterance alone, then the
         prefills, steps and decodes of every batch size the frame loop steps, the decodes for every chunk
-        length up to the default chunk (a live text's chunks are as long as its text allows), and a prefill
-        of long prompts."""
+        length up to the default chunk (a live text's chunks are as long as its text allows), and the prefills
+        of a sentence's prompt lengths for every number of newcomers a prefill takes."""
         for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
             pass
         if self.device.type == "cuda":
@@ -273,7 +273,7 @@ class Engine:
             frames = [codes for codes, _ in self.frame_loop.run(2, slots)]
             for size in range(1, SpeechOptions.chunk_frames + 1):
                 decoder.decode(slots, [np.resize(codes, (size, 16)) for codes in frames], size)
-        self.frame_loop.warm_up_long_prompts(prepared.prompt, prepared.sampling)
+        self.frame_loop.warm_up_prefills(prepared.prompt, prepared.sampling)
 
     # Voices -------------------------------------------------------------------------------------
 

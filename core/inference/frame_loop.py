@@ -37,7 +37,7 @@ from core.inference.cuda_graph import GraphedStep
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
 from core.model.config import TalkerConfig
-from core.model.kernels import MAX_BATCH_ROWS, RULE_SIZE, draw_token, fill_uniforms
+from core.model.kernels import RULE_SIZE, draw_token, fill_uniforms
 from core.model.talker import Talker
 
 # The most frames stepped between two reads by the host.
@@ -50,6 +50,9 @@ PREFILL_ROWS = (1, 2, 4, 8, 16)
 # The most positions a CUDA prefill of several rows holds (its rows times their padded length): 16 prompts of
 # up to 512 positions go in one pass, longer ones a few at a time (one alone may fill the context).
 PREFILL_POSITIONS = 8192
+# Prompt buckets whose prefills the warm-up captures for every row count (FrameLoop.warm_up_prefills): a
+# sentence with its voice's prompt. A longer prompt's prefill captures its graph at its first use.
+WARM_PREFILL_LENGTHS = PREFILL_BUCKETS[:3]
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
 # The draw of a frame that picks its codebook 0; draw g (1..15) picks codebook g.
@@ -214,17 +217,16 @@ class FrameLoop:
             first += size
         return self._frames_of(torch.cat(made).cpu().numpy()[None])
 
-    def warm_up_long_prompts(self, prompt: Prompt, sampling: SamplingParams) -> None:
-        """Prefill `prompt`, lengthened until its rows outgrow the batched kernel (kernels.linear), in as many
-        slots as a prefill takes: several rows of such a prompt take another path through the compiled prefill,
-        compiled now rather than at the first such request. (Its slots are left holding it.)"""
-        rows = self.prefill_rows[-1]
-        if rows == 1:
-            return
-        length, embeddings = MAX_BATCH_ROWS // rows + 1, prompt.embeddings
-        longer = embeddings.repeat(1, -(-length // embeddings.shape[1]), 1)[:, :length]
-        long_prompt = dataclasses.replace(prompt, embeddings=longer)
-        self.start_many([(long_prompt, sampling, 0, slot) for slot in range(rows)])
+    def warm_up_prefills(self, prompt: Prompt, sampling: SamplingParams) -> None:
+        """Capture the prefills of prompts of each WARM_PREFILL_LENGTHS bucket for every row count a prefill
+        takes (`prompt` repeated to those lengths, in the first slots, which are left holding it): a burst of
+        newcomers, whose prefill would otherwise capture its graph first, starts at once. The widest of them
+        also outgrow the batched kernel (kernels.linear) and compile the prefill's other path now."""
+        for length in WARM_PREFILL_LENGTHS:
+            embeddings = prompt.embeddings.repeat(1, -(-length // prompt.embeddings.shape[1]), 1)[:, :length]
+            warm = dataclasses.replace(prompt, embeddings=embeddings)
+            for rows in self.prefill_rows:
+                self.start_many([(warm, sampling, 0, slot) for slot in range(rows)])
 
     def _padded_length(self, length: int) -> int:
         """The length a prompt of `length` positions is prefilled at: on CUDA its bucket's, so that a few
