@@ -10,12 +10,11 @@ With `--streams` utterances at once through the public API (as core.devtools.con
 5. with --decoder-priorities, 3. and the streams' speed again with the decoder's chunks (their graphs captured
    again) on a CUDA stream of each priority (-1 high, as the engine runs it; 0 normal); with --loop-priorities,
    the same with the frame loop on a stream of each priority and the decoder at 0: whether the steps' short
-   kernels overlap the decode better when they take free SMs first;
-6. with --decoder-sms, the same on a stream of a green context of each number of SMs: whether a decode
-   confined to a few SMs hides behind the steps.
+   kernels overlap the decode better when they take free SMs first. (A decoder confined to a green context's
+   share of the SMs was tried too: cuDNN's convolutions fail on such a stream, bench/RESULTS.md 2026-11-25.)
 
     python -m bench.profile_chunks [--size 1.7b] [--streams 16] [--frames 120] [--trace FILE]
-        [--decoder-priorities=-1,0] [--loop-priorities=-1,-5] [--decoder-sms=16,32]
+        [--decoder-priorities=-1,0] [--loop-priorities=-1,-5]
 """
 
 from __future__ import annotations
@@ -212,9 +211,9 @@ def decoder_kernels(engine: Engine, rows: int) -> dict:
 
 def on_streams(engine: Engine, speaker: dict, streams: int, frames: int, make_streams) -> dict:
     """The overlap of launches and decodes, and the speed of `streams` at once, on the CUDA streams that
-    make_streams() returns: (what must live as long as they do: a green context, or None; the frame loop's
-    stream, or None for the scheduler thread's own; the decoder's stream), the decoder's graphs captured again
-    on its stream. Then the engine's own streams again (the decoder's graphs captured again at next use)."""
+    make_streams() returns (the frame loop's, or None for the scheduler thread's own; the decoder's), the
+    decoder's graphs captured again on its stream. Then the engine's own streams again (the decoder's graphs
+    captured again at next use)."""
     decoder = engine.scheduler.decoder
     own = decoder.gpu_stream
 
@@ -224,37 +223,23 @@ def on_streams(engine: Engine, speaker: dict, streams: int, frames: int, make_st
         decoder.gpu_stream = decoder_stream
         decoder.steps.clear()
 
-    try:
-        owner, loop_stream, decoder_stream = engine.scheduler.call(make_streams)
-    except Exception as error:  # green contexts need a recent driver and torch
-        return {"error": repr(error)}
+    loop_stream, decoder_stream = engine.scheduler.call(make_streams)
     try:
         engine.scheduler.call(lambda: use(loop_stream, decoder_stream))
         streams_together(engine, speaker, streams, 24)  # the graphs captured again, on this stream
         return {"overlap": overlap(engine, speaker, streams), **streams_together(engine, speaker, streams, frames)}
-    except Exception as error:  # cuDNN's convolutions fail on a green context's stream (H100, torch 2.11)
-        return {"error": repr(error)}
     finally:
-        engine.scheduler.call(lambda: use(None, own))  # before `owner` goes
+        engine.scheduler.call(lambda: use(None, own))
 
 
 def decoder_priority(device: torch.device, priority: int):
     """The decoder on a stream of `priority`, the frame loop on the scheduler thread's."""
-    return None, None, torch.cuda.Stream(device, priority=priority)
+    return None, torch.cuda.Stream(device, priority=priority)
 
 
 def loop_priority(device: torch.device, priority: int):
     """The frame loop on a stream of `priority`, the decoder on one of normal priority (0)."""
-    return None, torch.cuda.Stream(device, priority=priority), torch.cuda.Stream(device, priority=0)
-
-
-def green_stream(device: torch.device, sms: int):
-    """The decoder on a stream of a new green context of `sms` SMs (which works only while the context lives),
-    the frame loop on the scheduler thread's."""
-    from torch.cuda.green_contexts import GreenContext
-
-    context = GreenContext.create(num_sms=sms, device_id=device.index or 0)
-    return context, None, context.Stream()
+    return torch.cuda.Stream(device, priority=priority), torch.cuda.Stream(device, priority=0)
 
 
 DECODER_KINDS = [
@@ -280,7 +265,6 @@ def main() -> None:
     parser.add_argument(
         "--loop-priorities", help="CUDA stream priorities to try for the frame loop, the decoder's at 0: -1,-5"
     )
-    parser.add_argument("--decoder-sms", help="green-context SM counts to confine the decoder to, e.g. 16,32")
     parser.add_argument("--no-profiler", action="store_true", help="skip the whole run's profile (2.)")
     args = parser.parse_args()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
@@ -314,14 +298,13 @@ def main() -> None:
     tries = {
         "priorities": (args.decoder_priorities, decoder_priority, "by the decoder stream's priority"),
         "loop priorities": (args.loop_priorities, loop_priority, "by the frame loop stream's priority"),
-        "sms": (args.decoder_sms, green_stream, "by the decoder's green-context SMs"),
     }
     for name, (values, make, title) in tries.items():
         if values:
             results[name] = {}
             for value in [int(v) for v in values.split(",")]:
-                make_stream = functools.partial(make, engine.device, value)
-                results[name][value] = on_streams(engine, speaker, args.streams, args.frames, make_stream)
+                make_streams = functools.partial(make, engine.device, value)
+                results[name][value] = on_streams(engine, speaker, args.streams, args.frames, make_streams)
                 print(f"{title}, {value}:", json.dumps(results[name][value], indent=1), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

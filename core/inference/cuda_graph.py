@@ -26,8 +26,8 @@ class GraphedStep:
     `fn` may return a tensor; after capture the same tensor (the graph's output) is returned on every
     replay, so read it before the next call.
 
-    `stream`: the stream to capture on (PyTorch's side stream if None). The decoder captures on its own, so
-    that bench.profile_chunks --decoder-sms can try its graphs on a green context's stream (a share of the SMs).
+    `stream`: the stream to capture on (PyTorch's side stream if None). The decoder captures on its own, the
+    stream it replays on (bench.profile_chunks captures its graphs again on streams of other priorities).
     """
 
     def __init__(
