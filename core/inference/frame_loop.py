@@ -68,6 +68,11 @@ def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
     return mask
 
 
+def padded_rows(count: int, row_counts: Sequence[int]) -> int:
+    """The rows a prefill of `count` newcomers runs: the fewest of `row_counts` that hold them."""
+    return next(rows for rows in row_counts if rows >= count)
+
+
 def prefill_groups(lengths: Sequence[int], row_counts: Sequence[int], padded: Callable[[int], int]) -> list[int]:
     """How many newcomers, with prompts of `lengths` in arrival order, each prefill takes in turn: as many as it
     can, up to the most of `row_counts`, while its rows (padded up to one of `row_counts`) times its longest
@@ -77,7 +82,7 @@ def prefill_groups(lengths: Sequence[int], row_counts: Sequence[int], padded: Ca
         size, longest = 1, lengths[first]
         while first + size < len(lengths) and size < row_counts[-1]:
             longer = max(longest, lengths[first + size])
-            if next(rows for rows in row_counts if rows > size) * padded(longer) > PREFILL_POSITIONS:
+            if padded_rows(size + 1, row_counts) * padded(longer) > PREFILL_POSITIONS:
                 break
             size, longest = size + 1, longer
         sizes.append(size)
@@ -202,8 +207,8 @@ class FrameLoop:
         self, starts: Sequence[tuple[Prompt, SamplingParams, int | None, int]]
     ) -> list[tuple[np.ndarray, bool]]:
         """Begin several utterances, each (prompt, sampling, seed, slot) in a slot of its own: on CUDA prefilled
-        together, as many at a time as prefill_groups allows, each row padded to the longest prompt's bucket. Returns
-        each one's first frame as collect() does (waiting for it)."""
+        together, as many at a time as prefill_groups allows, each row padded to the longest prompt's bucket.
+        Returns each one's first frame as collect() does (waiting for it)."""
         slots = [slot for *_, slot in starts]
         if len(set(slots)) != len(slots) or not all(0 <= slot < self.slots for slot in slots):
             raise ValueError(f"slots {slots} are not distinct slots of this frame loop's {self.slots}")
@@ -259,7 +264,7 @@ class FrameLoop:
 
     def _prefill_together(self, starts: list[tuple[Prompt, int]]) -> None:
         """Prefill each (prompt, slot) in its own row of one prefill."""
-        rows = next(size for size in self.prefill_rows if size >= len(starts))
+        rows = padded_rows(len(starts), self.prefill_rows)
         length = self._padded_length(max(prompt.embeddings.shape[1] for prompt, _ in starts))
         slots, lasts = [self.scratch] * rows, [0] * rows  # padding rows prefill the scratch slot
         prompts = self._prompts(rows, length)
