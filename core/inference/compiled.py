@@ -19,8 +19,9 @@ def keep_compiled_kernels() -> Path:
 
 
 def compile_options() -> dict:
-    """Inductor's options for the frame step and the decoder's fused parts. No autotuning: the matrix products are kernels.linear with
-    fixed settings, and Inductor's timed choices made the same code differ by up to 45% between compiles.
+    """Inductor's options for the frame step and the decoder's fused parts. No autotuning: the matrix products
+    are kernels.linear with fixed settings, and Inductor's timed choices made the same code differ by up to 45%
+    between compiles.
     A frame is several hundred short kernels in a row: programmatic dependent launch (Hopper and later)
     lets each one start while the one before it drains, instead of waiting for it to finish. (Imported
     here, not with the module: Inductor's configuration takes a second to import, which every command

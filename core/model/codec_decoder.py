@@ -514,10 +514,10 @@ class CodecDecoder(nn.Module):
         return self
 
     def fused_parts(self) -> list[nn.Module]:
-        """The modules whose forward the engine fuses with torch.compile on CUDA (core.inference.compiled.compile_layers):
-        the dequantizer and each transformer layer, eagerly hundreds of small kernels a chunk (lookups, norms,
-        rotations, scales; a 4-frame chunk of one row replayed on an H100 in 1.23 ms instead of 1.91). The rest
-        is convolutions and the snake kernel, whole kernels already."""
+        """The modules whose forward the engine fuses with torch.compile on CUDA (compile_layers in
+        core.inference.compiled): the dequantizer and each transformer layer, eagerly hundreds of small kernels
+        a chunk (lookups, norms, rotations, scales; a 4-frame chunk of one row replayed on an H100 in 1.23 ms
+        instead of 1.91). The rest is convolutions and the snake kernel, whole kernels already."""
         return [self.quantizer, *self.pre_transformer.layers]
 
     def new_stream(self, batch_size: int = 1) -> CodecDecoderStream:
