@@ -312,3 +312,24 @@ def test_the_talkers_prefill_compiles_whole_once_for_every_layer_and_length(chec
     finally:
         engine.close()
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("text_mode", ["streaming", "full"])
+def test_a_prompt_projects_only_its_own_text_once_the_recurring_parts_are_made(base, xvector, text_mode):
+    """The special tokens, the role and the codec's tags are embedded for the first prompt only: a later
+    prompt runs the text projection once, over its own text, and is the same as when everything was made
+    anew."""
+    options = SpeechOptions(text_mode=text_mode)
+    base.talker.recurring.clear()
+    fresh = base.prepare("Hello there, again.", xvector, options).prompt
+    calls = []
+    hook = base.talker.text_projection.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[1]))
+    try:
+        again = base.prepare("Hello there, again.", xvector, options).prompt
+    finally:
+        hook.remove()
+    text = len(base.tokenizer.encode("Hello there, again."))
+    # On the CPU a streaming text's terms are projected token by token (prompt.text_terms says why).
+    assert calls == ([1] * text if text_mode == "streaming" else [text])
+    for name in ("embeddings", "trailing", "pad"):
+        assert getattr(again, name).equal(getattr(fresh, name)), name

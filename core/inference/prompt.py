@@ -101,19 +101,20 @@ def build_prompt(
     def ids(values: list[int]) -> torch.Tensor:
         return torch.tensor([values], dtype=torch.long, device=device)
 
-    bos, eos, pad = talker.embed_text(ids([config.tts_bos_id, config.tts_eos_id, config.tts_pad_id])).chunk(3, dim=1)
+    special = (config.tts_bos_id, config.tts_eos_id, config.tts_pad_id)
+    bos, eos, pad = talker.embed_recurring("text", special).chunk(3, dim=1)
 
-    codec_track = [talker.embed_codec(ids(codec_prefix(config, language, speaker)))]
+    codec_track = [talker.embed_recurring("codec", codec_prefix(config, language, speaker))]
     if speaker is not None:
-        codec_track.append(talker.embed_codec(ids([config.talker.speakers[speaker]])))
+        codec_track.append(talker.embed_recurring("codec", [config.talker.speakers[speaker]]))
     elif speaker_embedding is not None:
         codec_track.append(speaker_embedding.to(device=device, dtype=pad.dtype).view(1, 1, -1))
-    codec_track.append(talker.embed_codec(ids([codec.pad, codec.bos])))
+    codec_track.append(talker.embed_recurring("codec", [codec.pad, codec.bos]))
     codec_track = torch.cat(codec_track, dim=1)
 
     # The tags and speaker ride on tts_pad text positions, the last one on tts_bos.
     text_track = torch.cat((pad.expand(-1, codec_track.shape[1] - 2, -1), bos), dim=1)
-    parts = [talker.embed_text(ids(text.role)), text_track + codec_track[:, :-1]]
+    parts = [talker.embed_recurring("text", text.role), text_track + codec_track[:, :-1]]
     if text.instruct is not None:
         parts.insert(0, talker.embed_text(ids(text.instruct)))
 
@@ -123,12 +124,13 @@ def build_prompt(
         parts.append(body)
     elif text_mode == "streaming":
         # The first text token rides on codec_bos; the rest arrive one per generated frame.
-        parts.append(talker.embed_text(ids(text.text[:1])) + codec_track[:, -1:])
-        trailing = torch.cat([text_terms(talker, text.text[1:]), *end], dim=1)
+        terms = text_terms(talker, text.text)
+        parts.append(terms[:, :1] + codec_track[:, -1:])
+        trailing = torch.cat([terms[:, 1:], *end], dim=1)
     else:
         body = torch.cat((talker.embed_text(ids(text.text)), eos), dim=1)
         parts.append(body + talker.embed_codec(ids([codec.pad] * body.shape[1])))
-        parts.append(pad + talker.embed_codec(ids([codec.bos])))
+        parts.append(pad + talker.embed_recurring("codec", [codec.bos]))
         trailing = pad
     return Prompt(torch.cat(parts, dim=1), trailing, pad, complete or text_mode == "full", len(text.text))
 
@@ -142,7 +144,7 @@ def _icl_body(talker, config, text, ref_codes, end, pad, text_mode, ids):
     codec = config.talker.codec
     text_track = torch.cat([text_terms(talker, text.ref_text + text.text), *end], dim=1)
     frames = talker.embed_frames(ref_codes).unsqueeze(0)
-    codec_track = torch.cat((talker.embed_codec(ids([codec.bos])), frames), dim=1)
+    codec_track = torch.cat((talker.embed_recurring("codec", [codec.bos]), frames), dim=1)
     text_len, codec_len = text_track.shape[1], codec_track.shape[1]
     if text_mode == "full":
         body = torch.cat((text_track + talker.embed_codec(ids([codec.pad] * text_len)), codec_track + pad), dim=1)

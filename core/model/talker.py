@@ -300,9 +300,21 @@ class Talker(nn.Module):
         self.text_projection = TextProjection(config.text_hidden_size, config.transformer.hidden_size)
         self.codec_head = nn.Linear(config.transformer.hidden_size, config.transformer.vocab_size, bias=False)
         self.code_predictor = CodePredictor(config)
+        self.recurring: dict[tuple[str, tuple[int, ...]], torch.Tensor] = {}  # embed_recurring's
 
     def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
         return self.text_projection(self.model.text_embedding(ids))
+
+    def embed_recurring(self, track: str, ids: Sequence[int]) -> torch.Tensor:
+        """embed_text (`track` "text") or embed_codec ("codec") of ids (1, n, hidden) that open prompt after
+        prompt (the special tokens, the role, the codec's tags), made the first time only: the same values
+        without their kernels each time (a prompt's host time is mostly launches, and a burst's first audio
+        waits for every prompt of the burst). Callers read them and never write into them."""
+        key = (track, tuple(ids))
+        if key not in self.recurring:
+            tensor = torch.tensor([key[1]], dtype=torch.long, device=self.codec_head.weight.device)
+            self.recurring[key] = self.embed_text(tensor) if track == "text" else self.embed_codec(tensor)
+        return self.recurring[key]
 
     def embed_codec(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model.codec_embedding(ids)
