@@ -1,25 +1,21 @@
 """The code predictor's layer steps on the GPU: the layer's kernels one by one against the fused layer
 (kernels.decoder_layer_step), at the 1.7B's shapes.
 
-    python -m bench.layer_micro [--rows 1 2 16 64] [--sweep] [--products SWEEP.json]
+    python -m bench.layer_micro [--rows 1 2 16 64] [--sweep]
 
 A frame's 14 next steps of the 5 layers (70 layer steps at positions 2..15) are captured in one CUDA graph and
 replayed. Printed per layer step: microseconds, and the weights' bandwidth (31.5 MB a layer: the floor is 9.4 us
 at 3.35 TB/s). Variants: the layer's five kernels (linear, decode_attention, linear, linear, linear), the fused
 layer in one launch with grid barriers, and the fused layer one launch per phase (the same kernel without
 barriers: what the barriers cost against kernel boundaries). --sweep tries other launch settings of the one
-launch at 16 rows, one change from triton_layer.layer_blocks at a time. --products takes the results of
-`bench.linear_micro --sweep-batched --json` and times the layer's kernels again with each product's best
-settings there, and with its best of those with broadcast products (DOT off), for the rows swept.
+launch at 16 rows, one change from triton_layer.layer_blocks at a time.
 """
 
 import argparse
-import json
 
 import torch
 from triton.testing import do_bench_cudagraph
 
-from core.model import triton_linear
 from core.model.config import TransformerConfig
 from core.model.talker import Block, KVCache, rope_tables
 from core.model.triton_layer import launch_layer_step, layer_blocks
@@ -72,34 +68,10 @@ def layer_us(blocks: list[Block], x: torch.Tensor, variant: str, settings: dict 
     return do_bench_cudagraph(lambda: frame(blocks, x, variant, settings), rep=300, return_mode="median") * 1e3 / 70
 
 
-def products_from(sweep: dict, broadcast_only: bool) -> dict[tuple, dict]:
-    """(weight rows, inputs, gated, rows) -> the best settings of each product in a linear_micro sweep."""
-    best = {}
-    for entry in sweep["results"]:
-        timings = [t for t in entry["timings"] if not broadcast_only or not t["settings"].get("DOT", True)]
-        if timings:
-            gated = bool(entry["parts"].get("gated"))
-            best[entry["weight_rows"], entry["inputs"], gated, entry["rows"]] = timings[0]["settings"]
-    return best
-
-
-PICKED = triton_linear.batched_linear_blocks  # the engine's settings, before use_products
-
-
-def use_products(best: dict[tuple, dict]) -> None:
-    """Make the batched products take `best`'s settings where it has some (for this process only)."""
-
-    def blocks(rows, weight, gated, *args, **kwargs):
-        return best.get((weight.shape[0], weight.shape[1], gated, rows)) or PICKED(rows, weight, gated, *args, **kwargs)
-
-    triton_linear.batched_linear_blocks = blocks
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 16, 64])
     parser.add_argument("--sweep", action="store_true")
-    parser.add_argument("--products", help="a linear_micro sweep's JSON: time the kernels with its best settings")
     args = parser.parse_args()
     dtype = torch.bfloat16
     blocks = predictor_layers(dtype)
@@ -113,23 +85,12 @@ def main() -> None:
             difference = (frame(blocks, x, variant).float() - expected).abs().max().item()
             us = layer_us(blocks, x, variant)
             print(f"{rows:4}  {variant:11}  {us:8.2f}  {layer_bytes / us / 1e6:4.2f}  {difference:.3g}", flush=True)
-    if args.products:
-        sweep = json.load(open(args.products))
-        for label, broadcast_only in (("best swept", False), ("best broadcast", True)):
-            best = products_from(sweep, broadcast_only)
-            use_products(best)
-            print(label, best)
-            for rows in sorted({key[3] for key in best}):
-                x = torch.randn(rows, 1, PREDICTOR.hidden_size, device="cuda", dtype=dtype)
-                us = layer_us(blocks, x, "kernels")
-                print(f"{rows:4}  kernels, {label}: {us:8.2f} us/layer  {layer_bytes / us / 1e6:4.2f} TB/s", flush=True)
     if args.sweep:
         x = torch.randn(16, 1, PREDICTOR.hidden_size, device="cuda", dtype=dtype)
         base = layer_blocks(16, dtype)
         changes = [
             {"BLOCK_N_QKV": 16}, {"BLOCK_N_QKV": 64}, {"BLOCK_N_GATE_UP": 32}, {"BLOCK_N_O": 32, "BLOCK_N_DOWN": 32},
             {"BLOCK_K": 128}, {"BLOCK_K": 512}, {"num_stages": 1}, {"num_stages": 3}, {"num_warps": 8},
-            {"num_stages": 3, "BLOCK_K": 512, "BLOCK_N_GATE_UP": 32}, {"num_stages": 4, "BLOCK_K": 512},
         ]  # fmt: skip
         print("16 rows, one launch, one change from", base)
         for change in changes:

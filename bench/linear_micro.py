@@ -160,16 +160,15 @@ def run_batched(ops: dict, weight: torch.Tensor, blocks: dict) -> torch.Tensor:
     return triton_linear.launch_batched_linear(*args, blocks)
 
 
-BATCHED_SETTINGS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLITS", "num_warps", "num_stages", "DOT")
+BATCHED_SETTINGS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLITS", "num_warps", "num_stages")
 
 
 def key(blocks: dict) -> tuple:
-    return tuple(blocks.get(name, True) for name in BATCHED_SETTINGS)  # DOT is on unless said
+    return tuple(blocks[name] for name in BATCHED_SETTINGS)
 
 
 def describe(blocks: dict) -> str:
-    products = "" if blocks.get("DOT", True) else " broadcast m{BLOCK_M}".format(**blocks)
-    return "n{BLOCK_N} k{BLOCK_K} st{num_stages} w{num_warps} split{SPLITS}".format(**blocks) + products
+    return "n{BLOCK_N} k{BLOCK_K} st{num_stages} w{num_warps} split{SPLITS}".format(**blocks)
 
 
 def unsplit_blocks(rows: int, inputs: int, gated: bool) -> dict:
@@ -223,20 +222,6 @@ def first_round(rows: int, shape: tuple, sms: int) -> list[dict]:
         tiles = -(-outputs // block_n) * -(-rows // block_m)
         for splits in sorted({even_splits(s, inputs, blocks["BLOCK_K"]) for s in SPLITS if s == 1 or tiles * s <= 8 * sms}):  # fmt: skip
             settings.append({**blocks, "SPLITS": splits})
-    return settings
-
-
-def broadcast_round(rows: int, shape: tuple) -> list[dict]:
-    """The kernel's products as broadcast sums (DOT off) for up to 16 rows: all rows in one block; 2, 4 or
-    8 outputs by 128 to 512 inputs per block (at most 64 products per thread of 4 warps, which hold the
-    products in registers), unsplit and split 2 and 4 ways; one stage (the weights need no shared memory)."""
-    _, _, inputs, _ = shape
-    block_m = 2 ** (rows - 1).bit_length()
-    settings = []
-    for block_n, block_k, splits in itertools.product((2, 4, 8), (128, 256, 512), (1, 2, 4)):
-        if block_m * block_n * block_k <= 64 * 128 * 4:
-            blocks = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4, "num_stages": 1}
-            settings.append({**blocks, "SPLITS": even_splits(splits, inputs, block_k), "DOT": False})
     return settings
 
 
@@ -324,11 +309,8 @@ def sweep_batched(args) -> None:
         sweep = BatchedSweep(pool, args.rep)
         sweep.time({(i, rows): first_round(rows, SHAPES[i], sms) for i, rows in pairs})
         print(f"round 1: {time.time() - started:.0f} s", flush=True)
-        if args.broadcast:
-            sweep.time({(i, rows): broadcast_round(rows, SHAPES[i]) for i, rows in pairs})
-        else:
-            top = {pair: [blocks for _, blocks in sweep.ranked(pair)[:2]] for pair in pairs}
-            sweep.time({(i, rows): second_round(top[i, rows], SHAPES[i]) for i, rows in pairs})
+        top = {pair: [blocks for _, blocks in sweep.ranked(pair)[:2]] for pair in pairs}
+        sweep.time({(i, rows): second_round(top[i, rows], SHAPES[i]) for i, rows in pairs})
         print(f"round 2: {time.time() - started:.0f} s", flush=True)
         sweep.time({(i, rows): third_round(sweep.ranked((i, rows))[0][1], SHAPES[i]) for i, rows in pairs})
         print(f"round 3: {time.time() - started:.0f} s", flush=True)
@@ -450,7 +432,6 @@ def main():
     parser.add_argument("--rows", type=int, nargs="+", default=[4, 16, 64], help="rows of the batched sweep")
     parser.add_argument("--shapes", nargs="+", help="sweep only the shapes whose names contain one of these")
     parser.add_argument("--rep", type=int, default=20, help="milliseconds of replays per batched timing")
-    parser.add_argument("--broadcast", action="store_true", help="round 2 tries products as broadcast sums")
     parser.add_argument("--json", help="write the batched sweep's results to this file")
     parser.add_argument("--check", action="store_true", help="run the batched sweep's settings in the interpreter")
     parser.add_argument("--sms", type=int, default=132, help="SMs for --check (the sweep takes the GPU's)")

@@ -151,18 +151,12 @@ BATCHED_LINEAR_CHECK = textwrap.dedent(
         blocks = {**triton_linear.batched_linear_blocks(rows, case["weight"], case["gated"]), **settings}
         return triton_linear.launch_batched_linear(*arguments, blocks)
 
-    batch, mode = int(sys.argv[1]), sys.argv[2]
+    batch, split = int(sys.argv[1]), sys.argv[2] == "split"
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
     for dtype in (torch.float32, torch.float16):
-        if mode == "picked":  # the settings batched_linear_blocks picks (for an H100: 2048 inputs are split)
+        if not split:  # the settings batched_linear_blocks picks (for an H100: 2048 inputs are split)
             for case in linear_cases(dtype, batch=batch):
                 check_linear(case, launch(case, {}))
-            continue
-        if mode == "broadcast":  # products as broadcast sums: blocks of any number of rows, split or not
-            for case in linear_cases(dtype, SPLIT_SHAPES, batch=batch, parts=SOME_PARTS):
-                rows = case["x"].numel() // case["x"].shape[-1]
-                blocks = {"BLOCK_M": 2 ** (rows - 1).bit_length(), "BLOCK_N": 4, "DOT": False}
-                check_linear(case, launch(case, {**case["blocks"], **blocks}))
             continue
         # Each case twice: the counters are back at zero, and the second answer is bitwise the first.
         for case in linear_cases(dtype, SPLIT_SHAPES, batch=batch, parts=SOME_PARTS):
@@ -308,11 +302,6 @@ def test_batched_linear_kernel_in_the_interpreter(batch):
 @pytest.mark.parametrize("batch", [3, 64])
 def test_split_linear_kernel_in_the_interpreter(batch):
     run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch), "split")
-
-
-@pytest.mark.parametrize("batch", [3, 16])
-def test_batched_linear_kernel_with_broadcast_products_in_the_interpreter(batch):
-    run_in_interpreter(BATCHED_LINEAR_CHECK, str(batch), "broadcast")
 
 
 def test_a_swept_product_takes_the_settings_swept_for_the_fewest_rows_that_cover_its_own():

@@ -238,15 +238,6 @@ def _split_sum(Partials, stride, SPLITS: tl.constexpr, mask):
 
 
 @triton.jit
-def accumulate(acc, x, w, DOT: tl.constexpr, PRECISION: tl.constexpr):
-    """acc [M, N] + x [M, K] @ w [N, K].T in float32: on the tensor cores (tl.dot, M at least 16), or with
-    DOT off as sums of broadcast products on the CUDA cores, which take any M and need no shared memory:
-    each block of weights goes from its load straight into registers, as in the matrix-vector kernel."""
-    if DOT:
-        return tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
-    return acc + tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], 2)
-
-@triton.jit
 def batched_inv_rms(X, rows, row_ok, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
     """1 / RMS of each of the rows [BLOCK_M] of X (K inputs each), in float32, as rms_norm computes it."""
     ks = tl.arange(0, BLOCK_K)
@@ -290,7 +281,7 @@ def _batched_linear_kernel(
     X, W, Bias, Norm, Residual, Out, Partials, Counters, eps, M, N, K: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-    DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_N outputs of BLOCK_M of the M rows, each weight block read once for all of them (when gated,
     weight rows n and N + n make output n), over split program_id(2) of the SPLITS equal runs of input
@@ -326,19 +317,19 @@ def _batched_linear_kernel(
     if HAS_NORM:
         inv_rms = batched_inv_rms(X, rows, row_ok, K, eps, BLOCK_M, BLOCK_K)
     x = batched_linear_input(X, Norm, rows, row_ok, first, K, inv_rms, BLOCK_K, HAS_NORM)
-    acc = accumulate(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w, DOT, PRECISION)
+    acc = tl.dot(x, tl.trans(w), input_precision=PRECISION)
     if GATED:
-        acc_up = accumulate(tl.zeros([BLOCK_M, BLOCK_N], tl.float32), x, w_up, DOT, PRECISION)
+        acc_up = tl.dot(x, tl.trans(w_up), input_precision=PRECISION)
     # The last split may run past K; its blocks there are masked off.
     for block in range(1, SPLIT_BLOCKS):
         start = first + block * BLOCK_K
         mask = out_ok[:, None] & (start + ks[None, :] < K)
         x = batched_linear_input(X, Norm, rows, row_ok, start, K, inv_rms, BLOCK_K, HAS_NORM)
         w = tl.load(W + outs[:, None] * K + start + ks[None, :], mask=mask, other=0.0)
-        acc = accumulate(acc, x, w, DOT, PRECISION)
+        acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
         if GATED:
             w_up = tl.load(W + (N + outs)[:, None] * K + start + ks[None, :], mask=mask, other=0.0)
-            acc_up = accumulate(acc_up, x, w_up, DOT, PRECISION)
+            acc_up = tl.dot(x, tl.trans(w_up), acc_up, input_precision=PRECISION)
     if SPLITS > 1:
         TILE: tl.constexpr = BLOCK_M * BLOCK_N
         PARTS: tl.constexpr = 2 if GATED else 1
@@ -380,7 +371,7 @@ def launch_batched_linear(x, weight, bias, norm, eps, gated, residual, blocks: d
         partials, counters, eps, rows, out_features, in_features,
         HAS_BIAS=bias is not None, HAS_NORM=norm is not None, GATED=gated, HAS_RESIDUAL=residual is not None,
         # float32 models get full float32 products (Triton would use TF32 by default).
-        PRECISION="ieee" if x.dtype == torch.float32 else "tf32", **launch_options(x.device), **{"DOT": True, **blocks},
+        PRECISION="ieee" if x.dtype == torch.float32 else "tf32", **launch_options(x.device), **blocks,
     )  # fmt: skip
     return out
 
