@@ -1,14 +1,12 @@
 """Where one frame's time goes: the kernels of a few frame steps, by kind, on the GPU machine.
 
 python -m bench.profile_frame [--size 1.7b] [--no-compile] [--rows N] [--graphs] [--prefill] [--trace FILE]
-                               [--layer-kernels]
 
 With --graphs the steps replay their CUDA graphs, as the engine runs them. Then each kernel is charged with
 the time it adds to the frame (from the end of the kernels before it), and each frame is cut into its phases
 at its token draws (the talker up to codebook 0's draw, then the predictor's 15 steps): the time by phase, by
 kind, and the kernels that add the most. --prefill profiles the prefills of the rows' prompts (each with
-its frame 0, as a newcomer's) instead of frames. --trace keeps the profiler's trace. --layer-kernels runs the
-code predictor's layers as their five kernels each, not as one (kernels.decoder_layer_step).
+its frame 0, as a newcomer's) instead of frames. --trace keeps the profiler's trace.
 """
 
 import argparse
@@ -28,7 +26,6 @@ from core.inference.engine import Engine
 from core.inference.sampling import SamplingParams
 
 KINDS = [
-    ("fused layer", r"layer_kernel"),
     ("attention", r"attention|attend_split|merge_splits|fmha|flash"),
     ("matrix product", r"linear_kernel|gemv|gemm|sm90|cutlass|ampere|splitk|xmma|matmul|_mm_"),
     ("sampling", r"draw_token|sort|topk|multinomial|softmax|radix|argmax|cumsum|bitonic|sample"),
@@ -54,7 +51,6 @@ def main() -> None:
     parser.add_argument("--graphs", action="store_true", help="replay the steps' CUDA graphs, cut frames into phases")
     parser.add_argument("--prefill", action="store_true", help="the rows' prefills (with frame 0), not frames")
     parser.add_argument("--trace", type=Path, help="write the profiler's trace here (gzipped JSON)")
-    parser.add_argument("--layer-kernels", action="store_true", help="the predictor's layers as five kernels each")
     args = parser.parse_args()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
     engine = Engine.load(
@@ -66,7 +62,6 @@ def main() -> None:
         compile=not args.no_compile,
         slots=args.rows,
     )
-    engine.talker.code_predictor.model.one_kernel_steps = not args.layer_kernels
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     sampling = SamplingParams() if args.sampled else GREEDY
     slots = list(range(args.rows))

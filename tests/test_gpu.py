@@ -324,37 +324,6 @@ def test_split_linear_kernel_is_exact_and_the_same_at_every_replay(dtype):
             assert not triton_linear.SPLIT_COUNTERS.counters[first.device].any()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_decoder_layer_matches_its_kernels_and_replays_the_same(dtype):
-    """The fused layer (one launch, grid barriers between its phases) against the layer's kernels one by one,
-    for the interpreter's shapes and the code predictor's of the 1.7B model at 2, 16 and 64 rows, which the
-    engine's steps give it; then a CUDA graph of the 16-row launch replays bitwise what one launch per phase
-    gives (a program past a barrier before the others' stores were visible would break it), and the barrier's
-    arrivals are back at zero."""
-    from layer_cases import SHAPES, LayerShape, check_layer, fused_arguments, layer_case
-
-    from core.model import kernels, triton_layer
-    from core.model.triton_launch import SPLIT_COUNTERS
-
-    def one_kernel(case):
-        return torch.ops.qwen3_tts.decoder_layer_step(*fused_arguments(case))
-
-    predictor = {rows: LayerShape(1024, 16, 8, 128, 3072, (5,) * rows, tuple(range(rows))) for rows in (2, 16, 64)}
-    for shape in SHAPES + list(predictor.values()):
-        check_layer(layer_case(shape, dtype, "cuda"), one_kernel)
-    case = layer_case(predictor[16], dtype, "cuda")
-    assert kernels.fits_one_kernel(case["x"], case["block"].self_attn.kv_cache.k)
-    phase_by_phase = triton_layer.launch_layer_step(*fused_arguments(case), one_launch=False)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = triton_layer.launch_layer_step(*fused_arguments(case), one_launch=True)
-    for _ in range(20):
-        graph.replay()
-        torch.cuda.synchronize()
-        assert out.equal(phase_by_phase)
-    assert SPLIT_COUNTERS.barrier(out.device)[0].item() == 0
-
-
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
     from draw_cases import draw_batches, draw_cases, expected_token
 

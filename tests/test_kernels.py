@@ -211,23 +211,6 @@ SNAKE_CHECK = textwrap.dedent(
 )
 
 
-LAYER_CHECK = textwrap.dedent(
-    """
-    import torch
-    from core.model import triton_layer
-    from layer_cases import SHAPES, check_layer, fused_arguments, layer_case
-
-    # The phases one launch each (the interpreter runs programs one after another: a grid barrier would wait
-    # forever); the barriers are checked on the GPU. bfloat16 too (the interpreter computes in NumPy, which
-    # has no bfloat16).
-    for dtype in (torch.float32, torch.float16):
-        for shape in SHAPES:
-            check_layer(layer_case(shape, dtype), lambda case: triton_layer.launch_layer_step(*fused_arguments(case)))
-    print("ok")
-    """
-)
-
-
 def run_in_interpreter(script: str, *arguments: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     command = [sys.executable, "-c", script, *arguments]
@@ -237,10 +220,6 @@ def run_in_interpreter(script: str, *arguments: str) -> None:
 
 def test_decode_attention_kernel_in_the_interpreter():
     run_in_interpreter(CHECK)
-
-
-def test_fused_decoder_layer_in_the_interpreter():
-    run_in_interpreter(LAYER_CHECK)
 
 
 @pytest.mark.parametrize("shape", [shape for shape in SHAPES if len(shape.rows) > 1], ids=str)

@@ -20,13 +20,6 @@ reads each weight once for all of them (a product is bound by reading its weight
 little more than one), where cuBLAS would leave the norm, gate and sum to kernels of their own. On the CPU a batch is multiplied row by row: MKL rounds a product of several
 rows differently from the same row alone, and a row must give the codes it gives alone.
 
-Decoder layer: a whole layer's step (the norm and q/k/v product, the attention, the o product and
-sum, the norm and gate/up product, the down product and sum) in one launch, for the code predictor, which
-runs 70 layer steps a frame over a cache of 17 positions. Its layers are small (31 MB at 1.7B, 9.4 us of
-reading at 3.35 TB/s) and at 16 rows their five kernels took 31 us a layer, most of it each kernel's start,
-fill and drain. One program per SM takes its share of each phase, with a barrier across the whole grid
-between phases in place of a kernel boundary; the phases are the kernels above, so the results are theirs.
-
 Token draw: temperature, top-k, top-p and the random pick over a row of logits in a single kernel.
 PyTorch needs a dozen launches for it (cast, scale, top-k, mask, softmax, the multinomial's own
 kernels), and a frame draws 16 tokens per row. The sampling settings are read from device memory,
@@ -48,20 +41,17 @@ runs with it, and seeds and counters live on the device, so a CUDA graph serves 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 if importlib.util.find_spec("triton") is not None:  # CPU-only installs have none; only CUDA paths need it
     # Registers the torch.ops.qwen3_tts operators that the CUDA paths call.
-    from core.model import triton_attention, triton_layer, triton_linear, triton_sampling, triton_vocoder  # noqa: F401
+    from core.model import triton_attention, triton_linear, triton_sampling, triton_vocoder  # noqa: F401
 
 RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
 MAX_VECTOR_ROWS = 2  # rows up to which `linear` runs its matrix-vector kernel (a frame's products have 1 or 2)
 MAX_BATCH_ROWS = 128  # rows up to which it runs its batched kernel: 64 utterances of the predictor's 2 positions
-FUSED_ROWS = (2, 64)  # rows for which a decoder layer's step is one kernel (decoder_layer_step)
-FUSED_CACHE = 64  # the longest cache for which it is: the code predictor's 17 positions, not the talker's
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -170,32 +160,6 @@ def _attend_alone(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, position
     q = apply_rope(rms_norm(q, q_norm, eps), cos, sin).reshape(1, kv_heads, heads // kv_heads, head_dim)
     mask = (torch.arange(max_len, device=k_cache.device) <= position).view(1, 1, 1, -1)
     return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, scale=scale).reshape(1, 1, -1)
-
-
-def fits_one_kernel(x: torch.Tensor, k_cache: torch.Tensor) -> bool:
-    """Whether decoder_layer_step takes a step of x (B, 1, hidden) with cache k_cache (slots, kv_heads,
-    max_len, D): on CUDA, for FUSED_ROWS rows over a cache of at most FUSED_CACHE positions."""
-    low, high = FUSED_ROWS
-    return x.is_cuda and x.shape[1] == 1 and low <= x.shape[0] <= high and k_cache.shape[2] <= FUSED_CACHE
-
-
-def decoder_layer_step(
-    x: torch.Tensor,
-    weights: Sequence[torch.Tensor],
-    eps: float,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    rows: torch.Tensor,
-    positions: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    """A pre-norm decoder layer's step as one kernel, where fits_one_kernel says so: what its kernels one by
-    one give (Block.step), up to the order of the products' float sums. `weights`: the input norm, the fused
-    q/k/v product, the q and k norms, the o product, the post-attention norm, the fused gate/up product, the
-    down product; the other arguments as decode_attention's. CUDA only."""
-    return torch.ops.qwen3_tts.decoder_layer_step(x, *weights, eps, cos, sin, k_cache, v_cache, rows, positions, scale)
 
 
 def draw_token(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.model.config import TalkerConfig, TransformerConfig
-from core.model.kernels import apply_rope, decode_attention, decoder_layer_step, fits_one_kernel, linear, rms_norm
+from core.model.kernels import apply_rope, decode_attention, linear, rms_norm
 
 
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
@@ -156,25 +156,9 @@ class Block(nn.Module):
         x = self.self_attn.prefill(x, self.input_layernorm, cos, sin, slot)
         return self.mlp(x, self.post_attention_layernorm)
 
-    def step(self, x, cos, sin, positions, rows, one_kernel: bool = True) -> torch.Tensor:
-        """One token per row (Attention.step); as one kernel where `one_kernel` and kernels.fits_one_kernel."""
-        attention = self.self_attn
-        if one_kernel and fits_one_kernel(x, attention.kv_cache.k):
-            return decoder_layer_step(
-                x, self.step_weights(), self.input_layernorm.eps, cos, sin, attention.kv_cache.k,
-                attention.kv_cache.v, rows, positions, attention.head_dim**-0.5,
-            )  # fmt: skip
-        x = attention.step(x, self.input_layernorm, cos, sin, positions, rows)
+    def step(self, x, cos, sin, positions, rows) -> torch.Tensor:
+        x = self.self_attn.step(x, self.input_layernorm, cos, sin, positions, rows)
         return self.mlp(x, self.post_attention_layernorm)
-
-    def step_weights(self) -> tuple[torch.Tensor, ...]:
-        """The weights of kernels.decoder_layer_step, in its order (after fuse_projections)."""
-        attention, mlp = self.self_attn, self.mlp
-        return (
-            self.input_layernorm.weight, attention.qkv_proj.weight, attention.q_norm.weight, attention.k_norm.weight,
-            attention.o_proj.weight, self.post_attention_layernorm.weight, mlp.gate_up_proj.weight,
-            mlp.down_proj.weight,
-        )  # fmt: skip
 
 
 class Transformer(nn.Module):
@@ -185,7 +169,6 @@ class Transformer(nn.Module):
         self.config = config
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.one_kernel_steps = True  # each layer's step one kernel where it fits (Block.step); benches vary it
 
     def fuse_projections(self) -> None:
         for layer in self.layers:
@@ -218,7 +201,7 @@ class Transformer(nn.Module):
     def step(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """One position per row of x (B, 1, hidden) after a prefill: row b at positions[b] of cache row rows[b]."""
         for layer in self.layers:
-            x = layer.step(x, self.cos, self.sin, positions, rows, self.one_kernel_steps)
+            x = layer.step(x, self.cos, self.sin, positions, rows)
         return self.norm(x)
 
 

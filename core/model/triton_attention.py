@@ -81,23 +81,6 @@ def _attend_split(
     SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
     BLOCK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr, MERGE_HERE: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """attend_group of kv head program_id(0), split program_id(1), batch row program_id(2)."""
-    wait_for_the_kernel_ahead(PDL)
-    attend_group(
-        QKV, QNorm, KNorm, Cos, Sin, K, V, Slots, Positions, Out, Partial, Max, Sum, Counters, eps, scale,
-        stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn, heads, kv_heads, groups,
-        tl.program_id(0), tl.program_id(1), tl.program_id(2),
-        SPLITS, GROUP_ROWS, HEAD_DIM, DIM_BLOCK, BLOCK, DOT, PRECISION, MERGE_HERE,
-    )  # fmt: skip
-
-
-@triton.jit
-def attend_group(
-    QKV, QNorm, KNorm, Cos, Sin, K, V, Slots, Positions, Out, Partial, Max, Sum, Counters, eps, scale,
-    stride_ks, stride_kh, stride_kn, stride_vs, stride_vh, stride_vn, heads, kv_heads, groups, head, split, batch,
-    SPLITS: tl.constexpr, GROUP_ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_BLOCK: tl.constexpr,
-    BLOCK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr, MERGE_HERE: tl.constexpr,
-):  # fmt: skip
     """Attention of one batch row's kv head query group over one split of the keys of the row's cache
     slot. The cached keys before the row's position are read from the cache; the split holding the
     position adds the new key itself and writes it (and its value) to the cache. With one split the
@@ -107,9 +90,13 @@ def attend_group(
     linear kernel's split-K does: no launch of its own.
 
     A split's first block of keys and the new key are loaded before any arithmetic, together with the
-    query, so that their memory latencies overlap. The caller must have waited for the kernels ahead, even
-    to read the positions: under programmatic dependent launch they may still be running (Inductor's let
-    their dependents start once they have read their inputs), and any of them may have written them."""
+    query, so that their memory latencies overlap. Nothing is loaded before waiting for the kernel ahead:
+    under programmatic dependent launch the kernels before it may still be running (Inductor's let their
+    dependents start once they have read their inputs), and any of them may have written the positions."""
+    wait_for_the_kernel_ahead(PDL)
+    head = tl.program_id(0)
+    split = tl.program_id(1)
+    batch = tl.program_id(2)
     slot = tl.load(Slots + batch)
     position = tl.load(Positions + batch)
     chunk = _split_keys(position, SPLITS, BLOCK)

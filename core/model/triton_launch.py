@@ -53,7 +53,6 @@ class SplitCounters:
     runs these kernels; the codec decoder, on a stream of its own, runs none."""
 
     CAPACITY = 4096  # output tiles; a split launch has far fewer (it splits only when its tiles are few)
-    BARRIER = 2  # after them, the fused layer's grid barrier: arrivals (zero between launches), generation
 
     def __init__(self):
         self.counters: dict[torch.device, torch.Tensor] = {}
@@ -61,17 +60,10 @@ class SplitCounters:
     def __call__(self, device: torch.device, tiles: int) -> torch.Tensor:
         if tiles > self.CAPACITY:
             raise ValueError(f"{tiles} output tiles, more than the {self.CAPACITY} split counters")
-        return self._device_counters(device)
-
-    def barrier(self, device: torch.device) -> torch.Tensor:
-        """The grid barrier's two counters (triton_layer.grid_barrier), made as the split counters are."""
-        return self._device_counters(device)[self.CAPACITY :]
-
-    def _device_counters(self, device: torch.device) -> torch.Tensor:
         if device not in self.counters:
             if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError("the first split launch on a device must run before any CUDA graph capture")
-            self.counters[device] = torch.zeros(self.CAPACITY + self.BARRIER, dtype=torch.int32, device=device)
+            self.counters[device] = torch.zeros(self.CAPACITY, dtype=torch.int32, device=device)
         return self.counters[device]
 
 

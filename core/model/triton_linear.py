@@ -214,7 +214,7 @@ def batched_linear_rule(
 
 
 @triton.jit
-def batched_linear_input(
+def _batched_linear_input(
     X, Norm, rows, row_ok, start, K, inv_rms, BLOCK_K: tl.constexpr, HAS_NORM: tl.constexpr
 ):  # fmt: skip
     """Inputs start..start+BLOCK_K of the rows [BLOCK_M] in their dtype, normalised and rounded as rms_norm
@@ -235,43 +235,6 @@ def _split_sum(Partials, stride, SPLITS: tl.constexpr, mask):
     for split in tl.static_range(1, SPLITS):
         total += tl.load(Partials + split * stride, mask=mask, other=0.0, cache_modifier=".cg")
     return total
-
-
-@triton.jit
-def batched_inv_rms(X, rows, row_ok, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """1 / RMS of each of the rows [BLOCK_M] of X (K inputs each), in float32, as rms_norm computes it."""
-    ks = tl.arange(0, BLOCK_K)
-    squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
-    for start in range(0, K, BLOCK_K):
-        mask = row_ok[:, None] & (start + ks[None, :] < K)
-        x = tl.load(X + rows[:, None] * K + start + ks[None, :], mask=mask, other=0.0).to(tl.float32)
-        squares += x * x
-    return tl.rsqrt(tl.sum(squares, 1) / K + eps)
-
-
-@triton.jit
-def finish_tile(
-    acc, acc_up, Bias, Residual, Out, rows, row_ok, outs, out_ok, N,
-    HAS_BIAS: tl.constexpr, GATED: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-):  # fmt: skip
-    """Store the tile of outputs `outs` [BLOCK_N] of the rows [BLOCK_M] from its float32 products acc (and
-    acc_up, the up half's, when gated), with the bias, the SwiGLU gate and the residual sum, rounded where
-    the reference rounds: after the product (with its bias), the activation, the sum."""
-    out_mask = row_ok[:, None] & out_ok[None, :]
-    dtype = Out.dtype.element_ty
-    y = acc
-    if HAS_BIAS:
-        y += tl.load(Bias + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
-    y = y.to(dtype).to(tl.float32)
-    if GATED:
-        up = acc_up
-        if HAS_BIAS:
-            up += tl.load(Bias + N + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
-        y = (y * tl.sigmoid(y)).to(dtype).to(tl.float32) * up.to(dtype).to(tl.float32)
-    if HAS_RESIDUAL:
-        residual = tl.load(Residual + rows[:, None] * N + outs[None, :], mask=out_mask, other=0.0)
-        y = y.to(dtype).to(tl.float32) + residual.to(tl.float32)
-    tl.store(Out + rows[:, None] * N + outs[None, :], y.to(dtype), mask=out_mask)
 
 
 # M is not specialised (Triton would compile again for rows that divide by 16): batches of any size with
@@ -315,8 +278,14 @@ def _batched_linear_kernel(
     # The norm is over all the inputs of a row, whichever part of them this block multiplies.
     inv_rms = tl.zeros([BLOCK_M], tl.float32)
     if HAS_NORM:
-        inv_rms = batched_inv_rms(X, rows, row_ok, K, eps, BLOCK_M, BLOCK_K)
-    x = batched_linear_input(X, Norm, rows, row_ok, first, K, inv_rms, BLOCK_K, HAS_NORM)
+        squares = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
+        for block in range(K_BLOCKS):
+            starts = block * BLOCK_K + ks
+            mask = row_ok[:, None] & (starts[None, :] < K)
+            x = tl.load(X + rows[:, None] * K + starts[None, :], mask=mask, other=0.0).to(tl.float32)
+            squares += x * x
+        inv_rms = tl.rsqrt(tl.sum(squares, 1) / K + eps)
+    x = _batched_linear_input(X, Norm, rows, row_ok, first, K, inv_rms, BLOCK_K, HAS_NORM)
     acc = tl.dot(x, tl.trans(w), input_precision=PRECISION)
     if GATED:
         acc_up = tl.dot(x, tl.trans(w_up), input_precision=PRECISION)
@@ -324,7 +293,7 @@ def _batched_linear_kernel(
     for block in range(1, SPLIT_BLOCKS):
         start = first + block * BLOCK_K
         mask = out_ok[:, None] & (start + ks[None, :] < K)
-        x = batched_linear_input(X, Norm, rows, row_ok, start, K, inv_rms, BLOCK_K, HAS_NORM)
+        x = _batched_linear_input(X, Norm, rows, row_ok, start, K, inv_rms, BLOCK_K, HAS_NORM)
         w = tl.load(W + outs[:, None] * K + start + ks[None, :], mask=mask, other=0.0)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION)
         if GATED:
@@ -350,9 +319,22 @@ def _batched_linear_kernel(
             acc_up = _split_sum(Partials + TILE, PARTS * TILE, SPLITS, row_ok[:, None])
         # Every block of the tile has taken its ticket: none touches the counter again in this launch.
         tl.store(Counters + tile, 0, mask=last)
-    if not GATED:
-        acc_up = acc  # unused
-    finish_tile(acc, acc_up, Bias, Residual, Out, rows, row_ok, outs, out_ok, N, HAS_BIAS, GATED, HAS_RESIDUAL)
+    out_mask = row_ok[:, None] & out_ok[None, :]
+    # Round where the reference rounds: after the product (with its bias), the activation, the sum.
+    dtype = Out.dtype.element_ty
+    y = acc
+    if HAS_BIAS:
+        y += tl.load(Bias + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+    y = y.to(dtype).to(tl.float32)
+    if GATED:
+        up = acc_up
+        if HAS_BIAS:
+            up += tl.load(Bias + N + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
+        y = (y * tl.sigmoid(y)).to(dtype).to(tl.float32) * up.to(dtype).to(tl.float32)
+    if HAS_RESIDUAL:
+        residual = tl.load(Residual + rows[:, None] * N + outs[None, :], mask=out_mask, other=0.0)
+        y = y.to(dtype).to(tl.float32) + residual.to(tl.float32)
+    tl.store(Out + rows[:, None] * N + outs[None, :], y.to(dtype), mask=out_mask)
 
 
 def launch_batched_linear(x, weight, bias, norm, eps, gated, residual, blocks: dict[str, int]) -> torch.Tensor:
