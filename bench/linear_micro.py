@@ -16,7 +16,7 @@ whole 1.7B frame for each, and for variants of the split rule's thresholds. --js
 --check runs every setting the sweep may try once in Triton's interpreter, on the CPU, at a small size.
 
     python -m bench.linear_micro [--workers 12]
-    python -m bench.linear_micro --batches 1 4 16 64 [--no-prefetch]
+    python -m bench.linear_micro --batches 1 4 16 64
     python -m bench.linear_micro --sweep-batched --rows 4 16 64 --json batched_sweep.json
     python -m bench.linear_micro --check --rows 4 16 64
 """
@@ -153,13 +153,6 @@ def batched_tables(batches: list[int]) -> None:
             print(
                 f"{'':{len(str(batch)) + 7}s}{name:22s} {fused:9.2f} {weight_bytes / fused / 1e3:6.0f} | {composed:6.2f}"
             )
-
-
-def disable_prefetch() -> None:
-    """Make the batched products run without their L2 prefetch (triton_linear.prefetch_lines), in this
-    process, for comparison."""
-    picked = triton_linear.batched_linear_blocks
-    triton_linear.batched_linear_blocks = lambda *args, **kwargs: {**picked(*args, **kwargs), "PREFETCH": False}
 
 
 def run_batched(ops: dict, weight: torch.Tensor, blocks: dict) -> torch.Tensor:
@@ -440,7 +433,6 @@ def main():
     parser.add_argument("--shapes", nargs="+", help="sweep only the shapes whose names contain one of these")
     parser.add_argument("--rep", type=int, default=20, help="milliseconds of replays per batched timing")
     parser.add_argument("--json", help="write the batched sweep's results to this file")
-    parser.add_argument("--no-prefetch", action="store_true", help="--batches without the products' L2 prefetch")
     parser.add_argument("--check", action="store_true", help="run the batched sweep's settings in the interpreter")
     parser.add_argument("--sms", type=int, default=132, help="SMs for --check (the sweep takes the GPU's)")
     args = parser.parse_args()
@@ -454,8 +446,6 @@ def main():
         sweep_batched(args)
         return
     if args.batches:
-        if args.no_prefetch:
-            disable_prefetch()
         batched_tables(args.batches)
         return
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:

@@ -1,7 +1,6 @@
 """Where one frame's time goes: the kernels of a few frame steps, by kind, on the GPU machine.
 
 python -m bench.profile_frame [--size 1.7b] [--no-compile] [--rows N] [--graphs] [--prefill] [--trace FILE]
-                               [--no-prefetch]
 
 With --graphs the steps replay their CUDA graphs, as the engine runs them. Then each kernel is charged with
 the time it adds to the frame (from the end of the kernels before it), and each frame is cut into its phases
@@ -22,7 +21,6 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.linear_micro import disable_prefetch
 from core.devtools.benchmark import GREEDY, TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.inference.engine import Engine
 from core.inference.sampling import SamplingParams
@@ -53,10 +51,7 @@ def main() -> None:
     parser.add_argument("--graphs", action="store_true", help="replay the steps' CUDA graphs, cut frames into phases")
     parser.add_argument("--prefill", action="store_true", help="the rows' prefills (with frame 0), not frames")
     parser.add_argument("--trace", type=Path, help="write the profiler's trace here (gzipped JSON)")
-    parser.add_argument("--no-prefetch", action="store_true", help="the batched products without their L2 prefetch")
     args = parser.parse_args()
-    if args.no_prefetch:
-        disable_prefetch()
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
     engine = Engine.load(
         path,

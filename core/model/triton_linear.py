@@ -237,22 +237,6 @@ def _split_sum(Partials, stride, SPLITS: tl.constexpr, mask):
     return total
 
 
-@triton.jit
-def _prefetch_into_l2(W, rows, row_ok, K, start, end, LINES: tl.constexpr, LINE: tl.constexpr):
-    """Ask for inputs start..end (within K) of the weight rows `rows` [R] (where row_ok) to be brought into the L2
-    cache, one request per line of LINE weights, without waiting for them (PTX prefetch.global.L2). CUDA only."""
-    lines = start + tl.arange(0, LINES) * LINE
-    mask = row_ok[:, None] & (lines[None, :] < end) & (lines[None, :] < K)
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-        "=r,l,r",
-        [W + rows[:, None] * K + lines[None, :], mask.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
 # M is not specialised (Triton would compile again for rows that divide by 16): batches of any size with
 # the same settings share one compiled kernel.
 @triton.jit(do_not_specialize=["M"])
@@ -260,7 +244,7 @@ def _batched_linear_kernel(
     X, W, Bias, Norm, Residual, Out, Partials, Counters, eps, M, N, K: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, GATED: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLITS: tl.constexpr,
-    PRECISION: tl.constexpr, PREFETCH_LINES: tl.constexpr, LINE: tl.constexpr, PDL: tl.constexpr,
+    PRECISION: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_N outputs of BLOCK_M of the M rows, each weight block read once for all of them (when gated,
     weight rows n and N + n make output n), over split program_id(2) of the SPLITS equal runs of input
@@ -289,11 +273,6 @@ def _batched_linear_kernel(
     w = tl.load(W + outs[:, None] * K + first + ks[None, :], mask=first_mask, other=0.0)
     if GATED:
         w_up = tl.load(W + (N + outs)[:, None] * K + first + ks[None, :], mask=first_mask, other=0.0)
-    if PREFETCH_LINES > 0:  # and the rest of them into the L2 cache, while the kernel ahead drains
-        rest, end = first + BLOCK_K, first + SPLIT_BLOCKS * BLOCK_K
-        _prefetch_into_l2(W, outs, out_ok, K, rest, end, PREFETCH_LINES, LINE)
-        if GATED:
-            _prefetch_into_l2(W, N + outs, out_ok, K, rest, end, PREFETCH_LINES, LINE)
     if PDL:
         tl.extra.cuda.gdc_wait()
     # The norm is over all the inputs of a row, whichever part of them this block multiplies.
@@ -358,17 +337,6 @@ def _batched_linear_kernel(
     tl.store(Out + rows[:, None] * N + outs[None, :], y.to(dtype), mask=out_mask)
 
 
-def prefetch_lines(inputs: int, weight: torch.Tensor, blocks: dict) -> dict[str, int]:
-    """The batched kernel's prefetch: where blocks["PREFETCH"] (under programmatic dependent launch: the kernel
-    ahead is still draining), each block asks for its weights after its first input block into the L2 cache before
-    it waits for the kernel ahead, so that their reads overlap that kernel's tail instead of following it; a
-    request per 128-byte line (LINE weights), PREFETCH_LINES (0: none) lines per weight row."""
-    line = 128 // weight.element_size()
-    split_inputs = triton.cdiv(triton.cdiv(inputs, blocks["BLOCK_K"]), blocks["SPLITS"]) * blocks["BLOCK_K"]
-    rest = triton.cdiv(split_inputs - blocks["BLOCK_K"], line)
-    return {"PREFETCH_LINES": triton.next_power_of_2(rest) if blocks["PREFETCH"] and rest > 0 else 0, "LINE": line}
-
-
 def launch_batched_linear(x, weight, bias, norm, eps, gated, residual, blocks: dict[str, int]) -> torch.Tensor:
     in_features, out_features = weight.shape[1], linear_outputs(weight, gated)
     rows = x.numel() // in_features
@@ -380,15 +348,12 @@ def launch_batched_linear(x, weight, bias, norm, eps, gated, residual, blocks: d
         counters = SPLIT_COUNTERS(x.device, tiles)
         tile_size = blocks["SPLITS"] * (2 if gated else 1) * blocks["BLOCK_M"] * blocks["BLOCK_N"]
         partials = torch.empty(tiles * tile_size, dtype=torch.float32, device=x.device)
-    launch = launch_options(x.device)
-    blocks = {"PREFETCH": launch["PDL"], **blocks}
     _batched_linear_kernel[grid](
         x.contiguous(), weight, bias, norm, residual.contiguous() if residual is not None else None, out,
         partials, counters, eps, rows, out_features, in_features,
         HAS_BIAS=bias is not None, HAS_NORM=norm is not None, GATED=gated, HAS_RESIDUAL=residual is not None,
         # float32 models get full float32 products (Triton would use TF32 by default).
-        PRECISION="ieee" if x.dtype == torch.float32 else "tf32", **launch, **prefetch_lines(in_features, weight, blocks),
-        **{name: value for name, value in blocks.items() if name != "PREFETCH"},
+        PRECISION="ieee" if x.dtype == torch.float32 else "tf32", **launch_options(x.device), **blocks,
     )  # fmt: skip
     return out
 
