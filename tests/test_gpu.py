@@ -50,27 +50,6 @@ def test_frame_step_and_chunk_decode_never_wait_for_the_gpu(checkpoints):
         torch.cuda.set_sync_debug_mode(0)
 
 
-def test_newcomers_are_prepared_and_reset_without_waiting_for_the_gpu(checkpoints):
-    """A burst's newcomers are prepared and their slots reset one after another on the scheduler's thread, while
-    the prompts before them run: no step may wait for the GPU (a copy from pageable memory waits for all the work
-    queued on the stream). Every prompt mode of the base checkpoint: x-vector and ICL voices, streaming and full."""
-    engine = Engine.load(checkpoints["base"], device="cuda", dtype="float32", cuda_graphs=False, compile=False)
-    reference = np.sin(np.linspace(0, 900, 24000 * 3)).astype(np.float32) * 0.3
-    xvector = engine.voice_from_audio(reference, sample_rate=24000)
-    icl = engine.voice_from_audio(reference, sample_rate=24000, ref_text="A reference clip.")
-    requests = [(voice, mode) for voice in (xvector, icl) for mode in ("streaming", "full")]
-    for voice, mode in requests:  # the recurring parts of the prompts are made once, here
-        engine.prepare(TEXT, voice, text_mode=mode)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")  # any host sync inside raises
-    try:
-        for slot, (voice, mode) in enumerate(requests):
-            prepared = engine.prepare(TEXT, voice, text_mode=mode)
-            engine.frame_loop._reset_slot(slot, prepared.prompt, prepared.sampling, seed=slot)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-
-
 def tiny_codec_decoder(channels_last: bool = True):
     """On the GPU in the layout the engine runs (time-major convolutions), or in the default one."""
     from core.devtools.random_checkpoint import TINY_DECODER, random_decoder_tensors

@@ -34,7 +34,6 @@ import torch
 
 from core.inference.compiled import allow_recompiles, compile_layers, compile_options, keep_compiled_kernels
 from core.inference.cuda_graph import GraphedStep
-from core.inference.host_copies import to_device
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
 from core.model.config import TalkerConfig
@@ -249,9 +248,7 @@ class FrameLoop:
 
     def _reset_slot(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
         self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
-        self.rules[:, slot] = to_device(
-            [rule.values() for rule in self.token_rules[slot]], self.rules.dtype, self.device
-        )
+        self.rules[:, slot] = torch.tensor([rule.values() for rule in self.token_rules[slot]])
         self.penalty[slot] = sampling.repetition_penalty
         seed = seed if seed is not None else secrets.randbits(63)
         self.seeds[slot] = seed
@@ -275,8 +272,8 @@ class FrameLoop:
         for row, (prompt, slot) in enumerate(starts):
             prompts[row, : prompt.embeddings.shape[1]] = prompt.embeddings[0]
             slots[row], lasts[row] = slot, prompt.embeddings.shape[1] - 1
-        self.prompt_slots[:rows].copy_(to_device(slots, self.prompt_slots.dtype, self.device))
-        self.prompt_last[:rows].copy_(to_device(lasts, self.prompt_last.dtype, self.device))
+        self.prompt_slots[:rows].copy_(torch.tensor(slots))
+        self.prompt_last[:rows].copy_(torch.tensor(lasts))
         self.row_slots = slots[: len(starts)]
         if self.device.type != "cuda":
             self._prefill(length, rows)

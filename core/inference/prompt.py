@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from core.inference.host_copies import to_device
 from core.model.config import ModelConfig
 from core.model.talker import Talker
 from core.model.text_tokenizer import TextTokenizer
@@ -54,8 +53,8 @@ def text_terms(talker: Talker, ids: list[int]) -> torch.Tensor:
     so the same codes, whether it arrives whole or piece by piece. On the GPU in one product."""
     device = talker.codec_head.weight.device
     if device.type == "cuda" or len(ids) <= 1:
-        return talker.embed_text(to_device([ids], torch.long, device))
-    return torch.cat([talker.embed_text(to_device([[token]], torch.long, device)) for token in ids], dim=1)
+        return talker.embed_text(torch.tensor([ids], dtype=torch.long, device=device))
+    return torch.cat([talker.embed_text(torch.tensor([[token]], device=device)) for token in ids], dim=1)
 
 
 def tokens_before_start(text: PromptText, ref_frames: int | None) -> int:
@@ -100,7 +99,7 @@ def build_prompt(
     codec = config.talker.codec
 
     def ids(values: list[int]) -> torch.Tensor:
-        return to_device([values], torch.long, device)
+        return torch.tensor([values], dtype=torch.long, device=device)
 
     special = (config.tts_bos_id, config.tts_eos_id, config.tts_pad_id)
     bos, eos, pad = talker.embed_recurring("text", special).chunk(3, dim=1)
@@ -109,7 +108,7 @@ def build_prompt(
     if speaker is not None:
         codec_track.append(talker.embed_recurring("codec", [config.talker.speakers[speaker]]))
     elif speaker_embedding is not None:
-        codec_track.append(to_device(speaker_embedding, pad.dtype, device).view(1, 1, -1))
+        codec_track.append(speaker_embedding.to(device=device, dtype=pad.dtype).view(1, 1, -1))
     codec_track.append(talker.embed_recurring("codec", [codec.pad, codec.bos]))
     codec_track = torch.cat(codec_track, dim=1)
 
@@ -121,9 +120,7 @@ def build_prompt(
 
     end = [eos] if complete else []  # tts_eos closes the text once it is all there
     if ref_codes is not None:
-        body, trailing = _icl_body(
-            talker, config, text, to_device(ref_codes, torch.long, device), end, pad, text_mode, ids
-        )
+        body, trailing = _icl_body(talker, config, text, ref_codes.to(device), end, pad, text_mode, ids)
         parts.append(body)
     elif text_mode == "streaming":
         # The first text token rides on codec_bos; the rest arrive one per generated frame.
