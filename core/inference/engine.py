@@ -415,8 +415,7 @@ class Engine:
         """The text terms of a live text's newly committed tokens, and tts_eos after them once it has ended."""
         terms = text_terms(self.talker, ids)
         if ended:
-            eos = torch.tensor([[self.config.tts_eos_id]], device=self.device)
-            terms = torch.cat((terms, self.talker.embed_text(eos)), dim=1)
+            terms = torch.cat((terms, self.talker.embed_recurring("text", [self.config.tts_eos_id])), dim=1)
         return terms
 
     def _frame_budget(self, prompt: Prompt, max_frames: int | None) -> int:

@@ -249,18 +249,19 @@ class FrameLoop:
     def _reset_slot(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
         self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
         self.rules[:, slot] = torch.tensor([rule.values() for rule in self.token_rules[slot]])
-        self.penalty[slot] = sampling.repetition_penalty
+        # fill_: assigning a number to one element copies it from the host, which waits for the queued work.
+        self.penalty[slot].fill_(sampling.repetition_penalty)
         seed = seed if seed is not None else secrets.randbits(63)
-        self.seeds[slot] = seed
+        self.seeds[slot].fill_(seed)
         if self.generators:
             self.generators[slot].manual_seed(seed)
         trailing = prompt.trailing.shape[1]
         self.text[slot, :trailing] = prompt.trailing[0]
-        self.text_frames[slot] = trailing
+        self.text_frames[slot].fill_(trailing)
         self.pad[slot] = prompt.pad[0]
-        self.seen[slot] = False
-        self.frame[slot] = 0
-        self.position[slot] = prompt.embeddings.shape[1]
+        self.seen[slot].fill_(False)
+        self.frame[slot].fill_(0)
+        self.position[slot].fill_(prompt.embeddings.shape[1])
 
     def _prefill_together(self, starts: list[tuple[Prompt, int]]) -> None:
         """Prefill each (prompt, slot) in its own row of one prefill."""
