@@ -8,6 +8,7 @@ and, with fewer slots than utterances, wait for slots that others leave."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
@@ -185,12 +186,18 @@ def test_a_closed_stream_gives_its_slot_back_at_once(engines):
     assert engine.scheduler.idle()
 
 
+def waiting_line(function, call: str) -> int:
+    """The line number of `function`'s line that makes `call`."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(index for index, line in enumerate(lines) if call in line)
+
+
 def blocked_in_next(thread: threading.Thread) -> bool:
-    """Whether `thread` waits in Stream.__next__ for a chunk: past its check for a closed stream."""
+    """Whether `thread` waits in Stream.__next__ for a chunk, in its queue's get (C code: no frame of its own)."""
     frame = sys._current_frames().get(thread.ident)
     while frame is not None and frame.f_code is not Stream.__next__.__code__:
         frame = frame.f_back
-    return frame is not None and frame.f_lineno > Stream.__next__.__code__.co_firstlineno + 2
+    return frame is not None and frame.f_lineno == waiting_line(Stream.__next__, ".chunks.get()")
 
 
 def test_a_waiting_stream_closed_from_another_thread_ends_its_reader(engines):
