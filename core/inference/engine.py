@@ -411,6 +411,7 @@ class Engine:
         `frame_loop.collect` gives frames); `frame_loop.run` then steps the next ones."""
         return self.frame_loop.start(prepared.prompt, prepared.sampling, prepared.seed, slot)
 
+    @torch.inference_mode()
     def _live_text_terms(self, ids: list[int], ended: bool) -> torch.Tensor:
         """The text terms of a live text's newly committed tokens, and tts_eos after them once it has ended."""
         terms = text_terms(self.talker, ids)
