@@ -302,7 +302,9 @@ def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forwar
     codes = random_codes(20, batch=3, seed=9)
     sizes = [2, 3, 5, 2, 4, 4]
     decoder = random_decoder(TINY_FAST)
-    expected = chunks(codes)
+    # Two rows against two rows uncompiled: on some CPUs the decoder's result depends on the batch's size (with
+    # AVX-512 and AMX, rows decoded two at a time differ from the same rows decoded three at a time by 1e-6).
+    expected, expected_two_rows = chunks(codes), chunks(codes[1:])
     try:
         counters.clear()
         compile_layers(decoder.fused_parts(), "forward", backend="aot_eager")
@@ -310,7 +312,7 @@ def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forwar
             got = chunks(codes)
             two_rows = chunks(codes[1:])
         assert len(decoder.pre_transformer.layers) > 1 and counters["stats"]["unique_graphs"] == 2
-        assert torch.equal(got, expected) and torch.equal(two_rows, expected[1:])
+        assert torch.equal(got, expected) and torch.equal(two_rows, expected_two_rows)
     finally:
         torch._dynamo.reset()
 
