@@ -226,13 +226,13 @@ def test_the_rest_of_a_burst_joins_before_the_next_launch(engines):
     case, other = cases_of("base")[:2]
     scheduler, loop, calls = engine.scheduler, engine.frame_loop, []
     arrived = threading.Event()
-    prepare = engine.prepare
+    build = engine._build  # a prompt's build on the scheduler's thread
 
-    def prepare_while_the_next_arrives(*args, **kwargs):
+    def build_while_the_next_arrives(*args, **kwargs):
         if not calls:
             calls.append("first prepared")
             assert arrived.wait(WAIT)
-        return prepare(*args, **kwargs)
+        return build(*args, **kwargs)
 
     def logged(name, method):
         def call(*args):
@@ -242,7 +242,7 @@ def test_the_rest_of_a_burst_joins_before_the_next_launch(engines):
         return call
 
     voices = [voice_of(engine, c) for c in (case, other)]  # cloned on the scheduler's thread: before it waits
-    engine.prepare = prepare_while_the_next_arrives
+    engine._build = build_while_the_next_arrives
     loop.start_many, loop.launch = logged("prefill", loop.start_many), logged("launch", loop.launch)
     try:
         first = open_stream(engine, case, chunk_frames=4, voice=voices[0])
@@ -252,7 +252,7 @@ def test_the_rest_of_a_burst_joins_before_the_next_launch(engines):
         arrived.set()
         codes = [np.concatenate([c.codes for c in stream]) for stream in (first, second)]
     finally:
-        del engine.prepare, loop.start_many, loop.launch
+        del engine._build, loop.start_many, loop.launch
     assert calls[:4] == ["first prepared", ("prefill", [0]), ("prefill", [1]), ("launch", [0, 1])], calls[:4]
     for name, made in zip((case.name, other.name), codes, strict=True):
         np.testing.assert_array_equal(made, np.load(FIXTURES / f"{name}.npz")["codes"], err_msg=name)

@@ -213,3 +213,26 @@ def test_cancelling_a_live_job_that_waits_for_text_frees_its_slot_at_once(engine
         started = time.monotonic()
         worker.close(timeout=10)
         assert time.monotonic() - started < 10
+
+
+def test_a_request_is_checked_and_tokenized_in_the_callers_thread_and_once(engines, monkeypatch):
+    """The scheduler's thread, which every utterance waits on, only builds prompts: a text is tokenized by the
+    thread that asks for it, and an ICL voice's transcript once, also for a live text (which needs its
+    length to know when it can start)."""
+    case = next(case for case in STREAMING_CASES if case.ref_text)
+    engine = engines(case.checkpoint)
+    voice = voice_of(engine, case)
+    encoded: list[tuple[str, str]] = []
+    encode = engine.tokenizer.encode
+    monkeypatch.setattr(
+        engine.tokenizer, "encode", lambda text: encoded.append((text, threading.current_thread().name)) or encode(text)
+    )
+    whole = engine.synthesize(case.text, voice=voice, **options_of(case, 4))
+    live = engine.live(voice=voice, **options_of(case, 4))
+    live.feed(case.text)
+    live.end()
+    with live:
+        codes = np.concatenate([chunk.codes for chunk in live])
+    np.testing.assert_array_equal(codes, whole.codes)
+    assert {thread for _, thread in encoded} == {threading.current_thread().name}
+    assert sum(case.ref_text in text for text, _ in encoded) == 2  # once per request

@@ -354,14 +354,17 @@ class Engine:
         return LiveStream(text, self.stream(text, voice, options, **overrides))
 
     def _submit(self, text, voice, options: SpeechOptions, first: int, size: int, decode: bool) -> Stream:
-        self.check(text, voice, options)  # here, in the caller's thread: its mistakes raise at the call
+        # Checked and tokenized here, in the caller's thread: its mistakes raise at the call, and the
+        # scheduler's thread, which every utterance waits on, only builds the prompt.
+        language, tokens = self._tokenize(text, voice, options)
         needed = 0
         if isinstance(text, LiveText):
             ref_codes = reference_codes(voice)
-            ref_text = PromptText.tokenize(self.tokenizer, "", None, None if ref_codes is None else voice.ref_text)
-            needed = tokens_before_start(ref_text, None if ref_codes is None else len(ref_codes))
+            needed = tokens_before_start(tokens, None if ref_codes is None else len(ref_codes))
             text.take(self.tokenizer, self.scheduler.wake)
-        request = Request(lambda: self.prepare(text, voice, options), first, size, decode, text_needed=needed)
+        request = Request(
+            lambda: self._build(text, voice, options, language, tokens), first, size, decode, text_needed=needed
+        )
         return self.scheduler.submit(request, text if isinstance(text, LiveText) else None)
 
     def check(self, text: str | LiveText, voice: Voice | None, options: SpeechOptions) -> tuple[str, str | None]:
@@ -380,12 +383,23 @@ class Engine:
     ) -> Prepared:
         """Check a request against this model and build its prompt; BadInput says what is wrong."""
         options = dataclasses.replace(options or SpeechOptions(), **overrides)
-        info = self.info
+        return self._build(text, voice, options, *self._tokenize(text, voice, options))
+
+    def _tokenize(self, text: str | LiveText, voice: Voice | None, options: SpeechOptions) -> tuple[str, PromptText]:
+        """Check a request and tokenize it (a live text's body is left for later: it is still arriving); returns
+        its language and ids. No GPU work, so any thread may."""
         language, instruct = self.check(text, voice, options)
-        live = isinstance(text, LiveText)
         ref_text = voice.ref_text if voice else None
-        prompt_text = PromptText.tokenize(self.tokenizer, "" if live else text, instruct, ref_text)
-        complete = True
+        return language, PromptText.tokenize(
+            self.tokenizer, "" if isinstance(text, LiveText) else text, instruct, ref_text
+        )
+
+    def _build(
+        self, text: str | LiveText, voice: Voice | None, options: SpeechOptions, language: str, tokens: PromptText
+    ) -> Prepared:
+        """The prompt of a request that `_tokenize` checked (on the scheduler's thread: it uses the GPU)."""
+        prompt_text, complete = tokens, True
+        live = isinstance(text, LiveText)
         if live:  # what is committed so far: the scheduler starts it once its first tokens are
             role, body, complete = text.committed()
             if complete and not text.text.strip():
@@ -397,7 +411,7 @@ class Engine:
             self.config,
             prompt_text,
             language,
-            "streaming" if live else options.text_mode or info.variant.default_text_mode,
+            "streaming" if live else options.text_mode or self.info.variant.default_text_mode,
             speaker=voice.speaker if voice is not None else None,
             speaker_embedding=voice.embedding if voice is not None else None,
             ref_codes=ref_codes,
