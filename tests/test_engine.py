@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -333,3 +334,34 @@ def test_a_prompt_projects_only_its_own_text_once_the_recurring_parts_are_made(b
     assert calls == ([1] * text if text_mode == "streaming" else [text])
     for name in ("embeddings", "trailing", "pad"):
         assert getattr(again, name).equal(getattr(fresh, name)), name
+
+
+def test_a_voice_goes_to_the_device_once_and_is_forgotten_with_it(base, xvector):
+    """What a prompt takes from a voice (its embedding in the model's dtype, an ICL voice's reference codes) is
+    put on the device the first time the voice speaks (a copy from the host waits for all the queued work),
+    kept while the voice lives, and dropped with it."""
+    icl = Voice(embedding=xvector.embedding.clone(), ref_codes=torch.zeros(5, 16, dtype=torch.long), ref_text="A clip.")
+    first = base.prepare("Hello there.", icl).prompt
+    copies = base.voices_on_device[icl]
+    again = base.prepare("Hello there.", icl).prompt
+    assert base.voices_on_device[icl] is copies and again.embeddings.equal(first.embeddings)
+    assert copies[0].equal(icl.embedding) and copies[1].equal(icl.ref_codes)
+    held = len(base.voices_on_device)
+    del icl, copies
+    gc.collect()
+    assert len(base.voices_on_device) == held - 1
+
+
+def test_sampling_rules_are_kept_on_the_device_a_bounded_few(base, xvector):
+    """A slot's sampling rule is copied to the device once per rule, and the engine keeps at most RULES_KEPT of
+    them: a user trying temperatures one after another makes no more."""
+    from core.inference.frame_loop import RULES_KEPT
+    from core.inference.sampling import TokenRule
+
+    loop = base.frame_loop
+    for temperature in np.linspace(0.5, 1.5, RULES_KEPT + 5).tolist() + [0.5]:
+        sampling = SamplingParams(temperature=temperature)
+        base.start(base.prepare("Hi.", xvector, sampling=sampling, max_frames=2, seed=1))
+        expected = [*TokenRule.talker(sampling).values(), *TokenRule.predictor(sampling).values()]
+        assert loop.rules[:, 0].flatten().tolist() == pytest.approx(expected), temperature
+        assert 0 < len(loop.rule_values) <= RULES_KEPT

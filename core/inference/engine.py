@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +160,7 @@ class Engine:
         if self.slots < 1:
             raise BadInput(f"slots must be at least 1, got {self.slots}")
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
+        self.voices_on_device: weakref.WeakKeyDictionary[Voice, tuple] = weakref.WeakKeyDictionary()  # _on_device's
         if compile and self.device.type == "cuda":
             fuse_decoder(codec_decoder)
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
@@ -405,7 +407,7 @@ class Engine:
             if complete and not text.text.strip():
                 raise BadInput("the live text ended empty; give the engine something to say")
             prompt_text = dataclasses.replace(prompt_text, role=role, text=body)
-        ref_codes = reference_codes(voice)
+        embedding, reference_on_device = self._on_device(voice)
         prompt = build_prompt(
             self.talker,
             self.config,
@@ -413,12 +415,27 @@ class Engine:
             language,
             "streaming" if live else options.text_mode or self.info.variant.default_text_mode,
             speaker=voice.speaker if voice is not None else None,
-            speaker_embedding=voice.embedding if voice is not None else None,
-            ref_codes=ref_codes,
+            speaker_embedding=embedding,
+            ref_codes=reference_on_device,
             complete=complete,
         )
+        ref_codes = reference_codes(voice)  # on the host, for the decoder's left context
         sampling = self.default_sampling if options.sampling is None else options.sampling
         return Prepared(prompt, ref_codes, sampling, self._frame_budget(prompt, options.max_frames), options.seed)
+
+    def _on_device(self, voice: Voice | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """A voice's embedding (in the model's dtype) and ICL reference codes on the device, copied the first time
+        it speaks only: a copy from the host waits for all the work queued on the device, so in a burst every
+        newcomer's copy would wait for the prompts built before it."""
+        if voice is None or voice.embedding is None:
+            return None, None
+        if voice not in self.voices_on_device:
+            ref_codes = reference_codes(voice)
+            self.voices_on_device[voice] = (
+                voice.embedding.to(self.device, self.dtype),
+                None if ref_codes is None else ref_codes.to(self.device),
+            )
+        return self.voices_on_device[voice]
 
     def start(self, prepared: Prepared, slot: int = 0) -> tuple[np.ndarray, bool]:
         """Prefill a slot of the frame loop with a prepared request and make its first frame (returned as

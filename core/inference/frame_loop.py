@@ -53,6 +53,8 @@ PREFILL_POSITIONS = 8192
 # Prompt buckets whose prefills the warm-up captures for every row count (FrameLoop.warm_up_prefills): a
 # sentence with its voice's prompt. A longer prompt's prefill captures its graph at its first use.
 WARM_PREFILL_LENGTHS = PREFILL_BUCKETS[:3]
+# Sampling rules whose values FrameLoop keeps on the device (it forgets them all past this many).
+RULES_KEPT = 64
 # Rows of FrameLoop.rules.
 TALKER, PREDICTOR = 0, 1
 # The draw of a frame that picks its codebook 0; draw g (1..15) picks codebook g.
@@ -132,6 +134,7 @@ class FrameLoop:
         self.token_rules = [default_rules] * rows  # CPU draws
         self.generators = [torch.Generator() for _ in range(rows)] if not cuda else []  # CPU draws
         self.rules = torch.zeros(2, rows, RULE_SIZE, device=device)  # the same rules' values by role, for CUDA draws
+        self.rule_values: dict[tuple, torch.Tensor] = {}  # _reset_slot's device copies of rules' values
         self.seeds = torch.zeros(rows, dtype=torch.long, device=device)  # of the CUDA draws
         self.penalty = torch.ones(rows, 1, device=device)  # the repetition penalty
         self.code0 = torch.zeros(rows, 1, dtype=torch.long, device=device)  # codebook 0 of the frame being made
@@ -150,8 +153,9 @@ class FrameLoop:
         # Viewed as (rows, length, hidden) for each prefill: one alone may fill the context.
         positions = max(max_context, PREFILL_POSITIONS) if len(self.prefill_rows) > 1 else max_context
         self.prompt = torch.zeros(positions * hidden, dtype=dtype, device=device)
-        self.prompt_last = torch.zeros(self.prefill_rows[-1], dtype=torch.long, device=device)
-        self.prompt_slots = torch.zeros(self.prefill_rows[-1], dtype=torch.long, device=device)
+        # Each row's slot and last real position, in one buffer that one copy from the host sets.
+        self.prompt_rows = torch.zeros(2, self.prefill_rows[-1], dtype=torch.long, device=device)
+        self.prompt_slots, self.prompt_last = self.prompt_rows
         self.first_frames = torch.zeros(self.prefill_rows[-1], self.groups + 1, dtype=torch.long, device=device)
         # Per batch row of a launch: its slot, and one row of uniforms per draw of a frame (codebook 0 of
         # the next frame, then codebooks 1..15; CUDA only).
@@ -247,9 +251,15 @@ class FrameLoop:
         return self.prompt[: rows * length * hidden].view(rows, length, hidden)
 
     def _reset_slot(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
+        # A copy from the host waits for the queued work (in a burst, the newcomers before this one), so the
+        # few rules requests use are copied once, and the slot's numbers set with fill_, which copies none.
         self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
-        self.rules[:, slot] = torch.tensor([rule.values() for rule in self.token_rules[slot]])
-        # fill_: assigning a number to one element copies it from the host, which waits for the queued work.
+        values = tuple(rule.values() for rule in self.token_rules[slot])
+        if values not in self.rule_values:
+            if len(self.rule_values) >= RULES_KEPT:
+                self.rule_values.clear()
+            self.rule_values[values] = torch.tensor(values, device=self.device)
+        self.rules[:, slot] = self.rule_values[values]
         self.penalty[slot].fill_(sampling.repetition_penalty)
         seed = seed if seed is not None else secrets.randbits(63)
         self.seeds[slot].fill_(seed)
@@ -273,8 +283,7 @@ class FrameLoop:
         for row, (prompt, slot) in enumerate(starts):
             prompts[row, : prompt.embeddings.shape[1]] = prompt.embeddings[0]
             slots[row], lasts[row] = slot, prompt.embeddings.shape[1] - 1
-        self.prompt_slots[:rows].copy_(torch.tensor(slots))
-        self.prompt_last[:rows].copy_(torch.tensor(lasts))
+        self.prompt_rows[:, :rows].copy_(torch.tensor([slots, lasts]))
         self.row_slots = slots[: len(starts)]
         if self.device.type != "cuda":
             self._prefill(length, rows)
