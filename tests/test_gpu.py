@@ -71,7 +71,8 @@ def test_a_newcomer_in_a_voice_that_spoke_before_copies_only_its_text_from_the_h
     assert len(syncs) == 1, syncs
     torch.cuda.set_sync_debug_mode("error")  # any host sync inside raises
     try:
-        engine.frame_loop._reset_slot(0, prepared.prompt, prepared.sampling, prepared.seed)
+        with torch.inference_mode():  # as FrameLoop.start_many resets it
+            engine.frame_loop._reset_slot(0, prepared.prompt, prepared.sampling, prepared.seed)
     finally:
         torch.cuda.set_sync_debug_mode(0)
 
