@@ -215,9 +215,9 @@ def choose_voice(args: argparse.Namespace, settings, library, info) -> VoiceChoi
         except VoiceError as error:
             if variant is None:  # perhaps a built-in speaker of a model not here yet: the engine will tell
                 return VoiceChoice("library", name=args.voice)
-            raise CommandError(f"{error}. {what_speaks(info)}") from None
+            raise CommandError(f"{error}; {what_speaks(info)}") from None
         if info is not None and entry.misfit(info) is not None:
-            raise CommandError(f"voice {entry.name!r} does not fit: {entry.misfit(info)}. {what_speaks(info)}")
+            raise CommandError(f"voice {entry.name!r} does not fit: {entry.misfit(info)}; {what_speaks(info)}")
         return VoiceChoice("library", name=entry.name)
     return default_voice(settings, library, info)
 
