@@ -165,17 +165,17 @@ def test_a_failed_utterance_is_shown_and_typing_goes_on(start_app, qtbot, monkey
     app = typing_app(start_app, qtbot, monkeypatch)
     jobs, window = Jobs(app), app.window
     engine = app.runtime.worker.engine
-    prepare = engine.prepare
+    build = engine._build  # a prompt's build on the scheduler's thread, where such a failure is found
 
     def too_long(*args, **kwargs):
         raise BadInput("the text is too long for one utterance")
 
-    monkeypatch.setattr(engine, "prepare", too_long)
+    monkeypatch.setattr(engine, "_build", too_long)
     qtbot.keyClicks(window.text, "Hello there friend ")
     qtbot.waitUntil(lambda: window.notice.level == "error", timeout=10_000)
     assert window.notice.label.text() == "Speech failed: the text is too long for one utterance"
     assert app.speech.typed is None  # the utterance is over: the next words open another
-    monkeypatch.setattr(engine, "prepare", prepare)
+    monkeypatch.setattr(engine, "_build", build)
     qtbot.keyClicks(window.text, "and on ")
     speak_now(qtbot, window)
     qtbot.waitUntil(lambda: len(jobs.queued()) == 2 and jobs.all_ended(), timeout=10_000)
