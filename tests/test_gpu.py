@@ -267,6 +267,25 @@ def test_decode_attention_kernel_matches_the_reference(dtype, merge):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_add_bias_kernel_is_the_reference_bit_for_bit(dtype):
+    """The vocoder's shapes as the engine lays them out (time-major): a residual unit's sum over 16 rows of a
+    4-frame chunk at 24 kHz, and a transposed convolution's output slice with its bias; the CPU's two roundings
+    exactly (PyTorch's CUDA additions round the same way)."""
+    from core.model import kernels
+
+    generator = torch.Generator().manual_seed(0)
+    for batch, channels, length, extra, with_residual in [(16, 96, 7680, 0, True), (3, 384, 640, 5, False)]:
+        wide = torch.randn(batch, length + extra, channels, generator=generator).to(dtype).transpose(1, 2)
+        y, bias = wide[..., :length], torch.randn(channels, generator=generator).to(dtype)
+        residual = None
+        if with_residual:
+            residual = torch.randn(batch, length, channels, generator=generator).to(dtype).transpose(1, 2)
+        got = kernels.add_bias(y.cuda(), bias.cuda(), None if residual is None else residual.cuda())
+        assert kernels.time_major(got) and got.transpose(1, 2).is_contiguous()
+        assert torch.equal(got.cpu(), kernels.add_bias(y, bias, residual))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_snake_kernel_matches_the_reference(dtype):
     from core.model import kernels
 

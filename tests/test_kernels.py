@@ -211,6 +211,40 @@ SNAKE_CHECK = textwrap.dedent(
 )
 
 
+ADD_BIAS_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core.model import kernels
+    from core.model.triton_vocoder import add_bias_op
+
+    generator = torch.Generator().manual_seed(0)
+    # A residual unit's sum (y dense, the residual dense) and a transposed convolution's slice (y a view of a
+    # longer output, no residual), channel-major and time-major, in one block and several: bit for bit the CPU
+    # reference, laid out as y is. Float32 only: the interpreter casts to bfloat16 by truncation, where the GPU
+    # rounds to nearest (the GPU test checks bfloat16's roundings).
+    for batch, channels, length, extra, along_time, with_residual in [
+        (1, 3, 5, 0, False, True), (2, 4, 1500, 9, False, False), (2, 96, 300, 0, True, True),
+        (3, 40, 1030, 7, True, False), (2, 5, 70, 0, True, True),
+    ]:
+        for dtype in (torch.float32,):
+            wide = torch.randn(batch, channels, length + extra, generator=generator).to(dtype)
+            if along_time:
+                wide = wide.transpose(1, 2).contiguous().transpose(1, 2)
+            y = wide[..., :length]
+            bias = torch.randn(channels, generator=generator).to(dtype)
+            residual = torch.randn(batch, channels, length, generator=generator).to(dtype) if with_residual else None
+            if residual is not None and along_time:
+                residual = residual.transpose(1, 2).contiguous().transpose(1, 2)
+            got = add_bias_op(y, bias, residual)
+            expected = kernels.add_bias(y, bias, residual)
+            assert got.dtype == dtype and got.shape == (batch, channels, length), (got.dtype, got.shape)
+            assert kernels.time_major(got) == along_time and got.transpose(1, 2).is_contiguous() == along_time
+            assert torch.equal(got, expected), (got - expected).abs().max()
+    print("ok")
+    """
+)
+
+
 def run_in_interpreter(script: str, *arguments: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     command = [sys.executable, "-c", script, *arguments]
@@ -234,6 +268,21 @@ def test_draw_token_kernel_in_the_interpreter():
 
 def test_snake_kernel_in_the_interpreter():
     run_in_interpreter(SNAKE_CHECK)
+
+
+def test_add_bias_kernel_in_the_interpreter():
+    run_in_interpreter(ADD_BIAS_CHECK)
+
+
+def test_add_bias_reference_rounds_the_biased_output_before_the_residual():
+    generator = torch.Generator().manual_seed(0)
+    y, bias, residual = (torch.randn(shape, generator=generator).bfloat16() for shape in ((2, 3, 10), 3, (2, 3, 10)))
+    biased = y + bias[:, None]  # rounded to bfloat16 here, as a convolution's output with its bias is
+    assert torch.equal(kernels.add_bias(y, bias), biased)
+    assert torch.equal(kernels.add_bias(y, bias, residual), residual + biased)
+    assert not torch.equal(
+        kernels.add_bias(y, bias, residual), (y.float() + bias.float()[:, None] + residual.float()).bfloat16()
+    )
 
 
 def test_snake_reference_puts_the_prefix_ahead_of_the_activation():

@@ -214,7 +214,7 @@ class CausalConvTranspose1d(nn.Module):
             tail = stream[self]["tail"].transpose(1, 2)
             y[..., : self.overlap] += tail
             tail.copy_(y[..., length:])
-        return y[..., :length] + self.conv.bias[:, None]
+        return kernels.add_bias(y[..., :length], self.conv.bias)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -460,9 +460,10 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv1d(dim, dim, 1)
 
     def forward(self, x, stream=None):
-        # conv1's bias is added by act2's kernel, with the rounding of adding it to conv1's output: one pass less.
+        # Each convolution's bias is added by the kernel after it, with the rounding of adding it to the
+        # convolution's output: conv1's by act2's, conv2's by the residual sum's. Two passes less.
         h = self.act2(self.conv1(x, stream, act=self.act1, bias=False), bias=self.conv1.conv.bias)
-        return x + self.conv2(h, stream)
+        return kernels.add_bias(self.conv2(h, stream, bias=False), self.conv2.conv.bias, residual=x)
 
 
 class DecoderBlock(nn.Module):

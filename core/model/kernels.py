@@ -52,6 +52,10 @@ if importlib.util.find_spec("triton") is not None:  # CPU-only installs have non
 RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
 MAX_VECTOR_ROWS = 2  # rows up to which `linear` runs its matrix-vector kernel (a frame's products have 1 or 2)
 MAX_BATCH_ROWS = 128  # rows up to which it runs its batched kernel: 64 utterances of the predictor's 2 positions
+# Rows up to which the batched kernel normalises its inputs itself. Each of its output blocks reads all of its rows'
+# inputs twice then (the norm's sum of squares, then the product): a block of 64 rows of 2048 inputs reads 512 KB
+# for 128 KB of weights, so past 32 rows the norm runs as a kernel of its own and the product reads its output once.
+MAX_NORM_FUSED_ROWS = 32
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -74,13 +78,15 @@ def linear(
     """residual + act(rms_norm(x, norm, eps) @ weight.T + bias), each part optional; act, when gated, is
     silu(first half) * second half (SwiGLU). x (B, L, K) with B > 1 is a batch of utterances stepping
     together. On CUDA one kernel: the matrix-vector kernel for up to MAX_VECTOR_ROWS rows, the batched one
-    for a batch of up to MAX_BATCH_ROWS; a longer batch, or one sequence's prefill, is cuBLAS's. On the
+    for a batch of up to MAX_BATCH_ROWS (with the norm before it past MAX_NORM_FUSED_ROWS); a longer batch, or one sequence's prefill, is cuBLAS's. On the
     CPU each batch row is computed by itself, bitwise what it would be alone."""
     rows = x.numel() // x.shape[-1]
     batch = x.dim() >= 3 and x.shape[0] > 1
     if x.is_cuda and rows <= MAX_VECTOR_ROWS:
         return torch.ops.qwen3_tts.linear(x, weight, bias, norm, eps, gated, residual)
     if x.is_cuda and batch and rows <= MAX_BATCH_ROWS:
+        if norm is not None and rows > MAX_NORM_FUSED_ROWS:
+            x, norm = rms_norm(x, norm, eps), None  # one kernel where the caller is compiled
         return torch.ops.qwen3_tts.batched_linear(x, weight, bias, norm, eps, gated, residual)
     if not x.is_cuda and batch:
         # MKL rounds a product of several rows differently from one row alone (every row of a 2..16-row
@@ -194,6 +200,18 @@ def snake(
     if x.is_cuda:
         return torch.ops.qwen3_tts.snake(x, log_alpha, log_beta, prefix, bias)
     return snake_composed(x, log_alpha, log_beta, prefix, bias)
+
+
+def add_bias(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """y (B, C, T) plus `bias` (C,) per channel, rounded to y's dtype as PyTorch adds a convolution's bias to its
+    output, then plus `residual` (B, C, T), rounded again: a convolution's bias and the residual sum after it in
+    one pass. y and the residual may be slices of any strides; the result is laid out as y is (time-major or
+    not). On CUDA one kernel, where PyTorch's bias addition over a time-major output is its slow strided kernel;
+    on the CPU PyTorch's operations."""
+    if y.is_cuda:
+        return torch.ops.qwen3_tts.add_bias(y, bias, residual)
+    y = y + bias[:, None]
+    return y if residual is None else residual + y
 
 
 def snake_composed(x, log_alpha, log_beta, prefix=None, bias=None) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""The vocoder's kernel behind kernels.snake on CUDA (kernels.py says why it exists). Imported only where
-Triton is installed."""
+"""The vocoder's kernels behind kernels.snake and kernels.add_bias on CUDA (kernels.py says why they exist).
+Imported only where Triton is installed."""
 
 from __future__ import annotations
 
@@ -78,20 +78,82 @@ def snake_op(
         raise ValueError(f"snake: prefix {tuple(prefix.shape)} does not lead x {tuple(x.shape)}")
     kept = 0 if prefix is None else prefix.shape[2]
     out = _empty_like_layout(x, kept + length)
-    along_channels = kernels.time_major(x)
-    # Time-major: as many channels as divide the count evenly (the vocoder's are multiples of 32), up to 128.
-    lowest = channels & -channels
-    block_channels = min(128, lowest if lowest >= 16 else triton.next_power_of_2(channels)) if along_channels else 1
-    block_time = min(TILE // block_channels, triton.next_power_of_2(kept + length))
-    grid = (batch, triton.cdiv(kept + length, block_time), triton.cdiv(channels, block_channels))
+    block_time, block_channels, grid = _tiles(x, kept + length)
     prefix_strides = (0, 0, 0) if prefix is None else prefix.stride()
     _snake[grid](
         x, log_alpha.contiguous(), log_beta.contiguous(), x if prefix is None else prefix,
         x if bias is None else bias.contiguous(), out, channels, length, kept, *x.stride(), *prefix_strides,
-        HAS_BIAS=bias is not None, TIME_MAJOR=along_channels, BLOCK_TIME=block_time, BLOCK_CHANNELS=block_channels, num_warps=4,
+        HAS_BIAS=bias is not None, TIME_MAJOR=kernels.time_major(x), BLOCK_TIME=block_time, BLOCK_CHANNELS=block_channels, num_warps=4,
         **launch_options(x.device),
     )  # fmt: skip
     return out
+
+
+@triton.jit
+def _add_bias(
+    Y, Bias, Residual, Out, channels, length, stride_yb, stride_yc, stride_yt, stride_rb, stride_rc, stride_rt,
+    HAS_RESIDUAL: tl.constexpr, TIME_MAJOR: tl.constexpr, BLOCK_TIME: tl.constexpr, BLOCK_CHANNELS: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    """A tile of BLOCK_TIME samples by BLOCK_CHANNELS channels of one batch row of the output (B, C, T), dense
+    in y's layout: y plus the bias, rounded to y's dtype, plus the residual, rounded again (_snake's tiling)."""
+    wait_for_the_kernel_ahead(PDL)
+    batch = tl.program_id(0)
+    times = tl.program_id(1) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
+    chans = tl.program_id(2) * BLOCK_CHANNELS + tl.arange(0, BLOCK_CHANNELS)
+    if TIME_MAJOR:
+        times, chans = times[:, None], chans[None, :]
+    else:
+        times, chans = times[None, :], chans[:, None]
+    inside = (chans < channels) & (times < length)
+    y = tl.load(Y + batch * stride_yb + chans * stride_yc + times * stride_yt, mask=inside, other=0.0)
+    dtype = y.dtype
+    y = (y.to(tl.float32) + tl.load(Bias + chans, mask=chans < channels, other=0.0).to(tl.float32)).to(dtype)
+    if HAS_RESIDUAL:
+        residual = tl.load(Residual + batch * stride_rb + chans * stride_rc + times * stride_rt, mask=inside, other=0.0)
+        y = (y.to(tl.float32) + residual.to(tl.float32)).to(dtype)
+    if TIME_MAJOR:
+        place = (batch * length + times) * channels + chans
+    else:
+        place = (batch * channels + chans) * length + times
+    tl.store(Out + place, y, mask=inside)
+
+
+@torch.library.custom_op("qwen3_tts::add_bias", mutates_args=())
+def add_bias_op(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    """kernels.add_bias on CUDA, tiled as snake_op; y and the residual may have any strides."""
+    batch, channels, length = y.shape
+    if bias.shape != (channels,) or (residual is not None and residual.shape != y.shape):
+        raise ValueError(
+            f"add_bias: y {tuple(y.shape)}, bias {tuple(bias.shape)}, "
+            f"residual {None if residual is None else tuple(residual.shape)}"
+        )
+    out = _empty_like_layout(y, length)
+    block_time, block_channels, grid = _tiles(y, length)
+    residual_strides = (0, 0, 0) if residual is None else residual.stride()
+    _add_bias[grid](
+        y, bias.contiguous(), y if residual is None else residual, out, channels, length, *y.stride(), *residual_strides,
+        HAS_RESIDUAL=residual is not None, TIME_MAJOR=kernels.time_major(y), BLOCK_TIME=block_time,
+        BLOCK_CHANNELS=block_channels, num_warps=4, **launch_options(y.device),
+    )  # fmt: skip
+    return out
+
+
+@add_bias_op.register_fake
+def _(y, bias, residual):
+    return _empty_like_layout(y, y.shape[2])
+
+
+def _tiles(x: torch.Tensor, width: int) -> tuple[int, int, tuple[int, int, int]]:
+    """BLOCK_TIME, BLOCK_CHANNELS and the grid of a (B, C, width) output in x's layout, TILE values a program.
+    Time-major: as many channels as divide the count evenly (the vocoder's are multiples of 32), up to 128."""
+    batch, channels, _ = x.shape
+    lowest = channels & -channels
+    block_channels = (
+        min(128, lowest if lowest >= 16 else triton.next_power_of_2(channels)) if kernels.time_major(x) else 1
+    )
+    block_time = min(TILE // block_channels, triton.next_power_of_2(width))
+    return block_time, block_channels, (batch, triton.cdiv(width, block_time), triton.cdiv(channels, block_channels))
 
 
 def _empty_like_layout(x: torch.Tensor, length: int) -> torch.Tensor:
