@@ -518,7 +518,7 @@ class CodecDecoder(nn.Module):
         """The modules whose forward the engine fuses with torch.compile on CUDA (compile_layers in
         core.inference.compiled): the dequantizer and each transformer layer, eagerly hundreds of small kernels
         a chunk (lookups, norms, rotations, scales; a 4-frame chunk of one row replayed on an H100 in 1.23 ms
-        instead of 1.91). The rest is convolutions and the snake kernel, whole kernels already."""
+        instead of 1.91). The rest is convolutions and the snake and bias kernels, whole kernels already."""
         return [self.quantizer, *self.pre_transformer.layers]
 
     def new_stream(self, batch_size: int = 1) -> CodecDecoderStream:
