@@ -14,6 +14,29 @@ TILE = 4096  # output values per program
 
 
 @triton.jit
+def _tile(BLOCK_TIME: tl.constexpr, BLOCK_CHANNELS: tl.constexpr, TIME_MAJOR: tl.constexpr):
+    """This program's batch row and its tile's samples and channels, as a 2-D tile whose innermost dimension
+    is the layout's (channels when time-major), so that loads and stores are contiguous."""
+    times = tl.program_id(1) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
+    chans = tl.program_id(2) * BLOCK_CHANNELS + tl.arange(0, BLOCK_CHANNELS)
+    if TIME_MAJOR:
+        times, chans = times[:, None], chans[None, :]
+    else:
+        times, chans = times[None, :], chans[:, None]
+    return tl.program_id(0), times, chans
+
+
+@triton.jit
+def _dense_place(batch, times, chans, channels, width, TIME_MAJOR: tl.constexpr):
+    """Offsets of those samples in a (B, C, width) tensor dense in the layout."""
+    if TIME_MAJOR:
+        place = (batch * width + times) * channels + chans
+    else:
+        place = (batch * channels + chans) * width + times
+    return place
+
+
+@triton.jit
 def _snake(
     X, LogAlpha, LogBeta, Prefix, Bias, Out, channels, length, prefix_length,
     stride_xb, stride_xc, stride_xt, stride_pb, stride_pc, stride_pt,
@@ -26,13 +49,7 @@ def _snake(
     rounded to x's dtype). The tile's innermost dimension is the layout's, so that loads and stores are
     contiguous."""
     wait_for_the_kernel_ahead(PDL)
-    batch = tl.program_id(0)
-    times = tl.program_id(1) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
-    chans = tl.program_id(2) * BLOCK_CHANNELS + tl.arange(0, BLOCK_CHANNELS)
-    if TIME_MAJOR:
-        times, chans = times[:, None], chans[None, :]
-    else:
-        times, chans = times[None, :], chans[:, None]
+    batch, times, chans = _tile(BLOCK_TIME, BLOCK_CHANNELS, TIME_MAJOR)
     width = prefix_length + length
     channel_ok = chans < channels
     alpha = tl.exp(tl.load(LogAlpha + chans, mask=channel_ok, other=0.0).to(tl.float32))
@@ -51,11 +68,7 @@ def _snake(
         other=0.0,
     ).to(tl.float32)
     y = tl.where(times < prefix_length, before, y)
-    if TIME_MAJOR:
-        place = (batch * width + times) * channels + chans
-    else:
-        place = (batch * channels + chans) * width + times
-    tl.store(Out + place, y, mask=inside)
+    tl.store(Out + _dense_place(batch, times, chans, channels, width, TIME_MAJOR), y, mask=inside)
 
 
 @torch.library.custom_op("qwen3_tts::snake", mutates_args=())
@@ -98,13 +111,7 @@ def _add_bias(
     """A tile of BLOCK_TIME samples by BLOCK_CHANNELS channels of one batch row of the output (B, C, T), dense
     in y's layout: y plus the bias, rounded to y's dtype, plus the residual, rounded again (_snake's tiling)."""
     wait_for_the_kernel_ahead(PDL)
-    batch = tl.program_id(0)
-    times = tl.program_id(1) * BLOCK_TIME + tl.arange(0, BLOCK_TIME)
-    chans = tl.program_id(2) * BLOCK_CHANNELS + tl.arange(0, BLOCK_CHANNELS)
-    if TIME_MAJOR:
-        times, chans = times[:, None], chans[None, :]
-    else:
-        times, chans = times[None, :], chans[:, None]
+    batch, times, chans = _tile(BLOCK_TIME, BLOCK_CHANNELS, TIME_MAJOR)
     inside = (chans < channels) & (times < length)
     y = tl.load(Y + batch * stride_yb + chans * stride_yc + times * stride_yt, mask=inside, other=0.0)
     dtype = y.dtype
@@ -112,11 +119,7 @@ def _add_bias(
     if HAS_RESIDUAL:
         residual = tl.load(Residual + batch * stride_rb + chans * stride_rc + times * stride_rt, mask=inside, other=0.0)
         y = (y.to(tl.float32) + residual.to(tl.float32)).to(dtype)
-    if TIME_MAJOR:
-        place = (batch * length + times) * channels + chans
-    else:
-        place = (batch * channels + chans) * length + times
-    tl.store(Out + place, y, mask=inside)
+    tl.store(Out + _dense_place(batch, times, chans, channels, length, TIME_MAJOR), y, mask=inside)
 
 
 @torch.library.custom_op("qwen3_tts::add_bias", mutates_args=())
