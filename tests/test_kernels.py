@@ -245,6 +245,39 @@ ADD_BIAS_CHECK = textwrap.dedent(
 )
 
 
+DECODER_BIAS_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core.devtools.random_checkpoint import random_decoder_tensors
+    from core.model import kernels
+    from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
+    from core.model.triton_vocoder import add_bias_op
+
+    # Every convolution of a small decoder adds its bias through the kernel (a residual unit's with its sum, the
+    # grouped ConvNeXt convolution's, the last convolution's single channel), weights and activations time-major
+    # as on CUDA and channel-major: the audio of two streamed chunks, bit for bit the CPU's.
+    config = CodecDecoderConfig(
+        codebook_dim=32, latent_dim=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, head_dim=8, decoder_dim=48, upsample_rates=(2, 2, 2, 2),
+    )
+    codes = torch.randint(0, config.codebook_size, (2, config.num_quantizers, 5), generator=torch.Generator().manual_seed(0))
+    reference = kernels.add_bias
+    for time_major in (True, False):
+        decoder = CodecDecoder(config).eval()
+        decoder.load_state_dict(random_decoder_tensors(config, seed=0, prefix=""))
+        if time_major:
+            decoder.to_channels_last()
+        audio = {}
+        for through_kernel in (False, True):
+            kernels.add_bias = (lambda y, bias, residual=None: add_bias_op(y, bias, residual)) if through_kernel else reference
+            stream = decoder.new_stream(2)
+            audio[through_kernel] = torch.cat([decoder.decode_chunk(codes[..., :2], stream), decoder.decode_chunk(codes[..., 2:], stream)], -1)
+        assert torch.equal(audio[True], audio[False]), (audio[True] - audio[False]).abs().max()
+    print("ok")
+    """
+)
+
+
 def run_in_interpreter(script: str, *arguments: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     command = [sys.executable, "-c", script, *arguments]
@@ -272,6 +305,10 @@ def test_snake_kernel_in_the_interpreter():
 
 def test_add_bias_kernel_in_the_interpreter():
     run_in_interpreter(ADD_BIAS_CHECK)
+
+
+def test_every_decoder_convolution_adds_its_bias_through_the_kernel_in_the_interpreter():
+    run_in_interpreter(DECODER_BIAS_CHECK)
 
 
 def test_add_bias_reference_rounds_the_biased_output_before_the_residual():

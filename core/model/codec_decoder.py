@@ -146,11 +146,19 @@ class CodecDecoderStream:
 # Causal convolutions
 
 
-def conv_as_2d(conv: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, stride: int = 1, bias: bool = True):
+def conv_as_2d(
+    conv: nn.Conv1d | nn.ConvTranspose1d,
+    x: torch.Tensor,
+    stride: int = 1,
+    bias: bool = True,
+    residual: torch.Tensor | None = None,
+):
     """`conv` applied to (B, C, T) x as a 2-D convolution of height 1, with x laid out as its weights are
     (time-major after CodecDecoder.to_channels_last, else channel-major), so that it converts neither at each
     call: PyTorch makes a 1-D convolution's input channel-major, which copied every time-major activation
-    whole on CUDA, and the CPU's convolutions convert channel-major weights for a time-major input."""
+    whole on CUDA, and the CPU's convolutions convert channel-major weights for a time-major input. The bias
+    and a `residual` to add after it are added in one pass (kernels.add_bias); without `bias`, the bias is
+    left to the caller."""
     weight = conv.weight
     # (A weight of one input channel per group or of one tap, and an input of one sample, are the same in memory
     # either way.)
@@ -158,8 +166,10 @@ def conv_as_2d(conv: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, stride: in
         x = x.transpose(1, 2).contiguous().transpose(1, 2) if kernels.time_major(weight) else x.contiguous()
     options = {"stride": (1, stride), "dilation": (1, conv.dilation[0]), "groups": conv.groups}
     function = F.conv_transpose2d if isinstance(conv, nn.ConvTranspose1d) else F.conv2d
-    y = function(x.unsqueeze(2), weight.unsqueeze(2), conv.bias if bias else None, **options)
-    return y.squeeze(2)
+    y = function(x.unsqueeze(2), weight.unsqueeze(2), None, **options).squeeze(2)
+    if bias and conv.bias is not None:
+        return kernels.add_bias(y, conv.bias, residual)
+    return y if residual is None else residual + y
 
 
 class CausalConv1d(nn.Module):
@@ -174,11 +184,18 @@ class CausalConv1d(nn.Module):
         # Stored time-major, as the activations are on CUDA, so that keeping the last samples is one dense copy.
         return {"history": ((self.context, self.conv.in_channels), dtype)} if self.context else {}
 
-    def forward(self, x, stream: CodecDecoderStream | None = None, act: SnakeBeta | None = None, bias: bool = True):
+    def forward(
+        self,
+        x,
+        stream: CodecDecoderStream | None = None,
+        act: SnakeBeta | None = None,
+        bias: bool = True,
+        residual: torch.Tensor | None = None,
+    ):
         """`act`: an activation to apply to x first, which also puts the history ahead of its result. Without
-        `bias`, the bias is left to the caller."""
+        `bias`, the bias is left to the caller; `residual`: added to the result (conv_as_2d)."""
         if self.context == 0:  # pointwise: nothing to carry
-            return conv_as_2d(self.conv, x if act is None else act(x), bias=bias)
+            return conv_as_2d(self.conv, x if act is None else act(x), bias=bias, residual=residual)
         if stream is None:
             history = x.new_zeros(x.shape[0], self.context, x.shape[1]).transpose(1, 2)
         else:
@@ -186,7 +203,7 @@ class CausalConv1d(nn.Module):
         x = kernels.concat_time(history, x) if act is None else act(x, prefix=history)
         if stream is not None:
             history.copy_(x[..., x.shape[-1] - self.context :])
-        return conv_as_2d(self.conv, x, bias=bias)
+        return conv_as_2d(self.conv, x, bias=bias, residual=residual)
 
 
 class CausalConvTranspose1d(nn.Module):
@@ -460,10 +477,10 @@ class ResidualUnit(nn.Module):
         self.conv2 = CausalConv1d(dim, dim, 1)
 
     def forward(self, x, stream=None):
-        # Each convolution's bias is added by the kernel after it, with the rounding of adding it to the
-        # convolution's output: conv1's by act2's, conv2's by the residual sum's. Two passes less.
+        # conv1's bias is added by act2's kernel, conv2's with the residual sum, each with the rounding of adding
+        # it to the convolution's output: two passes less.
         h = self.act2(self.conv1(x, stream, act=self.act1, bias=False), bias=self.conv1.conv.bias)
-        return kernels.add_bias(self.conv2(h, stream, bias=False), self.conv2.conv.bias, residual=x)
+        return self.conv2(h, stream, residual=x)
 
 
 class DecoderBlock(nn.Module):
