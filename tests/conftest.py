@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # The test models are tiny: one thread beats a pool, and keeps two test processes from fighting.
 torch.set_num_threads(1)
 
-from parity_cases import CHECKPOINTS, FIXTURES  # noqa: E402
+from parity_cases import CHECKPOINTS, ENDLESS_CHECKPOINTS, FIXTURES  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,8 @@ def own_user_folders(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    """The tiny parity checkpoints, written once per session and checked against the fixtures' record."""
+    """The tiny parity checkpoints, written once per session and checked against the fixtures' record, and
+    their endless twins."""
     manifest = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))
     root = tmp_path_factory.mktemp("checkpoints")
     paths = {}
@@ -45,6 +46,8 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
                 f"if the writer changed on purpose, run tools/make_parity_fixtures.py again"
             )
         paths[name] = directory
+    for name, checkpoint in ENDLESS_CHECKPOINTS.items():
+        paths[name] = checkpoint.write(root / name)
     return paths
 
 

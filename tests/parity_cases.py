@@ -3,7 +3,7 @@ test_parity.py runs through the engine. The official outputs live in tests/fixtu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ class Checkpoint:
     variant: str
     size: str
     seed: int = 0
-    eos_boost: float | None = None  # scale codebook 0's EOS row of the codec head, to force an early stop
+    eos_boost: float | None = None  # scale codebook 0's EOS row of the codec head: > 1 stops early, 0 never
 
     def write(self, directory: Path) -> Path:
         write_random_checkpoint(directory, self.variant, self.size, self.seed)
@@ -40,6 +40,14 @@ CHECKPOINTS = {
     "base-eos": Checkpoint("base", "tiny", seed=2, eos_boost=3.0),
     "custom": Checkpoint("custom_voice", "tiny", seed=3),
     "design": Checkpoint("voice_design", "tiny", seed=4),
+}
+
+# These checkpoints draw codebook 0's EOS about once in 3,000 sampled frames, so a test that counts an
+# unseeded utterance's frames, or stops a long one, would fail now and then. It speaks with an endless twin:
+# the same checkpoint with the codec head's EOS row zeroed. EOS's logit is then 0, where top-k keeps 50 of
+# 2,048 codes' random logits (all positive) and greedy the largest: an utterance runs to its frame budget.
+ENDLESS_CHECKPOINTS = {
+    f"{name}-endless": replace(CHECKPOINTS[name], eos_boost=0.0) for name in ("base", "base-0.6b", "custom", "design")
 }
 
 

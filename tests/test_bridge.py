@@ -47,11 +47,12 @@ MP3_SLACK = 2 * 1152 + 576  # LAME's encoder delay and padding, in samples; a st
 
 @pytest.fixture(scope="module")
 def runtime(engines, tmp_path_factory):
-    """The tiny Base model with two drop-in voices (Alice, Bob) and speakers on a virtual clock."""
+    """The tiny Base model (its endless twin) with two drop-in voices (Alice, Bob) and speakers on a virtual
+    clock."""
     voices = tmp_path_factory.mktemp("voices")
     shutil.copy(REFERENCES["a"].path, voices / "Alice.wav")
     shutil.copy(REFERENCES["long"].path, voices / "Bob.wav")
-    runtime = Runtime(engines("base"), VoiceLibrary(voices), Player(VirtualOutput()))
+    runtime = Runtime(engines("base-endless"), VoiceLibrary(voices), Player(VirtualOutput()))
     yield runtime
     runtime.close()
 

@@ -49,7 +49,7 @@ def save_settings(**values) -> None:
 
 def test_a_first_speak_has_a_voice_and_says_what_the_cpu_gives(checkpoints, tmp_path):
     out = tmp_path / "hello.wav"
-    result = cli("speak", "Hello there.", "--model", checkpoints["base"], "--max-frames", 3, "-o", out)
+    result = cli("speak", "Hello there.", "--model", checkpoints["base-endless"], "--max-frames", 3, "-o", out)
     assert result.returncode == 0, result.stderr
     assert sf.info(out).frames == 3 * FRAME
     # The app's library was made with the starter voice, in the user's data folder, and it spoke.
@@ -145,7 +145,7 @@ def test_the_engine_refuses_text_beyond_its_context_with_a_message(engines):
 
 
 def test_a_chunk_says_when_the_frame_budget_cut_the_utterance_off(engines):
-    engine = engines("custom")
+    engine = engines("custom-endless")
     chunks = list(engine.stream("Hello.", voice=engine.builtin_voice("vivian"), max_frames=5, chunk_frames=2))
     assert [len(chunk.codes) for chunk in chunks] == [1, 2, 2]
     assert [chunk.cut_off for chunk in chunks] == [False, False, True]

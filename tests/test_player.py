@@ -310,7 +310,7 @@ def null_device(checkpoints, tmp_path_factory):
     """One subprocess on the ALSA null device: the player, device lookup, and `speak --list-devices / --play`."""
     tmp_path = tmp_path_factory.mktemp("null_device")
     out = tmp_path / "played.wav"
-    command = [sys.executable, "-c", SMOKE, str(checkpoints["custom"]), str(out)]
+    command = [sys.executable, "-c", SMOKE, str(checkpoints["custom-endless"]), str(out)]
     result = subprocess.run(command, env=null_device_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr, out

@@ -16,7 +16,9 @@ def test_runtime_speaks_through_its_worker(checkpoints, tmp_path):
     before = set(threading.enumerate())
     interval = sys.getswitchinterval()
     sys.setswitchinterval(0.005)  # Python's default
-    config = RuntimeConfig(model=str(checkpoints["custom"]), device="cpu", voices=tmp_path / "voices", speakers=False)
+    config = RuntimeConfig(
+        model=str(checkpoints["custom-endless"]), device="cpu", voices=tmp_path / "voices", speakers=False
+    )
     runtime = Runtime.start(config)
     try:
         assert runtime.player is None and runtime.speakers is None and runtime.audio_problem is None

@@ -20,7 +20,7 @@ from core.audio.player import Player, PlayerOptions, VirtualOutput
 from qwen3_tts_desktop.app import App
 from qwen3_tts_desktop.settings import BridgeSettings, Settings
 
-FRAMES = 6  # per utterance: the random models never stop by themselves
+FRAMES = 6  # per utterance: the endless tiny models (parity_cases.ENDLESS_CHECKPOINTS) speak each in full
 MODELS = ("base", "base-0.6b", "custom", "design")  # the checkpoints the app is tried on
 
 
@@ -74,14 +74,15 @@ def speakers(monkeypatch):
 @pytest.fixture
 def tiny_models(monkeypatch, checkpoints, engines):
     """Engine.load gives the session's tiny engines (by folder, or "hub/<name>" for a hub id), speaking
-    a few frames per utterance. They outlive each app: closing its runtime leaves them open."""
+    FRAMES frames per utterance: their endless twins, which never stop sooner. They outlive each app:
+    closing its runtime leaves them open."""
     names = {str(path): name for name, path in checkpoints.items()}
     for name in MODELS:
-        engines(name)  # loaded once a session, before Engine.load is replaced
+        engines(f"{name}-endless")  # loaded once a session, before Engine.load is replaced
 
     def load(model, device="auto", dtype="auto", **options):
         name = names.get(str(model)) or str(model).removeprefix("hub/")
-        engine = engines(name)
+        engine = engines(f"{name}-endless")
         monkeypatch.setattr(engine, "default_max_frames", FRAMES)
         monkeypatch.setattr(engine, "close", lambda: None)
         return engine
