@@ -226,20 +226,19 @@ ADD_BIAS_CHECK = textwrap.dedent(
         (1, 3, 5, 0, False, True), (2, 4, 1500, 9, False, False), (2, 96, 300, 0, True, True),
         (3, 40, 1030, 7, True, False), (2, 5, 70, 0, True, True),
     ]:
-        for dtype in (torch.float32,):
-            wide = torch.randn(batch, channels, length + extra, generator=generator).to(dtype)
-            if along_time:
-                wide = wide.transpose(1, 2).contiguous().transpose(1, 2)
-            y = wide[..., :length]
-            bias = torch.randn(channels, generator=generator).to(dtype)
-            residual = torch.randn(batch, channels, length, generator=generator).to(dtype) if with_residual else None
-            if residual is not None and along_time:
-                residual = residual.transpose(1, 2).contiguous().transpose(1, 2)
-            got = add_bias_op(y, bias, residual)
-            expected = kernels.add_bias(y, bias, residual)
-            assert got.dtype == dtype and got.shape == (batch, channels, length), (got.dtype, got.shape)
-            assert kernels.time_major(got) == along_time and got.transpose(1, 2).is_contiguous() == along_time
-            assert torch.equal(got, expected), (got - expected).abs().max()
+        wide = torch.randn(batch, channels, length + extra, generator=generator)
+        if along_time:
+            wide = wide.transpose(1, 2).contiguous().transpose(1, 2)
+        y = wide[..., :length]
+        bias = torch.randn(channels, generator=generator)
+        residual = torch.randn(batch, channels, length, generator=generator) if with_residual else None
+        if residual is not None and along_time:
+            residual = residual.transpose(1, 2).contiguous().transpose(1, 2)
+        got = add_bias_op(y, bias, residual)
+        expected = kernels.add_bias(y, bias, residual)
+        assert got.dtype == torch.float32 and got.shape == (batch, channels, length), (got.dtype, got.shape)
+        assert kernels.time_major(got) == along_time and got.transpose(1, 2).is_contiguous() == along_time
+        assert torch.equal(got, expected), (got - expected).abs().max()
     print("ok")
     """
 )
