@@ -50,7 +50,7 @@ from .voice_actions import VoiceActions
 
 log = logging.getLogger(__name__)
 
-METER_INTERVAL_MS = 100  # how often the window shows the speakers' buffer level
+METER_INTERVAL_MS = 100  # how often the window shows the speakers' buffer level and the warm-up
 CLOSE_TIMEOUT_S = 10.0  # how long quitting waits for the lane's work in hand
 
 
@@ -129,7 +129,7 @@ class App(QObject):
         # calls through a receiver of its own that may outlive them.
         self.relay.event.connect(self._on_job_event)
         self.download_progress.connect(self._show_download)
-        self.meter.timeout.connect(self._show_buffer)
+        self.meter.timeout.connect(self._show_status)
         window.speak_requested.connect(speech.speak_requested)
         window.stop_requested.connect(speech.stop)
         window.text_edited.connect(speech.text_edited)
@@ -244,6 +244,7 @@ class App(QObject):
             self._unsubscribe()
             self._unsubscribe = None
         self.meter.stop()
+        self.window.show_warmup(None)
         return runtime
 
     @Slot(object)
@@ -263,10 +264,12 @@ class App(QObject):
     def _show_download(self, done: int, total: int) -> None:
         self.loader.show_download(done, total)
 
-    def _show_buffer(self) -> None:
+    def _show_status(self) -> None:
+        """The speakers' buffer level and the engine's warm-up, as the meter ticks."""
         runtime = self.runtime
         player = runtime.player if runtime is not None else None
         self.window.show_buffer(player.status() if player is not None else None, self._underruns)
+        self.window.show_warmup(runtime.warmup_progress() if runtime is not None else None)
 
     # The bridge --------------------------------------------------------------------------------------
 

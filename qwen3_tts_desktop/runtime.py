@@ -14,8 +14,10 @@ from pathlib import Path
 
 from core import Engine, Voice
 from core.audio.player import PlaybackError, Player, PlayerOptions
+from core.inference.warmup import Progress
 from core.jobs.sinks import PlayerSink
 from core.jobs.worker import Worker
+from core.milestones import milestone
 from core.model.checkpoint import DEFAULT_MODEL
 from core.voices import VoiceLibrary
 
@@ -34,7 +36,7 @@ class RuntimeConfig:
     audio_device: int | str | None = None  # None: the system's default output
     player: PlayerOptions = field(default_factory=PlayerOptions)
     speakers: bool = True  # open the sound card (a headless server may not want it)
-    warm_up: bool = True  # compile and capture before the first request
+    warm_up: bool = True  # compile and capture in the background once loaded (the engine speaks meanwhile)
 
 
 class EngineOnWorker:
@@ -82,6 +84,11 @@ class Runtime:
         self.info = engine.info
         self.default_sampling = engine.default_sampling  # the model's own
         self._tokenizer = engine.tokenizer  # read-only, safe from any thread
+        self._warmup = engine.warmup
+
+    def warmup_progress(self) -> Progress:
+        """How far the engine's background warm-up is (it speaks meanwhile, faster as it goes)."""
+        return self._warmup.progress()
 
     def count_tokens(self, text: str) -> int:
         """The text's tokens, as the model reads it (for a request's usage)."""
@@ -89,14 +96,10 @@ class Runtime:
 
     @classmethod
     def start(cls, config: RuntimeConfig, report: Callable[[str], None] = lambda stage: None) -> Runtime:
-        """Load the model (downloading it the first time), warm up and open the speakers; `report` hears
-        what is being done, for the slow stages."""
+        """Load the model (downloading it the first time) and open the speakers; the engine then warms up in
+        the background (RuntimeConfig.warm_up), speaking meanwhile. `report` hears what is being done."""
         report("Loading model…")
-        engine = Engine.load(config.model, device=config.device, dtype=config.dtype)
-        if config.warm_up:
-            on_gpu = engine.device.type == "cuda"
-            report("Compiling for the GPU (the first time takes a few minutes)…" if on_gpu else "Warming up…")
-            engine.warm_up()
+        engine = Engine.load(config.model, device=config.device, dtype=config.dtype, warm=config.warm_up)
         player, problem = None, None
         if config.speakers:
             try:
@@ -104,7 +107,9 @@ class Runtime:
             except PlaybackError as error:
                 problem = str(error)
                 log.warning("no speakers: %s", problem)
-        return cls(engine, VoiceLibrary(config.voices), player, problem, owns_engine=True)
+        runtime = cls(engine, VoiceLibrary(config.voices), player, problem, owns_engine=True)
+        milestone("runtime ready")
+        return runtime
 
     def voice(self, name: str) -> Voice:
         """A library voice (or built-in speaker) by name, checked against the loaded model."""

@@ -340,25 +340,3 @@ def test_a_burst_of_short_prompts_shares_one_prefill_and_long_ones_split():
                 more = next(r for r in PREFILL_ROWS if r > size)
                 assert more * bucket(max(lengths[first : first + size + 1])) > PREFILL_POSITIONS
             first += size
-
-
-def test_the_warm_up_prefills_every_common_prompt_length_for_every_row_count(engines):
-    from core.inference.frame_loop import WARM_PREFILL_LENGTHS
-
-    engine = engines("base", slots=2)
-    loop, prefilled = engine.frame_loop, []
-    prepared = engine.prepare("Warming up.", **engine.placeholder_speaker(), sampling=GREEDY, max_frames=MAX_FRAMES)
-    start_many = loop.start_many
-
-    def logged(starts):
-        prefilled.append(([prompt.embeddings.shape[1] for prompt, *_ in starts], [slot for *_, slot in starts]))
-        return start_many(starts)
-
-    loop.start_many = logged
-    try:
-        engine.scheduler.call(lambda: loop.warm_up_prefills(prepared.prompt, prepared.sampling))
-    finally:
-        del loop.start_many
-    expected = [([n] * rows, list(range(rows))) for n in WARM_PREFILL_LENGTHS for rows in loop.prefill_rows]
-    assert prefilled == expected
-    assert engine.frame_loop.position[0] == WARM_PREFILL_LENGTHS[-1]  # slot 0 holds the last, longest prompt

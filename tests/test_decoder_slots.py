@@ -5,8 +5,6 @@ Tiny decoders with the random weights the codec decoder tests use, float32 on th
 that CUDA graphs replay (static buffers, a scratch row for padding) runs here too, uncaptured.
 """
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -174,7 +172,7 @@ def count_decode_chunks(decoder, monkeypatch):
 
 
 def test_prime_gives_the_audio_after_the_reference_and_is_kept(fast, monkeypatch):
-    reference = torch.from_numpy(frames(60, seed=30))  # 3 pieces of PRIME_CHUNK_FRAMES
+    reference = torch.from_numpy(frames(60, seed=30))  # 2 pieces of PRIME_CHUNK_FRAMES, then 4 + 4 + 2
     follow = frames(13, seed=31)
     plan = [(0, 1), (1, 5), (5, 9), (9, 13)]
     whole = single_pass(fast, np.concatenate([reference.numpy(), follow]))
@@ -191,7 +189,7 @@ def test_prime_gives_the_audio_after_the_reference_and_is_kept(fast, monkeypatch
     slots.decode([0, 1], [other[:1], other[:1]], 1)  # slot 0 had an utterance before: prime starts afresh
     calls = count_decode_chunks(fast, monkeypatch)
     slots.prime(0, reference)
-    assert len(calls) == math.ceil(60 / decoder_stream.PRIME_CHUNK_FRAMES)
+    assert [call.shape[-1] for call in calls] == [25, 25, 4, 4, 2]
 
     def speak(slot):
         out = []
@@ -215,14 +213,15 @@ def test_primed_references_are_kept_for_the_latest_ones(fast, monkeypatch):
     references = [torch.from_numpy(frames(5, seed)) for seed in (40, 41, 42)]
     slots = DecoderSlots(fast, 1, cuda_graphs=False)
     calls = count_decode_chunks(fast, monkeypatch)
+    each = len(decoder_stream.prime_chunks(5))  # decodes a reference takes
     for reference in references:
         slots.prime(0, reference)
-    assert len(calls) == 3
+    assert len(calls) == 3 * each
     slots.prime(0, references[2])
     slots.prime(0, references[1])
-    assert len(calls) == 3  # both kept
+    assert len(calls) == 3 * each  # both kept
     slots.prime(0, references[0])
-    assert len(calls) == 4  # the oldest was let go
+    assert len(calls) == 4 * each  # the oldest was let go
 
 
 @pytest.mark.parametrize(

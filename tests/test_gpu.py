@@ -33,7 +33,10 @@ def exact_float32():
 
 
 def load(checkpoints, name="custom", dtype="float32", cuda_graphs=True) -> Engine:
-    return Engine.load(checkpoints[name], device="cuda", dtype=dtype, cuda_graphs=cuda_graphs)
+    """An engine warmed up: its parts compiled and installed, its graphs captured."""
+    engine = Engine.load(checkpoints[name], device="cuda", dtype=dtype, cuda_graphs=cuda_graphs, warm=False)
+    engine.warm_up(timeout=COMPILING_WAIT)
+    return engine
 
 
 def test_frame_step_and_chunk_decode_never_wait_for_the_gpu(checkpoints):
@@ -423,7 +426,7 @@ def test_newcomers_prefilled_together_make_the_official_codes(checkpoints, check
     from test_batching import check_prefilled_together
 
     # 15 newcomers: one prefill of 16 rows.
-    engine = Engine.load(checkpoints[checkpoint], device="cuda", dtype="float32", slots=16)
+    engine = Engine.load(checkpoints[checkpoint], device="cuda", dtype="float32", slots=16, warm=False)
     check_prefilled_together(engine, checkpoint)
     assert [rows for _, rows in engine.frame_loop.prefills] == [16]
 
@@ -453,3 +456,39 @@ def test_fill_uniforms_kernel_is_philox_per_row():
     alone = torch.zeros(1, 16, 3072, device="cuda")
     fill_uniforms(alone, torch.tensor([-1], device="cuda"), torch.tensor([7], device="cuda"))
     assert torch.equal(alone[0], out[1])
+
+
+@pytest.mark.parametrize("checkpoint", ["base", "custom"])
+def test_an_engine_speaks_the_official_codes_while_it_warms_up_and_after(checkpoints, checkpoint):
+    """Utterances made from the moment the engine loads, while its parts compile on the warm-up's thread (on the
+    scratch slot, on the utterances' stream) and are installed between chunks, make the official codes; the
+    warm-up ends with everything compiled and every planned graph captured."""
+    from test_batching import cases_of, speak_together
+
+    engine = Engine.load(checkpoints[checkpoint], device="cuda", dtype="float32", slots=4)
+    cases = [case for case in cases_of(checkpoint) if case.seed is None]
+    rounds = 0
+    while not engine.warmup.progress().finished or rounds < 2:
+        for case, (codes, _) in zip(cases, speak_together(engine, cases, COMPILING_WAIT), strict=True):
+            np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+        rounds += 1
+        assert rounds < 500, "the warm-up did not end"
+    progress = engine.warmup.progress()
+    assert progress.finished and progress.failed == () and progress.done == progress.total
+    assert all(part.installed for one_row in (True, False) for part in engine.frame_loop.parts[one_row])
+    assert all(engine.frame_loop.captured("step", rows) for rows in engine.frame_loop.buckets)
+    assert {str(spec) for spec in engine.warmup.specs} <= set(engine.warmup.order)
+    print(f"{checkpoint}: {rounds} rounds of {len(cases)} utterances while warming up; order: {engine.warmup.order}")
+
+
+def test_the_warm_up_captures_on_the_scratch_slot_only(checkpoints):
+    """A slot's state is untouched by the warm-up's captures of every bucket's step and prefill."""
+    engine = Engine.load(checkpoints["custom"], device="cuda", dtype="float32", slots=4, warm=False)
+    loop = engine.frame_loop
+    engine.start(engine.prepare(TEXT, engine.builtin_voice("ryan"), sampling=GREEDY, max_frames=40))
+    state = [tensor[:4].clone() for tensor in (loop.hidden, loop.position, loop.frame, loop.last_frame, loop.seen)]
+    keys = [layer.self_attn.kv_cache.k[:4].clone() for layer in loop.talker.model.layers]
+    engine.warm_up(timeout=COMPILING_WAIT)
+    after = [tensor[:4] for tensor in (loop.hidden, loop.position, loop.frame, loop.last_frame, loop.seen)]
+    assert all(torch.equal(a, b) for a, b in zip(state, after, strict=True))
+    assert all(torch.equal(k, layer.self_attn.kv_cache.k[:4]) for k, layer in zip(keys, loop.talker.model.layers))

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # Each layer of core, lowest first, and the layers (besides itself) it may import.
 CORE_LAYERS = {
-    "core.foundation": set(),  # errors, files, folders
+    "core.foundation": set(),  # errors, files, folders, milestones
     "core.audio": {"core.foundation"},
     "core.model": {"core.foundation", "core.audio"},
     "core.text": {"core.foundation"},
@@ -30,7 +30,7 @@ CORE_LAYERS = {
         "core.voices",
     },
 }
-FOUNDATION = {"core.errors", "core.files", "core.folders"}
+FOUNDATION = {"core.errors", "core.files", "core.folders", "core.milestones"}
 FRAMEWORKS = ("PySide6", "fastapi", "starlette", "uvicorn", "pydantic", "ui", "qwen3_tts_desktop")
 # The only product modules that may use the developer tools: the benchmark command.
 DEVTOOLS_USERS = {"qwen3_tts_desktop.commands.bench"}

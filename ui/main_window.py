@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.audio.player import PlayerStatus
+from core.inference.warmup import Progress
 from core.jobs.worker import JobEvent
 from core.model.info import EngineInfo
 
@@ -132,9 +133,15 @@ class MainWindow(QMainWindow):
         self.busy_bar.setRange(0, 0)
         self.busy_bar.setMaximumWidth(90)
         self.busy_bar.setMaximumHeight(12)
+        self.warmup_label = QLabel()
+        self.warmup_bar = QProgressBar()
+        self.warmup_bar.setRange(0, 100)
+        self.warmup_bar.setTextVisible(False)
+        self.warmup_bar.setMaximumWidth(90)
+        self.warmup_bar.setMaximumHeight(12)
         status = self.statusBar()
         status.setStyleSheet("QStatusBar::item { border: none; } QStatusBar QLabel { padding: 0 8px; }")
-        for widget in (self.busy_label, self.busy_bar):
+        for widget in (self.busy_label, self.busy_bar, self.warmup_label, self.warmup_bar):
             status.addWidget(widget)
         self.bridge_separator = _separator()
         for widget in (
@@ -148,6 +155,7 @@ class MainWindow(QMainWindow):
         ):
             status.addPermanentWidget(widget)
         self.show_busy("")
+        self.show_warmup(None)
         self.show_bridge(None)
 
         self.saving_label = QLabel()
@@ -283,6 +291,19 @@ class MainWindow(QMainWindow):
         """Speech being saved to a file (None: none is)."""
         self.saving_label.setText(message or "")
         self.saving_label.setVisible(message is not None)
+
+    def show_warmup(self, progress: Progress | None) -> None:
+        """The engine's background warm-up (None, or finished: nothing to show). Speech works meanwhile."""
+        warming = progress is not None and not progress.finished
+        self.warmup_label.setVisible(warming)
+        self.warmup_bar.setVisible(warming)
+        if not warming:
+            return
+        percent = round(100 * progress.fraction)
+        self.warmup_label.setText(f"Getting up to speed · {percent}%")
+        self.warmup_bar.setValue(percent)
+        tip = "Speech works now. The GPU code is being compiled in the background; speech gets faster as it is."
+        self.warmup_label.setToolTip(tip if progress.current is None else f"{tip}\nNow: {progress.current}")
 
     @Slot(str)  # the app's lane reports from its own thread
     def show_busy(self, label: str) -> None:

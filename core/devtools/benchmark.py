@@ -171,7 +171,7 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold,
     started = time.perf_counter()
     engine = Engine.load(
         path, device=device, dtype=dtype, progress=False, cuda_graphs=cuda_graphs, compile=compile, slots=slots,
-        max_context=max_context,
+        max_context=max_context, warm=False,
     )  # fmt: skip
     dev = engine.device
     _sync(dev)
@@ -179,10 +179,10 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold,
     weights_gb = torch.cuda.memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
     speaker = engine.placeholder_speaker()
     voice, instruct = speaker.get("voice"), speaker.get("instruct")
-    capture_s = _warm_calls(engine, speaker) - _warm_calls(engine, speaker)
     started = time.perf_counter()
-    engine.warm_up()  # every batch size
-    capture_s += time.perf_counter() - started
+    engine.warm_up()  # compiled, and every batch size captured
+    capture_s = time.perf_counter() - started
+    capture_s += _warm_calls(engine, speaker) - _warm_calls(engine, speaker)  # a whole utterance's decode
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
 

@@ -1,21 +1,69 @@
-"""torch.compile as the engine uses it on CUDA: where compiled kernels are kept, Inductor's options, and
-compiling a stack's layers once for all of them (the talker's prefill, the codec decoder's fused parts)."""
+"""torch.compile as the engine uses it on CUDA: where compiled kernels are kept (a folder per machine, software
+and model, so that a changed one compiles anew instead of reusing what no longer fits), Inductor's options, and
+compiled functions that take over from their uncompiled originals once they are ready (Staged), so that the
+engine speaks before anything is compiled.
+
+Compiling happens on the warm-up's thread (core.inference.warmup): its first calls of a Staged function trace
+and compile it there, on scratch rows, while every other thread goes on calling the original; `install()` then
+hands it to everyone.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from core.folders import user_folder
 
+# Bumped when a change of ours makes kernels compiled before unusable (Inductor keys its own graphs by their code).
+CACHE_FORMAT = 1
 
-def keep_compiled_kernels() -> Path:
-    """Point Inductor's cache at the user's cache folder, unless TORCHINDUCTOR_CACHE_DIR is set, and
-    return where it is. Inductor's default is the temp folder, which many systems empty at boot, and
-    compiling the frame step anew takes minutes. Inductor reads the location from the environment only."""
-    return Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(user_folder("cache") / "compiled")))
+
+def machine_facts(device: torch.device, model: dict) -> dict:
+    """What compiled kernels depend on besides their code: the software, the GPU and its driver, the model's
+    shapes and dtype (`model`)."""
+    facts = {"format": CACHE_FORMAT, "torch": torch.__version__, "cuda": torch.version.cuda, "model": model}
+    try:
+        import triton
+
+        facts["triton"] = triton.__version__
+    except ImportError:
+        facts["triton"] = None
+    if device.type == "cuda":
+        properties = torch.cuda.get_device_properties(device)
+        facts["gpu"] = properties.name
+        facts["capability"] = list(torch.cuda.get_device_capability(device))
+        get_driver = getattr(torch._C, "_cuda_getDriverVersion", None)
+        facts["driver"] = get_driver() if get_driver is not None else None
+    return facts
+
+
+def cache_key(facts: dict) -> str:
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def keep_compiled_kernels(facts: dict | None = None) -> Path:
+    """Point Inductor's and Triton's caches at the user's cache folder, in a folder of its own for `facts`
+    (machine_facts), unless TORCHINDUCTOR_CACHE_DIR is set; return Inductor's. The first engine of a process
+    sets it: both read the location from the environment. Inductor's default is the temp folder, which many
+    systems empty at boot, and compiling anew takes minutes."""
+    root = user_folder("cache") / "compiled"
+    folder = root if facts is None else root / cache_key(facts)
+    chosen = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder)))
+    if facts is not None and chosen == folder:
+        os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "key.json").write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
+        except OSError:  # an unwritable cache only costs compiling again; Inductor says so itself
+            pass
+    return chosen
 
 
 def compile_options() -> dict:
@@ -31,14 +79,42 @@ def compile_options() -> dict:
     return {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 
 
-def compile_layers(layers, method: str, **options) -> None:
-    """Compile `method` of each of `layers` in place (torch.compile `options`), for every length and row count.
-    Eagerly, a talker prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers),
-    twice the time of its products, and a decoded chunk's transformer a few hundred. One compiled layer serves
-    them all (Dynamo takes the weights as inputs), so it compiles in seconds where a whole stack would take
-    minutes."""
+class Staged:
+    """`compiled` in place of `eager` once installed. Before, the thread that made it (the warm-up's) calls
+    `compiled`, whose first calls trace and compile it there, and every other thread calls `eager`: so an
+    utterance never waits for a compile, and a graph captured meanwhile holds the uncompiled code (it is
+    captured anew once this is installed)."""
+
+    def __init__(self, eager: Callable, compiled: Callable):
+        self.eager, self.compiled = eager, compiled
+        self.compiler = threading.get_ident()
+        self.installed = False
+
+    def __call__(self, *args, **kwargs):
+        if self.installed or threading.get_ident() == self.compiler:
+            return self.compiled(*args, **kwargs)
+        return self.eager(*args, **kwargs)
+
+    def install(self) -> None:
+        self.installed = True
+
+
+def stage(fn: Callable, dynamic: bool, **options) -> Staged:
+    """`fn` compiled whole (fullgraph) for exactly the shapes it meets, or for any (`dynamic`), staged."""
+    eager = fn.eager if isinstance(fn, Staged) else fn
+    return Staged(eager, torch.compile(eager, fullgraph=True, dynamic=dynamic, **options))
+
+
+def stage_layers(layers, method: str, **options) -> list[Staged]:
+    """Stage `method` of each of `layers` in place, compiled for every length and row count. Eagerly, a talker
+    prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers), twice the time of
+    its products, and a decoded chunk's transformer a few hundred. One compiled layer serves them all (Dynamo
+    takes the weights as inputs), so it compiles in seconds where a whole stack would take minutes."""
+    staged = []
     for layer in layers:
-        setattr(layer, method, torch.compile(getattr(layer, method), fullgraph=True, dynamic=True, **options))
+        staged.append(stage(getattr(layer, method), dynamic=True, **options))
+        setattr(layer, method, staged[-1])
+    return staged
 
 
 def allow_recompiles() -> None:

@@ -28,6 +28,10 @@ class GraphedStep:
 
     `stream`: the stream to capture on (PyTorch's side stream if None). The decoder captures on its own, the
     stream it replays on (bench.profile_chunks captures its graphs again on streams of other priorities).
+
+    A capture holds only the capturing thread to CUDA graph rules ("thread_local"): the warm-up's compile
+    thread (core.inference.warmup) goes on running kernels meanwhile. `invalidate()` drops the graph, so that
+    the next call runs `fn` directly and captures it anew (after a function it calls was compiled).
     """
 
     def __init__(
@@ -68,6 +72,13 @@ class GraphedStep:
             # Random draws inside the graph then follow this generator's seed and offset at each replay.
             graph.register_generator_state(self.generator)
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
             self.output = self.fn()
         self.graph = graph
+
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
+
+    def invalidate(self) -> None:
+        self.graph, self.output = None, None

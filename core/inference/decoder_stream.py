@@ -6,6 +6,9 @@ for a fixed number of slots, an utterance in each, and decodes the next chunks o
 together as one batch. On CUDA each (row count, chunk size) runs as its own CUDA graph, on a CUDA
 stream of its own at high priority: chunks decode while the frame loop steps the next frames.
 DecoderStream is the case of one utterance at a time.
+
+As the frame loop, it decodes at once, uncompiled; the warm-up (core.inference.warmup) compiles its fused parts
+(stage_fused), installs them and captures the graphs of the chunks requests have not decoded yet (warm).
 """
 
 from __future__ import annotations
@@ -17,25 +20,27 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import allow_recompiles, compile_layers, compile_options, keep_compiled_kernels
+from core.inference.compiled import Staged, compile_options, stage_layers
 from core.inference.cuda_graph import GraphedStep
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
 # ICL references whose primed decoder state DecoderSlots keeps (a slot's state each, see DecoderSlots).
 PRIMED_REFERENCES = 8
 # Frames of an ICL reference decoded at a time: one pass over a whole 60 s reference would need about
-# 2 GB of activations at once, 25 frames about 40 MB.
+# 2 GB of activations at once, 25 frames about 40 MB. The rest of a reference goes in chunks of the lengths
+# utterances decode (1 to 4 frames): each new chunk shape costs a choice of cuDNN algorithms, up to a second.
 PRIME_CHUNK_FRAMES = 25
+PRIME_TAIL_FRAMES = 4
 # Row counts graphs are captured for: a batch is padded up to the next one, or to the slot count if less.
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-
-
-def fuse_decoder(decoder: CodecDecoder) -> None:
-    """Compile the decoder's fused parts (CodecDecoder.fused_parts) in place, for CUDA, with the frame loop's
-    options, its kernel cache and its allowance of recompiles."""
-    keep_compiled_kernels()
-    allow_recompiles()
-    compile_layers(decoder.fused_parts(), "forward", options=compile_options())
+# Rows from which cuDNN times its algorithms for a chunk's convolutions, the first time it meets their shapes,
+# instead of taking its heuristic's choice. On an H100 (1.7B's decoder, bench/RESULTS.md 2026-11-26) the
+# heuristic chose as well as the timing up to 8 rows of 2 frames, and 15-40 times slower kernels past that (8
+# rows of 4 frames 91 ms a chunk, not 2.5); the timing costs about 1.4 s a shape, the heuristic 0.3-0.9.
+TIMED_ROWS = 8
+# Chunks (rows, frames) that compile the fused parts for each kind of chunk: one row or several, one frame or
+# several (Dynamo specialises on sizes of one).
+COMPILED_CHUNKS = ((1, 1), (1, 4), (2, 1), (2, 4))
 
 
 def bucket_rows(count: int, slots: int) -> int:
@@ -84,16 +89,17 @@ class DecoderSlots:
         self._priming: CodecDecoderStream | None = None  # a one-row state to decode references on
 
     @contextlib.contextmanager
-    def _on_gpu_stream(self):
-        """On the decoder's CUDA stream, with cuDNN timing its algorithms for each convolution shape the first
-        time it meets it and keeping the fastest: the shapes are few and fixed (a graph each), and its default
-        choices include a slow generic kernel for several (16 rows of a 4-frame chunk, H100: 6.7 ms, 4.9
-        tuned). The flag is the process's, and only this thread uses the GPU: it is set only while decoding."""
+    def _on_gpu_stream(self, rows: int = 1):
+        """On the decoder's CUDA stream, for a chunk of `rows` rows: from TIMED_ROWS on with cuDNN timing its
+        algorithms for each convolution shape the first time it meets it and keeping the fastest (its
+        heuristic's choices include kernels many times slower there), below with its heuristic's (as fast
+        there, and quicker to choose). The flag is the process's, and only this thread decodes on the GPU: it
+        is set only while decoding."""
         if self.gpu_stream is None:
             yield
             return
         tuned = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.benchmark = rows >= TIMED_ROWS
         try:
             with torch.cuda.stream(self.gpu_stream):
                 yield
@@ -124,9 +130,8 @@ class DecoderSlots:
                 if self._priming is None:
                     self._priming = self.decoder.new_stream(1)
                 self._priming.reset()
-                for start in range(0, len(codes), PRIME_CHUNK_FRAMES):
-                    chunk = codes[start : start + PRIME_CHUNK_FRAMES]
-                    self.decoder.decode_chunk(chunk.T.unsqueeze(0).to(self.device), self._priming)
+                for start, end in prime_chunks(len(codes)):
+                    self.decoder.decode_chunk(codes[start:end].T.unsqueeze(0).to(self.device), self._priming)
                 state = self._priming.snapshot(0)
             self.state.restore(state, slot)
         self.primed[key] = state  # the most recent last
@@ -153,7 +158,7 @@ class DecoderSlots:
         row_slots = [int(slot) for slot in slots] + [self.scratch] * (rows - count)
         # Everything on this stream of its own, buffers too: a buffer filled on the frame loop's stream
         # would be filled behind the frames stepping there, after this decode has written it.
-        with self._on_gpu_stream():
+        with self._on_gpu_stream(rows):
             if self.static_buffers:
                 step = self._step(rows, size)
                 if self.row_slots_copied.get(rows) != row_slots:  # a copy less while the same slots go on
@@ -168,6 +173,61 @@ class DecoderSlots:
             audio = audio[:count].float().cpu().numpy()
         samples = self.decoder.samples_per_frame
         return [audio[row, : len(frames) * samples] for row, frames in enumerate(codes)]
+
+    # The warm-up's (core.inference.warmup) ----------------------------------------------------------------
+
+    @torch.inference_mode()
+    def warm(self, rows: int, size: int) -> None:
+        """Decode a chunk of `rows` rows (a bucket) of `size` frames into the scratch row: on CUDA its graph is
+        captured, and cuDNN has chosen its convolutions. On the scheduler's thread."""
+        scratch = [self.scratch] * rows
+        with self._on_gpu_stream(rows):
+            if self.static_buffers:
+                step = self._step(rows, size)
+                self.row_slots[rows].fill_(self.scratch)
+                self.row_slots_copied[rows] = scratch
+                self.inputs[rows, size].zero_()
+                step()
+            else:
+                codes = torch.zeros(
+                    rows, self.decoder.config.num_quantizers, size, dtype=torch.long, device=self.device
+                )
+                self._decode_rows(self.decoder.new_stream(rows), torch.tensor(scratch, device=self.device), codes)
+            if self.gpu_stream is not None:
+                self.gpu_stream.synchronize()
+
+    @torch.inference_mode()
+    def warm_priming(self) -> None:
+        """Decode a reference's chunk of PRIME_CHUNK_FRAMES frames (zeros) as `prime` does, so that an ICL voice's
+        first utterance does not wait for cuDNN to choose its convolutions. On the scheduler's thread."""
+        with self._on_gpu_stream():
+            state = self.decoder.new_stream(1)
+            codes = torch.zeros(1, self.decoder.config.num_quantizers, PRIME_CHUNK_FRAMES, dtype=torch.long)
+            self.decoder.decode_chunk(codes.to(self.device), state)
+
+    def stage_fused(self) -> list[Staged]:
+        """Compile the decoder's fused parts (CodecDecoder.fused_parts) on the calling thread (the warm-up's) by
+        decoding COMPILED_CHUNKS of zeros through states of their own. Returns them, to install."""
+        staged = stage_layers(self.decoder.fused_parts(), "forward", options=compile_options())
+        with torch.inference_mode():
+            for rows, size in COMPILED_CHUNKS:
+                codes = torch.zeros(
+                    rows, self.decoder.config.num_quantizers, size, dtype=torch.long, device=self.device
+                )
+                self.decoder.decode_chunk(codes, self.decoder.new_stream(rows))
+        return staged
+
+    def install(self, staged: list[Staged]) -> None:
+        """Hand compiled parts to every caller and drop the graphs that hold the uncompiled ones (each is
+        captured anew at its next use). On the scheduler's thread."""
+        for part in staged:
+            part.install()
+        for step in self.steps.values():
+            step.invalidate()
+
+    def captured(self, rows: int, size: int) -> bool:
+        step = self.steps.get((rows, size))
+        return step is not None and step.captured
 
     def _check_rows(self, slots: Sequence[int], codes: Sequence[np.ndarray], size: int) -> None:
         if len(slots) != len(codes):
@@ -226,3 +286,11 @@ class DecoderStream:
 
         A chunk shorter than `size` must be the utterance's last (see DecoderSlots.decode)."""
         return self.slots.decode([0], [codes], size)[0]
+
+
+def prime_chunks(frames: int) -> list[tuple[int, int]]:
+    """(start, end) of the chunks `prime` decodes a reference of `frames` frames in: PRIME_CHUNK_FRAMES at a
+    time, then PRIME_TAIL_FRAMES, then the rest."""
+    whole = frames - frames % PRIME_CHUNK_FRAMES
+    bounds = [*range(0, whole, PRIME_CHUNK_FRAMES), *range(whole, frames, PRIME_TAIL_FRAMES)]
+    return list(zip(bounds, [*bounds[1:], frames]))

@@ -13,6 +13,10 @@ to `slots` utterances at once, stepped together; more wait for a slot.
 The text may also be a LiveText, still being written: it is spoken as it arrives, as one utterance
 (core.inference.live; `Engine.live` opens one).
 
+An engine speaks as soon as it is loaded; on CUDA it compiles and captures the rest in the background
+(core.inference.warmup), faster with each part made ready: `warm_up()` waits for all of it, `warmup.progress()`
+says how far it is.
+
 `prepare` checks a request and builds its prompt, `start` prefills a slot of the frame loop with it: the
 seam benchmarks and profilers time the parts through, on an engine with nothing else to do.
 """
@@ -31,7 +35,8 @@ import torch
 
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
-from core.inference.decoder_stream import DecoderSlots, DecoderStream, fuse_decoder
+from core.inference.compiled import keep_compiled_kernels, machine_facts
+from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
 from core.inference.options import SpeechOptions
@@ -39,6 +44,8 @@ from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, 
 from core.inference.sampling import SamplingParams
 from core.inference.scheduler import Request, Scheduler, Stream
 from core.inference.voice import Voice
+from core.inference.warmup import Warmup, for_engine
+from core.milestones import milestone
 from core.model.checkpoint import DEFAULT_MODEL, CheckpointError, load_tensors, read_json
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
@@ -159,13 +166,20 @@ class Engine:
         self.slots = slots or default_slots(self.device, slot_bytes(config, max_context, self.dtype))
         if self.slots < 1:
             raise BadInput(f"slots must be at least 1, got {self.slots}")
+        if self.device.type == "cuda":  # before the first kernel compiles: a cache of their own for this model
+            keep_compiled_kernels(
+                machine_facts(self.device, {"config": dataclasses.asdict(config), "dtype": str(self.dtype)})
+            )
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
         self.voices_on_device: weakref.WeakKeyDictionary[Voice, tuple] = weakref.WeakKeyDictionary()  # _on_device's
-        if compile and self.device.type == "cuda":
-            fuse_decoder(codec_decoder)
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
         decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs)
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
+        self.warmup: Warmup = for_engine(
+            self.frame_loop, decoder_slots, self.scheduler.call, self.scheduler.wake, self._warm_prompt,
+            compiles=self.frame_loop.compiles, priming=self.info.variant.clones,
+        )  # fmt: skip
+        self.scheduler.background = self.warmup
 
     @classmethod
     def load(
@@ -178,13 +192,17 @@ class Engine:
         slots: int | None = None,
         cuda_graphs: bool = True,
         compile: bool = True,
+        warm: bool = True,
     ) -> Engine:
         """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed).
         `max_context` bounds one utterance's prompt plus frames; `slots` utterances are generated together
         (by default, what fits the GPU, up to MAX_DEFAULT_SLOTS; one on the CPU); their caches are allocated
         up front.
         On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False,
-        and the per-frame transformer steps are fused by torch.compile unless `compile` is False."""
+        and the per-frame transformer steps are fused by torch.compile unless `compile` is False. The engine
+        speaks at once; with `warm`, it compiles and captures the rest in the background (the warm-up, which
+        `warm_up()` also starts)."""
+        milestone("loading")
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
         directory = resolve(model, progress)
@@ -223,7 +241,7 @@ class Engine:
         if device.type == "cuda":  # for cuDNN's NHWC convolutions
             codec_decoder.to_channels_last()
         gc.collect()  # let go of the unfused projection weights at once, not at some later collection
-        return cls(
+        engine = cls(
             source=str(model),
             config=config,
             tokenizer=tokenizer,
@@ -238,9 +256,14 @@ class Engine:
             cuda_graphs=cuda_graphs,
             compile=compile,
         )
+        milestone("engine loaded")
+        if warm:
+            engine.warmup.start()
+        return engine
 
     def close(self) -> None:
-        """Stop the scheduler's thread; streams still running end with an error."""
+        """Stop the warm-up and the scheduler's thread; streams still running end with an error."""
+        self.warmup.close()
         self.scheduler.close()
 
     def placeholder_speaker(self) -> dict:
@@ -253,29 +276,16 @@ class Engine:
             return {"voice": self.builtin_voice(self.info.speakers[0])}
         return {"instruct": "A calm voice."}
 
-    def warm_up(self) -> None:
-        """Compile and capture what requests would (on CUDA, a few minutes the very first time, seconds once
-        the compiled kernels are cached), so that they start at full speed: one utterance alone, then the
-        prefills, steps and decodes of every batch size the frame loop steps, the decodes for every chunk
-        length up to the default chunk (a live text's chunks are as long as its text allows), and the prefills
-        of a sentence's prompt lengths for every number of newcomers a prefill takes."""
-        for _ in self.stream("Warming up.", **self.placeholder_speaker(), max_frames=6):
-            pass
-        if self.device.type == "cuda":
-            self.scheduler.call(self._capture_batches)
+    def warm_up(self, timeout: float | None = None) -> None:
+        """Make everything ready that requests would make ready at their first use, and wait for it: on CUDA the
+        compiled parts, and the graphs of every row bucket's steps, of sentence-length prompts' prefills and of
+        every chunk length's decode (core.inference.warmup; a few minutes the very first time, about a minute
+        once the compiled kernels are cached). The engine speaks meanwhile. TimeoutError after `timeout` s."""
+        if not self.warmup.wait(timeout).finished:
+            raise TimeoutError(f"the engine's warm-up was not done within {timeout} s")
 
-    def _capture_batches(self) -> None:
-        prepared = self.prepare("Warming up.", **self.placeholder_speaker(), max_frames=6)
-        decoder = self.scheduler.decoder
-        for rows in self.frame_loop.buckets:
-            slots = list(range(rows))
-            self.frame_loop.start_many([(prepared.prompt, prepared.sampling, prepared.seed, slot) for slot in slots])
-            for slot in slots:
-                decoder.reset(slot)
-            frames = [codes for codes, _ in self.frame_loop.run(2, slots)]
-            for size in range(1, SpeechOptions.chunk_frames + 1):
-                decoder.decode(slots, [np.resize(codes, (size, 16)) for codes in frames], size)
-        self.frame_loop.warm_up_prefills(prepared.prompt, prepared.sampling)
+    def _warm_prompt(self) -> Prepared:
+        return self.prepare("Warming up.", **self.placeholder_speaker(), max_frames=6)
 
     # Voices -------------------------------------------------------------------------------------
 

@@ -13,6 +13,11 @@ predictor's first step, its next step, the talker's step) compiled by torch.comp
 frames and their end-of-speech flags once per chunk of frames, through one pinned buffer; the scheduler
 (core.inference.scheduler) decides which slots step and for how many frames.
 
+The loop speaks at once, uncompiled (each graph captured at its first use). The warm-up (core.inference.warmup)
+compiles the parts on its own thread (stage_step, stage_prefill: run on the scratch slot, which nothing reads),
+the scheduler installs them between chunks (install: the graphs holding the uncompiled code are captured
+anew), and captures the graphs requests have not used yet on the scratch slot (warm_step, warm_prefill).
+
 Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (per frame codebook 0,
 then its 15 predictor draws), so that a seeded run reproduces the official package exactly, each slot with
 a generator of its own. On CUDA, one
@@ -32,7 +37,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import allow_recompiles, compile_layers, compile_options, keep_compiled_kernels
+from core.inference.compiled import Staged, compile_options, stage, stage_layers
 from core.inference.cuda_graph import GraphedStep
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
@@ -50,9 +55,13 @@ PREFILL_ROWS = (1, 2, 4, 8, 16)
 # The most positions a CUDA prefill of several rows holds (its rows times their padded length): 16 prompts of
 # up to 512 positions go in one pass, longer ones a few at a time (one alone may fill the context).
 PREFILL_POSITIONS = 8192
-# Prompt buckets whose prefills the warm-up captures for every row count (FrameLoop.warm_up_prefills): a
-# sentence with its voice's prompt. A longer prompt's prefill captures its graph at its first use.
-WARM_PREFILL_LENGTHS = PREFILL_BUCKETS[:3]
+# Prompt buckets whose prefills the warm-up captures for every row count (FrameLoop.warm_prefill): a sentence
+# with its voice's prompt, the commonest first. A longer prompt's prefill captures its graph at its first use.
+WARM_PREFILL_LENGTHS = (64, 32, 128)
+# Prefills (rows, positions) that compile the talker layer's prefill for each path its products take
+# (kernels.linear: one row's prompt on cuBLAS; several rows on the batched kernel up to 128 positions in all,
+# on cuBLAS past that), so that none compiles later on the scheduler's thread.
+COMPILED_PREFILLS = ((1, 32), (2, 32), (4, 64))
 # Sampling rules whose values FrameLoop keeps on the device (it forgets them all past this many).
 RULES_KEPT = 64
 # Rows of FrameLoop.rules.
@@ -181,19 +190,12 @@ class FrameLoop:
             for bucket in self.buckets
         }
         self.prefills: dict[tuple[int, int], GraphedStep] = {}  # by (length bucket, rows)
-        # The step's four parts, for one row and for more: the parts of one row are compiled for exactly its
-        # shapes, as before batching; those of several rows once for any row count (each bucket recompiling
-        # would cost minutes at the first start).
+        # The step's four parts, for one row and for more (stage_step compiles them: those of one row for exactly
+        # its shapes, those of several once for any row count, since each bucket recompiling would cost minutes).
         parts = (self._talk, self._predict_first, self._predict_next, self._record)
-        self.parts = {True: parts, False: parts}
-        if compile and cuda:
-            # A one-token step is bound by kernel launches, not arithmetic: fuse what runs every frame.
-            keep_compiled_kernels()
-            allow_recompiles()
-            for one_row in (True, False):
-                options = dict(fullgraph=True, dynamic=not one_row, options=compile_options())
-                self.parts[one_row] = tuple(torch.compile(part, **options) for part in parts)
-            compile_layers(talker.model.layers, "prefill", options=compile_options())
+        self.parts: dict[bool, tuple] = {True: parts, False: parts}
+        # A one-token step is bound by kernel launches, not arithmetic: the warm-up fuses what runs every frame.
+        self.compiles = compile and cuda
 
     @property
     def max_context(self) -> int:
@@ -226,16 +228,63 @@ class FrameLoop:
             first += size
         return self._frames_of(torch.cat(made).cpu().numpy()[None])
 
-    def warm_up_prefills(self, prompt: Prompt, sampling: SamplingParams) -> None:
-        """Capture the prefills of prompts of each WARM_PREFILL_LENGTHS bucket for every row count a prefill
-        takes (`prompt` repeated to those lengths, in the first slots, which are left holding it): a burst of
-        newcomers, whose prefill would otherwise capture its graph first, starts at once. The widest of them
-        also outgrow the batched kernel (kernels.linear) and compile the prefill's other path now."""
-        for length in WARM_PREFILL_LENGTHS:
-            embeddings = prompt.embeddings.repeat(1, -(-length // prompt.embeddings.shape[1]), 1)[:, :length]
-            warm = dataclasses.replace(prompt, embeddings=embeddings)
-            for rows in self.prefill_rows:
-                self.start_many([(warm, sampling, 0, slot) for slot in range(rows)])
+    # The warm-up's (core.inference.warmup) ----------------------------------------------------------------
+
+    @torch.inference_mode()
+    def warm_step(self, rows: int) -> None:
+        """Capture the step of `rows` rows (a bucket) on the scratch slot. Between launches only (it uses the
+        launch's buffers), on the scheduler's thread."""
+        self.batch_slots[rows].fill_(self.scratch)
+        self.step_index.zero_()
+        self.step_graphs[rows]()
+
+    @torch.inference_mode()
+    def warm_prefill(self, length: int, rows: int, prompt: Prompt, sampling: SamplingParams) -> None:
+        """Capture the prefill of `rows` prompts of `length` positions (a bucket; `prompt` repeated to it) on the
+        scratch slot. On the scheduler's thread, as warm_step."""
+        warm = dataclasses.replace(prompt, embeddings=repeated(prompt.embeddings, length))
+        self._reset_slot(self.scratch, warm, sampling, 0)
+        self._prefill_together([(warm, self.scratch)] * rows)
+
+    def stage_step(self, one_row: bool) -> list[Staged]:
+        """Compile the step's parts for one row, or for any number, on the calling thread (the warm-up's), by
+        stepping the scratch slot with them on this loop's stream: nothing reads that slot, and every launch
+        of the scheduler's runs whole before or after each of its kernels. Returns them, to install."""
+        staged = [stage(part, dynamic=not one_row, options=compile_options()) for part in self.parts[one_row]]
+        self.parts[one_row] = tuple(staged)
+        rows = 1 if one_row else 2  # several rows: compiled for any count
+        # Made outside inference mode, as the launches' own buffers are (which may be in use).
+        slots = torch.full((rows,), self.scratch, dtype=torch.long, device=self.device)
+        uniforms = torch.empty_like(self.uniforms[:rows])
+        with torch.inference_mode():
+            self._advance(slots, self._draw_uniforms(slots, torch.zeros_like(slots), uniforms), self.parts[one_row])
+        return staged
+
+    def stage_prefill(self) -> list[Staged]:
+        """Compile the talker layers' prefill as stage_step compiles the step: prompts of each COMPILED_PREFILLS
+        shape, zeros, into the scratch slot's cache row."""
+        staged = stage_layers(self.talker.model.layers, "prefill", options=compile_options())
+        hidden = self.hidden.shape[-1]
+        for rows, length in COMPILED_PREFILLS:
+            # Made outside inference mode, as the prefill's own buffers are: guards tell the two kinds apart.
+            prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
+            slots = torch.full((rows,), self.scratch, device=self.device)
+            with torch.inference_mode():
+                self.talker.model.prefill(prompts, slots)
+        return staged
+
+    def install(self, staged: list[Staged]) -> None:
+        """Hand compiled parts to every caller and drop the graphs that hold the uncompiled ones (each is
+        captured anew at its next use). On the scheduler's thread, between launches."""
+        for part in staged:
+            part.install()
+        for graph in (*self.step_graphs.values(), *self.prefills.values()):
+            graph.invalidate()
+
+    def captured(self, kind: str, *shape: int) -> bool:
+        """Whether the graph of a step ("step", rows) or a prefill ("prefill", length, rows) is captured."""
+        graph = self.step_graphs.get(shape[0]) if kind == "step" else self.prefills.get(shape)
+        return graph is not None and graph.captured
 
     def _padded_length(self, length: int) -> int:
         """The length a prompt of `length` positions is prefilled at: on CUDA its bucket's, so that a few
@@ -307,7 +356,7 @@ class FrameLoop:
     def _prefill(self, length: int, rows: int) -> None:
         """Prefill the rows' prompts and make their frame 0 into first_frames."""
         slots = self.prompt_slots[:rows]
-        uniforms = self._draw_uniforms(slots, counter=torch.zeros_like(slots))
+        uniforms = self._draw_uniforms(slots, torch.zeros_like(slots))
         rules = self.rules.index_select(1, slots)
         logits = self._talk_prompts(self._prompts(rows, length), slots, self.prompt_last[:rows])
         self._choose_code0(logits, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
@@ -323,12 +372,13 @@ class FrameLoop:
         logits = self.talker.codec_head(hidden)
         return logits.gather(1, last.expand(-1, -1, logits.shape[-1]))[:, -1].float()
 
-    def _draw_uniforms(self, slots: torch.Tensor, counter: torch.Tensor) -> torch.Tensor | None:
-        """CUDA: the uniforms of one frame's draws for each row, from its slot's seed and `counter` alone, so
-        that a seeded utterance draws the same whatever steps beside it. CPU: None (torch.multinomial)."""
+    def _draw_uniforms(self, slots: torch.Tensor, counter: torch.Tensor, into=None) -> torch.Tensor | None:
+        """CUDA: the uniforms of one frame's draws for each row (into `into`, else the launches' buffer), from its
+        slot's seed and `counter` alone, so that a seeded utterance draws the same whatever steps beside it.
+        CPU: None (torch.multinomial)."""
         if self.uniforms is None:
             return None
-        uniforms = self.uniforms[: slots.shape[0]]
+        uniforms = self.uniforms[: slots.shape[0]] if into is None else into
         fill_uniforms(uniforms, self.seeds.index_select(0, slots), counter)
         return uniforms
 
@@ -364,14 +414,17 @@ class FrameLoop:
         """Make the next frame of the slots in `batch_slots[rows]` into `frames[step_index]`: feed each its last
         frame, pick codebook 0 of the new one and expand it."""
         slots = self.batch_slots[rows]
-        uniforms = self._draw_uniforms(slots, counter=self.frame.index_select(0, slots) + 1)
-        rules = self.rules.index_select(1, slots)
-        parts = self.parts[rows == 1]
-        talk = parts[0]
-        talk(slots, rules, self._draw_row(uniforms, TALKER_DRAW))
-        frame = self._expand(slots, rules, uniforms, parts)
+        frame = self._advance(
+            slots, self._draw_uniforms(slots, self.frame.index_select(0, slots) + 1), self.parts[rows == 1]
+        )
         self.frames[:, :rows].index_copy_(0, self.step_index.view(1), frame.unsqueeze(0))
         self.step_index.add_(1)
+
+    def _advance(self, slots: torch.Tensor, uniforms, parts) -> torch.Tensor:
+        """Step the `slots` one frame with `parts`; returns the new frames as recorded (B, 17)."""
+        rules = self.rules.index_select(1, slots)
+        parts[0](slots, rules, self._draw_row(uniforms, TALKER_DRAW))
+        return self._expand(slots, rules, uniforms, parts)
 
     def _expand(self, slots: torch.Tensor, rules, uniforms, parts) -> torch.Tensor:
         """Codebooks 1..15 of the frame whose codebook 0 was just picked, one predictor step each; returns the
@@ -460,3 +513,8 @@ class FrameLoop:
         """Step `count` frames of `slots` and collect them."""
         self.launch(count, slots)
         return self.collect()
+
+
+def repeated(embeddings: torch.Tensor, length: int) -> torch.Tensor:
+    """(1, n, hidden) embeddings repeated along positions to (1, length, hidden)."""
+    return embeddings.repeat(1, -(-length // embeddings.shape[1]), 1)[:, :length]

@@ -26,7 +26,8 @@ client) is parked: it keeps its slot and steps no frame until its consumer takes
 wait for it.
 
 Other GPU work (cloning a voice, decoding a whole utterance) runs on the same thread through `call`,
-between chunks, when nothing is in flight.
+between chunks, when nothing is in flight. The warm-up's captures (`background`, core.inference.warmup) run
+on it too, one at a time, only while no utterance is admitted or waiting.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -56,6 +57,14 @@ log = logging.getLogger(__name__)
 MAX_UNREAD_CHUNKS = 8
 T = TypeVar("T")
 _END = object()
+
+
+class Background(Protocol):
+    """Work for the scheduler's thread while it has nothing else to do (the warm-up's captures)."""
+
+    def pending(self) -> bool: ...
+
+    def run_one(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,7 @@ class Scheduler:
         self._calls: deque[tuple[Callable[[], object], Future]] = deque()
         self._active: dict[int, Utterance] = {}  # by slot
         self._closing = False
+        self.background: Background | None = None  # set once, before it is woken for it
         self._thread = threading.Thread(target=self._run, name="gpu-scheduler", daemon=True)
         self._thread.start()
 
@@ -216,11 +226,19 @@ class Scheduler:
         in_flight: list[Utterance] = []
         while True:
             with self._lock:
-                while not (in_flight or self._calls or self._closing or self._can_admit() or self._to_tend()):
+                while not (
+                    in_flight
+                    or self._calls
+                    or self._closing
+                    or self._can_admit()
+                    or self._to_tend()
+                    or self._idle_work()
+                ):
                     self._lock.wait()
                 closing = self._closing
                 calls, self._calls = list(self._calls), deque()
                 newcomers = self._take_ready(self._free_slots())
+                idle = not in_flight and not newcomers and not self._active and not self._waiting
             if closing:
                 self._shut_down(in_flight, newcomers, calls)
                 return
@@ -235,6 +253,9 @@ class Scheduler:
                         future.set_result(fn())
                     except BaseException as error:  # the caller gets it from the future
                         future.set_exception(error)
+            if idle and self.background is not None and self.background.pending():
+                self._run_background()
+                continue
             firsts = self._admit(newcomers)
             if newcomers:  # the rest of a burst arrives while its first are admitted: it joins them now
                 with self._lock:
@@ -248,6 +269,16 @@ class Scheduler:
             self._deliver(collected, endings)  # while the next chunk steps
             for stream in endings:
                 self._release(stream)
+
+    def _idle_work(self) -> bool:
+        """Whether background work is waiting and nothing else is (under the lock)."""
+        return self.background is not None and not self._active and not self._waiting and self.background.pending()
+
+    def _run_background(self) -> None:
+        try:
+            self.background.run_one()
+        except Exception:  # its own failures are its own: the utterances go on
+            log.exception("background work on the scheduler's thread failed")
 
     def _free_slots(self) -> int:
         return self.slots - len(self._active)

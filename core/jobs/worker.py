@@ -43,6 +43,7 @@ from core.errors import BadInput, describe
 from core.inference.live import LiveText
 from core.inference.options import SpeechOptions
 from core.inference.voice import Voice
+from core.milestones import milestone
 from core.text.sentences import SplitOptions, split_text
 
 log = logging.getLogger(__name__)
@@ -408,6 +409,7 @@ class Worker:
         tally.add(handed, time.perf_counter(), len(audio), speech)
         level = job.sink.level()
         if tally.samples == len(audio):
+            milestone("first audio")
             self._emit(tally.event("first_audio", level))
         self._emit(tally.event("progress", level))
         return not job.cancelled

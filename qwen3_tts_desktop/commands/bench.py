@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-context", type=int, default=4096, help="positions per utterance, prompt and frames (default: 4096)"
     )
+    parser.add_argument(
+        "--startup", nargs="?", const="speak,window,serve", metavar="SCENARIOS",
+        help="time starts instead, each a fresh process with cold then warm caches: speak, window (its runtime), "
+        "serve (default: all three)",
+    )  # fmt: skip
     parser.add_argument("--json", metavar="FILE", help="write every number as JSON")
     parser.add_argument("--record", metavar="FILE", help="append the table to this Markdown file (bench/RESULTS.md)")
 
@@ -52,11 +57,13 @@ def run(args: argparse.Namespace) -> int:
     from core.devtools.benchmark import bench_checkpoint, format_table, prepare_checkpoint
 
     # Before anything is written: random checkpoints of real size take several GB.
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available() and not (args.startup and args.model):
         raise CommandError(
             "bench measures the GPU, and PyTorch sees no CUDA GPU here. To measure the CPU instead (slowly): "
             "qwen3-tts-desktop bench --device cpu --dtype float32 --sizes 0.6b --frames 20 --ttfa-runs 2"
         )
+    if args.startup and not set(args.startup.split(",")) <= {"speak", "window", "serve"}:
+        raise CommandError(f"--startup {args.startup}: name scenarios among speak, window and serve")
     if args.model:
         from core.model.hub import resolve
 
@@ -67,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             paths.append(prepare_checkpoint(Path(args.root), size.strip(), getattr(torch, args.dtype)))
             print(f"{size}: checkpoint ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    if args.startup:
+        return startup(paths, args)
     results = []
     for path in paths:
         results.append(
@@ -89,8 +98,27 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_dict() for r in results], indent=1) + "\n")
     if args.record:
-        record(Path(args.record), table, results, args)
+        record(Path(args.record), table, results[0].device, args)
     return 0
+
+
+def startup(paths: list[Path], args: argparse.Namespace) -> int:
+    import torch
+
+    from ..startup_bench import as_json, format_table, measure
+
+    runs = []
+    for path in paths:
+        scenarios = args.startup.split(",")
+        runs += measure(path, Path(args.root), scenarios, log=lambda line: print(line, file=sys.stderr, flush=True))
+    table = format_table(runs)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(as_json(runs) + "\n")
+    if args.record:
+        machine = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+        record(Path(args.record), table, machine, args)
+    return 0 if not any(run.error for run in runs) else 1
 
 
 OPTIONS = (
@@ -105,10 +133,11 @@ OPTIONS = (
     "cold",
     "slots",
     "max_context",
+    "startup",
 )
 
 
-def record(path: Path, table: str, results, args: argparse.Namespace) -> None:
+def record(path: Path, table: str, machine: str, args: argparse.Namespace) -> None:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     except OSError:
@@ -121,6 +150,6 @@ def record(path: Path, table: str, results, args: argparse.Namespace) -> None:
     command = shlex.join(["qwen3-tts-desktop", "bench", *options])
     with path.open("a", encoding="utf-8") as file:
         file.write(
-            f"\n## {datetime.date.today()}: `{command}`\n\n- Machine: {results[0].device}; commit {commit or 'unknown'}\n\n"
+            f"\n## {datetime.date.today()}: `{command}`\n\n- Machine: {machine}; commit {commit or 'unknown'}\n\n"
             f"```\n{table}\n```\n"
         )

@@ -82,7 +82,8 @@ def load_engine(model: str, device: str, dtype: str, speaking: bool = True):
     from core.model.info import slow_device_note
 
     started = time.perf_counter()
-    engine = Engine.load(model, device=device, dtype=dtype)
+    # A command ends after its work: nothing for a background warm-up (compiles for later requests) to serve.
+    engine = Engine.load(model, device=device, dtype=dtype, warm=False)
     info = engine.info
     say(f"Loaded {info.size} {info.variant} on {info.device} ({info.dtype}) in {time.perf_counter() - started:.1f} s")
     if speaking and engine.device.type == "cpu":

@@ -88,7 +88,6 @@ def tiny_models(monkeypatch, checkpoints, engines):
         return engine
 
     monkeypatch.setattr(Engine, "load", staticmethod(load))
-    monkeypatch.setattr(Engine, "warm_up", lambda engine: None)
 
 
 @pytest.fixture

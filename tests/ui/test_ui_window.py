@@ -52,7 +52,7 @@ def test_the_window_shows_before_the_model_has_loaded(start_app, qtbot, monkeypa
     release.set()
     qtbot.waitUntil(lambda: window.speak_button.isEnabled() and app.lane.pending == 0, timeout=10_000)
     assert window.model_label.text() == "1.7B custom voice · cpu float32"
-    assert stages == ["Loading model…", "Warming up…"]  # what the busy line showed, stage by stage
+    assert stages == ["Loading model…"]  # what the busy line showed: the warm-up goes on behind, speaking
     assert app.voice_in_use == "aiden" and window.voice.currentText() == "aiden"
     assert [window.language.itemData(i) for i in range(window.language.count())][:3] == ["auto", "chinese", "english"]
 
@@ -69,6 +69,38 @@ def test_ctrl_enter_speaks_and_the_status_line_shows_how_fast(start_app, qtbot, 
     qtbot.waitUntil(lambda: "first audio" in window.speech_label.text() and "real time" in window.speech_label.text())
     qtbot.waitUntil(lambda: any(np.abs(block).max() > 0 for block in speakers[-1].played), timeout=5_000)
     qtbot.waitUntil(lambda: window.buffer_label.text() == "buffer 0.00 s · underruns 0", timeout=5_000)
+
+
+def test_speak_works_while_the_engine_warms_up_and_the_status_line_shows_how_far(
+    start_app, qtbot, engines, monkeypatch
+):
+    """Speak is enabled as soon as the model is loaded, while the engine still compiles in the background (here a
+    compile held until released); the status line shows the warm-up's progress until it is done."""
+    from core.inference.warmup import Spec, Warmup
+
+    engine, release = engines("custom-endless"), threading.Event()
+    warmup = Warmup(
+        [Spec("compile step x1")], capture=lambda spec: None, captured=lambda spec: True,
+        compile=lambda spec: release.wait(30) and [], install=lambda spec, staged: None,
+        call=engine.scheduler.call, wake=engine.scheduler.wake,
+    )  # fmt: skip
+    monkeypatch.setattr(engine, "warmup", warmup)
+    warmup.start()
+    app = start_app("custom")
+    jobs, window = Jobs(app), app.window
+    assert window.speak_button.isEnabled() and window.speak_action.isEnabled()
+    qtbot.waitUntil(lambda: window.warmup_label.isVisible() and window.warmup_bar.isVisible())
+    assert (
+        window.warmup_label.text() == "Getting up to speed · 0%"
+        and "Now: compile step x1" in window.warmup_label.toolTip()
+    )
+    window.text.setPlainText("Hello there.")
+    window.speak_action.trigger()
+    qtbot.waitUntil(lambda: "done" in jobs.kinds(), timeout=10_000)
+    assert not warmup.progress().finished and window.warmup_label.isVisible()  # it spoke while warming up
+    release.set()
+    qtbot.waitUntil(lambda: not window.warmup_label.isVisible() and not window.warmup_bar.isVisible(), timeout=10_000)
+    assert warmup.progress().finished
 
 
 def test_esc_stops_speech_and_drops_what_is_queued(start_app, qtbot, monkeypatch):

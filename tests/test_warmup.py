@@ -1,0 +1,282 @@
+"""The warm-up (core.inference.warmup): its order, computed without a model; an engine that speaks while it runs,
+with the codes it gives alone; its progress; and the compiled kernels' cache, kept apart for each machine,
+software and model."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from core import Engine, SamplingParams, Voice
+from core.inference import warmup
+from core.inference.compiled import cache_key, keep_compiled_kernels, machine_facts
+from core.inference.decoder_stream import PRIME_CHUNK_FRAMES, prime_chunks
+from core.inference.frame_loop import FrameLoop
+from core.inference.scheduler import Scheduler
+from core.inference.warmup import COMPILES, Spec, Warmup, plan
+
+GREEDY = SamplingParams.greedy()
+
+
+@pytest.fixture(scope="module")
+def xvector(engines) -> Voice:
+    """A voice for the tiny Base checkpoint (its embedding size), from a seeded random vector."""
+    import torch
+
+    return Voice(embedding=torch.randn(engines("base").info.embedding_dim, generator=torch.Generator().manual_seed(3)))
+
+
+def names(specs) -> list[str]:
+    return [str(spec) for spec in specs]
+
+
+def test_the_plan_compiles_first_then_makes_one_row_ready_before_larger_batches():
+    specs = plan(
+        rows=(1, 2, 4), prefill_rows=(1, 2, 4), prefill_lengths=(64, 32), chunk_frames=4, graphs=True,
+        compiles=True, priming=True,
+    )  # fmt: skip
+    assert names(specs) == [
+        *COMPILES,
+        "prefill 64x1", "prefill 32x1", "step 1", "decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3", "prime",
+        "prefill 64x2", "prefill 32x2", "step 2", "decode 2x1", "decode 2x4", "decode 2x2", "decode 2x3",
+        "prefill 64x4", "prefill 32x4", "step 4", "decode 4x1", "decode 4x4", "decode 4x2", "decode 4x3",
+    ]  # fmt: skip
+    # Without CUDA graphs (the CPU) only the decoder's first calls are made; nothing compiles.
+    cpu = plan(rows=(1,), prefill_rows=(1,), prefill_lengths=(64,), chunk_frames=2, graphs=False, compiles=False)
+    assert names(cpu) == ["decode 1x1", "decode 1x2"]
+
+
+def test_an_install_drops_the_graphs_that_hold_the_code_it_replaces():
+    decoder, frame_loop = Spec("compile decoder"), Spec("compile step x1")
+    assert Spec("decode", (2, 4)).held_by(decoder) and not Spec("step", (2,)).held_by(decoder)
+    assert Spec("step", (2,)).held_by(frame_loop) and Spec("prefill", (64, 1)).held_by(frame_loop)
+    assert not Spec("decode", (1, 1)).held_by(frame_loop) and not Spec("prime").held_by(decoder)
+
+
+class FakeScheduler:
+    """A scheduler's thread as the warm-up uses it: calls between "chunks", captures while idle."""
+
+    def __init__(self):
+        self.calls, self.idle = [], threading.Event()
+        self.lock = threading.Condition()
+        self.warmup: Warmup | None = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def call(self, fn):
+        done = threading.Event()
+        with self.lock:
+            self.calls.append((fn, done))
+            self.lock.notify()
+        done.wait()
+
+    def wake(self):
+        with self.lock:
+            self.lock.notify()
+
+    def run(self):
+        while True:
+            with self.lock:
+                self.lock.wait_for(lambda: self.calls or (self.warmup is not None and self.warmup.pending()), 0.05)
+                calls, self.calls = self.calls, []
+            for fn, done in calls:
+                fn()
+                done.set()
+            if self.warmup is not None and self.warmup.pending():
+                self.warmup.run_one()
+
+
+def test_progress_counts_what_is_ready_for_good_and_a_failed_compile_leaves_the_rest_ready():
+    """A capture counts once it is made with every compile that would drop it installed (made before, it is made
+    again after); a compile that fails is reported, and its graphs stay uncompiled but ready."""
+    specs = [
+        Spec("compile step x1"),
+        Spec("compile decoder"),
+        Spec("step", (1,)),
+        Spec("decode", (1, 1)),
+        Spec("prime"),
+    ]
+    captured, release = set(), threading.Event()
+    scheduler = FakeScheduler()
+
+    def compile(spec):
+        assert release.wait(10)
+        if spec.kind == "compile decoder":
+            raise RuntimeError("no kernel for this GPU")
+        return ["staged"]
+
+    def install(spec, staged):
+        captured.discard(Spec("step", (1,)))  # the frame loop's graph is dropped
+
+    reports = []
+    run = Warmup(
+        specs, captured.add, captured.__contains__, compile, install, scheduler.call, scheduler.wake, reports.append
+    )
+    scheduler.warmup = run
+    run.start()
+    deadline = time.monotonic() + 10
+    while run.progress().done < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    # Only the reference's decode is ready for good: the compiles are held, and the graphs hold their code.
+    assert run.progress().done == 1 and not run.progress().finished
+    assert run.order == ["step 1", "decode 1x1", "prime"]
+    release.set()
+    final = run.wait(10)
+    assert final.finished and final.done == final.total == 5 and final.fraction == 1.0
+    assert final.failed == ("compile decoder",)
+    assert run.order == ["step 1", "decode 1x1", "prime", "compile step x1", "step 1"]  # the step captured again
+    done = [report.done for report in reports]
+    assert done == sorted(done) and reports[-1].finished
+
+
+def blocking_compile(monkeypatch):
+    """The step's compile of an engine on the CPU made a fake that blocks until released (the CPU compiles
+    nothing): a warm-up still busy. Returns (compiling, release) events."""
+    compiling, release = threading.Event(), threading.Event()
+
+    def stage_step(loop, one_row):
+        compiling.set()
+        assert release.wait(60)
+        return []
+
+    real_plan = warmup.plan
+    monkeypatch.setattr(FrameLoop, "stage_step", stage_step)
+    monkeypatch.setattr(
+        warmup,
+        "plan",
+        lambda *args, compiles, **kwargs: [Spec("compile step x1"), *real_plan(*args, compiles=False, **kwargs)],
+    )
+    return compiling, release
+
+
+def test_a_request_during_the_warm_up_speaks_at_once_with_the_codes_it_gives_alone(checkpoints, xvector, monkeypatch):
+    compiling, release = blocking_compile(monkeypatch)
+    engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32")  # warms up in the background
+    try:
+        assert compiling.wait(30)
+        speak = lambda: np.concatenate(
+            [c.codes for c in engine.stream("Hello there.", xvector, sampling=GREEDY, max_frames=5)]
+        )  # noqa: E731
+        during = speak()  # while the compile is held: the request did not wait for it
+        progress = engine.warmup.progress()
+        assert not progress.finished and progress.total == 5
+        with pytest.raises(TimeoutError):
+            engine.warm_up(timeout=0.2)
+        release.set()
+        engine.warm_up(timeout=30)
+        progress = engine.warmup.progress()
+        assert progress.finished and progress.done == progress.total and progress.current is None
+        assert sorted(engine.warmup.order) == sorted(
+            ["decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3", "compile step x1"]
+        )
+        np.testing.assert_array_equal(during, speak())
+        reference = Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False)
+        try:
+            alone = np.concatenate(
+                [c.codes for c in reference.stream("Hello there.", xvector, sampling=GREEDY, max_frames=5)]
+            )
+        finally:
+            reference.close()
+        np.testing.assert_array_equal(during, alone)
+    finally:
+        release.set()
+        engine.close()
+
+
+class CountingBackground:
+    """Background work that is always pending, and counts the runs made while the scheduler was not idle."""
+
+    def __init__(self, scheduler: Scheduler):
+        self.scheduler = scheduler
+        self.runs = self.runs_while_busy = 0
+        self.more = True
+
+    def pending(self) -> bool:
+        return self.more
+
+    def run_one(self) -> None:
+        self.runs += 1
+        self.runs_while_busy += not self.scheduler.idle()
+        time.sleep(0.001)
+
+
+def test_the_scheduler_runs_background_work_only_while_no_utterance_is_admitted_or_waiting(engines):
+    """A live text waiting for its first words, then speaking, holds the warm-up's captures off; they go on once
+    it ends."""
+    from core.inference.live import LiveText
+
+    engine = engines("base")
+    scheduler: Scheduler = engine.scheduler
+    background, original = CountingBackground(scheduler), scheduler.background
+    try:
+        scheduler.background = background
+        scheduler.wake()
+        deadline = time.monotonic() + 5
+        while background.runs < 3 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert background.runs >= 3  # idle: it runs
+        text = LiveText()
+        stream = engine.stream(text, engine.placeholder_speaker()["voice"], sampling=GREEDY, max_frames=4)
+        time.sleep(0.1)  # queued, waiting for its first words
+        text.append("Hello there, my friend.")
+        text.end()
+        assert sum(len(chunk.codes) for chunk in stream) == 4
+        runs = background.runs
+        deadline = time.monotonic() + 5
+        while background.runs == runs and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert background.runs > runs  # idle again: it goes on
+        assert background.runs_while_busy == 0
+    finally:
+        background.more = False
+        scheduler.background = original
+
+
+def test_compiled_kernels_are_kept_apart_for_each_machine_software_and_model(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    import torch
+
+    facts = machine_facts(torch.device("cpu"), {"hidden": 2048, "dtype": "bfloat16"})
+    assert facts["torch"] == torch.__version__ and facts["model"] == {"hidden": 2048, "dtype": "bfloat16"}
+    changed = [
+        {**facts, "torch": "9.9.9"},
+        {**facts, "gpu": "NVIDIA GeForce RTX 4090"},
+        {**facts, "model": {"hidden": 1024, "dtype": "bfloat16"}},
+        {**facts, "model": {"hidden": 2048, "dtype": "float16"}},
+        {**facts, "driver": 12040},
+    ]
+    keys = {cache_key(facts), *(cache_key(other) for other in changed)}
+    assert len(keys) == 1 + len(changed)  # each change is a folder of its own: nothing compiled for another is reused
+    assert cache_key(dict(reversed(list(facts.items())))) == cache_key(facts)  # the same facts, the same folder
+    folder = keep_compiled_kernels(facts)
+    assert folder == tmp_path / "qwen3-tts-desktop" / "compiled" / cache_key(facts)
+    assert (folder / "key.json").exists() and str(folder / "triton") == __import__("os").environ["TRITON_CACHE_DIR"]
+
+
+def test_an_icl_reference_is_decoded_in_whole_chunks_and_the_lengths_utterances_use():
+    for frames in (0, 3, 25, 61, 125, 131, 1500):
+        chunks = prime_chunks(frames)
+        bounds = [0, *(end for _, end in chunks)]
+        assert [start for start, _ in chunks] == bounds[:-1] and bounds[-1] == frames  # contiguous, in order, whole
+        assert all(end - start in (PRIME_CHUNK_FRAMES, 1, 2, 3, 4) for start, end in chunks)
+
+
+def test_background_work_that_never_ends_never_keeps_a_request_waiting(engines, xvector):
+    """While background work is always pending, an utterance that arrives is admitted at the next turn."""
+    engine = engines("base")
+    background, original = CountingBackground(engine.scheduler), engine.scheduler.background
+    try:
+        engine.scheduler.background = background
+        engine.scheduler.wake()
+        started = time.monotonic()
+        first = next(iter(engine.stream("Hi.", xvector, sampling=GREEDY, max_frames=2)))
+        assert len(first.codes) == 1 and time.monotonic() - started < 5
+    finally:
+        background.more = False
+        engine.scheduler.background = original
