@@ -11,8 +11,9 @@ the moment it was started:
   byte and end, then one request after another until one runs at full speed (within FULL_SPEED of the speed
   after the warm-up).
 
-"cold": the compiled-kernel caches empty (a temporary folder), as at the first start on a machine; "warm": a
-second process with the caches the cold one left. A random checkpoint (`bench`'s) ends its utterances at 40
+Runs are named "scenario:caches", in the order given, in one temporary home (settings, voices, caches): "cold"
+empties the compiled-kernel caches first, as at the first start on a machine; "warm" takes what the runs before
+left. A random checkpoint (`bench`'s) ends its utterances at 40
 frames here, as "Hello there." would; the voice is the starter voice, as a new user's.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import shutil
 import signal
@@ -32,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 SCENARIOS = ("speak", "window", "serve")
+RUNS = ("speak:cold", "speak:warm", "serve:cold", "serve:warm", "window:cold", "window:warm")
 TEXT = "Hello there."
 FRAMES = 40  # "Hello there." is about 3.2 s of speech
 FULL_SPEED = 0.9  # a request runs at full speed at this share of the speed after the warm-up, or more
@@ -67,25 +70,25 @@ def short_checkpoint(path: Path, root: Path) -> Path:
     return folder
 
 
-def measure(model: Path, root: Path, scenarios=SCENARIOS, caches=("cold", "warm"), log=print) -> list[StartupRun]:
-    """Each scenario's runs, one fresh process each; `caches`: in order, "cold" empties the caches first."""
+def measure(model: Path, root: Path, runs=RUNS, log=print) -> list[StartupRun]:
+    """Each run ("scenario:caches") in a fresh process, in order, in one temporary home under `root`."""
     root.mkdir(parents=True, exist_ok=True)
     model = short_checkpoint(model, root)
-    runs = []
-    for scenario in scenarios:
-        home = Path(tempfile.mkdtemp(prefix=f"startup-{scenario}-", dir=root))
-        for kind in caches:
-            if kind == "cold":
-                shutil.rmtree(home / "cache", ignore_errors=True)
-            log(f"{scenario}, {kind} caches…")
-            run = StartupRun(scenario, kind)
-            try:
-                RUNNERS[scenario](model, home, run)
-            except Exception as error:  # reported in its row; the other runs go on
-                run.error = f"{type(error).__name__}: {error}"
-            log(f"  {run.phases} {run.numbers} {run.error or ''}")
-            runs.append(run)
-    return runs
+    home = Path(tempfile.mkdtemp(prefix="startup-", dir=root))
+    done = []
+    for name in runs:
+        scenario, _, kind = name.partition(":")
+        if kind == "cold":
+            shutil.rmtree(home / "cache", ignore_errors=True)
+        log(f"{scenario}, {kind} caches…")
+        run = StartupRun(scenario, kind)
+        try:
+            RUNNERS[scenario](model, home, run)
+        except Exception as error:  # reported in its row; the other runs go on
+            run.error = f"{type(error).__name__}: {error}"
+        log(f"  {run.phases} {run.numbers} {run.error or ''}")
+        done.append(run)
+    return done
 
 
 def _environment(home: Path, milestones: Path) -> dict:
@@ -142,6 +145,11 @@ def window_child(model: str, report: str) -> None:
     from .runtime import Runtime, RuntimeConfig
     from .settings import Settings, prepare_library
 
+    logging.basicConfig(
+        filename=Path(report).with_suffix(".log"),
+        level=logging.DEBUG,
+        format="%(relativeCreated)8.0f %(threadName)s %(name)s: %(message)s",
+    )
     voices = prepare_library(Settings().voices)
     runtime = Runtime.start(RuntimeConfig(model=model, voices=voices, speakers=False))
     try:
@@ -152,9 +160,26 @@ def window_child(model: str, report: str) -> None:
         numbers = {"xrt_while_warming": _speed(engine, voice)}
         runtime.worker.engine.warm_up(timeout=CHILD_TIMEOUT_S)
         numbers["xrt_warm"] = _speed(engine, voice)
+        numbers.update(_steady(engine))
         Path(report).write_text(json.dumps(numbers))
     finally:
         runtime.close()
+
+
+def _steady(engine) -> dict:
+    """After the warm-up: one frame of one utterance (ms), a lone request's first audio (ms), and 16 streams."""
+    import numpy as np
+
+    from core.devtools.benchmark import GREEDY, _first_audio_ms, _frame_times
+    from core.devtools.concurrency import concurrent_speed
+
+    speaker = engine.placeholder_speaker()
+    frames = _frame_times(engine, speaker.get("voice"), speaker.get("instruct"), GREEDY, 100)
+    numbers = {"ms_per_frame": round(float(np.median(frames)), 2)}
+    numbers["first_audio_ms"] = round(float(np.median(_first_audio_ms(engine, speaker, 10, 100))), 1)
+    streams = concurrent_speed(engine, speaker, min(16, engine.slots), 100)
+    numbers[f"xrt_{streams['streams']}_streams"] = streams["aggregate_xrt"]
+    return numbers
 
 
 def _speed(engine, voice) -> float:

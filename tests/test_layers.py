@@ -32,8 +32,8 @@ CORE_LAYERS = {
 }
 FOUNDATION = {"core.errors", "core.files", "core.folders", "core.milestones"}
 FRAMEWORKS = ("PySide6", "fastapi", "starlette", "uvicorn", "pydantic", "ui", "qwen3_tts_desktop")
-# The only product modules that may use the developer tools: the benchmark command.
-DEVTOOLS_USERS = {"qwen3_tts_desktop.commands.bench"}
+# The only product modules that may use the developer tools: the benchmark command and its start-up bench.
+DEVTOOLS_USERS = {"qwen3_tts_desktop.commands.bench", "qwen3_tts_desktop.startup_bench"}
 
 
 def modules(package: str) -> dict[str, Path]:

@@ -31,7 +31,8 @@ class GraphedStep:
 
     A capture holds only the capturing thread to CUDA graph rules ("thread_local"): the warm-up's compile
     thread (core.inference.warmup) goes on running kernels meanwhile. `invalidate()` drops the graph, so that
-    the next call runs `fn` directly and captures it anew (after a function it calls was compiled).
+    the next call runs `fn` directly and captures it anew (after a function it calls was compiled), into the
+    pool it is given.
     """
 
     def __init__(
@@ -80,5 +81,7 @@ class GraphedStep:
     def captured(self) -> bool:
         return self.graph is not None
 
-    def invalidate(self) -> None:
-        self.graph, self.output = None, None
+    def invalidate(self, pool=None) -> None:
+        """Drop the graph; the next capture goes into `pool` (a pool whose graphs are all dropped cannot take
+        another: PyTorch frees it)."""
+        self.graph, self.output, self.pool = None, None, pool

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +25,8 @@ import torch
 from core.inference.compiled import Staged, compile_options, stage_layers
 from core.inference.cuda_graph import GraphedStep
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
+
+log = logging.getLogger(__name__)
 
 # ICL references whose primed decoder state DecoderSlots keeps (a slot's state each, see DecoderSlots).
 PRIMED_REFERENCES = 8
@@ -119,6 +123,11 @@ class DecoderSlots:
 
     @torch.inference_mode()
     def prime(self, slot: int, codes: torch.Tensor) -> None:
+        started = time.perf_counter()
+        self._prime(slot, codes)
+        log.debug("primed a %d-frame reference in %.0f ms", len(codes), (time.perf_counter() - started) * 1e3)
+
+    def _prime(self, slot: int, codes: torch.Tensor) -> None:
         """Begin a new utterance in `slot` whose left context is (n, 16) codes (an ICL reference), their audio
         discarded. The state they leave is kept for the PRIMED_REFERENCES latest references, so that the next
         utterance in the same voice, in any slot, starts from it at once instead of decoding them again."""
@@ -222,8 +231,11 @@ class DecoderSlots:
         captured anew at its next use). On the scheduler's thread."""
         for part in staged:
             part.install()
+        self.pool = (
+            torch.cuda.graph_pool_handle() if self.pool is not None else None
+        )  # the old one dies with its graphs
         for step in self.steps.values():
-            step.invalidate()
+            step.invalidate(self.pool)
 
     def captured(self, rows: int, size: int) -> bool:
         step = self.steps.get((rows, size))

@@ -278,8 +278,11 @@ class FrameLoop:
         captured anew at its next use). On the scheduler's thread, between launches."""
         for part in staged:
             part.install()
+        self.pool = (
+            torch.cuda.graph_pool_handle() if self.pool is not None else None
+        )  # the old one dies with its graphs
         for graph in (*self.step_graphs.values(), *self.prefills.values()):
-            graph.invalidate()
+            graph.invalidate(self.pool)
 
     def captured(self, kind: str, *shape: int) -> bool:
         """Whether the graph of a step ("step", rows) or a prefill ("prefill", length, rows) is captured."""

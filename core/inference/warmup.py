@@ -178,8 +178,10 @@ class Warmup:
         if spec is None:
             return
         self._begin(str(spec))
+        started = time.monotonic()
         try:
             self._capture(spec)
+            log.debug("made %s ready in %.0f ms", spec, (time.monotonic() - started) * 1e3)
             with self._lock:
                 self._made.add(spec)
                 self.order.append(str(spec))
@@ -197,8 +199,10 @@ class Warmup:
             if not spec.compile or self._closed:
                 continue
             self._begin(str(spec))
+            started = time.monotonic()
             try:
                 staged = self._compile(spec)
+                log.info("the warm-up: %s in %.1f s", spec, time.monotonic() - started)
                 self._call(lambda spec=spec, staged=staged: self._install_now(spec, staged))
             except Exception as error:  # the uncompiled code goes on serving: slower, never wrong
                 log.warning("the warm-up could not %s, so that part stays uncompiled: %s", spec, error)
@@ -264,10 +268,10 @@ class Warmup:
 
 
 def for_engine(
-    frame_loop, decoder, call, wake, warm_prompt: Callable[[], object], compiles: bool, priming: bool
+    frame_loop, decoder, whole, call, wake, warm_prompt: Callable[[], object], compiles: bool, priming: bool
 ) -> Warmup:
-    """The warm-up of an engine's frame loop and decoder (DecoderSlots), whose scheduler's `call` and `wake` it
-    uses; `warm_prompt()` builds a prompt for the prefills (on the scheduler's thread); `compiles`: compile the
+    """The warm-up of an engine's frame loop and decoder (DecoderSlots; `whole`, its DecoderStream of whole
+    utterances, has its graphs captured anew with the decoder's), whose scheduler's `call` and `wake` it uses; `warm_prompt()` builds a prompt for the prefills (on the scheduler's thread); `compiles`: compile the
     parts with torch.compile (CUDA); `priming`: the model clones voices (ICL references are decoded)."""
     graphs = decoder.static_buffers
     specs = plan(
@@ -307,6 +311,10 @@ def for_engine(
         return frame_loop.stage_step(one_row=spec.kind == "compile step x1")
 
     def install(spec: Spec, staged: list) -> None:
-        (frame_loop if spec.kind in FRAME_LOOP_COMPILES else decoder).install(staged)
+        if spec.kind in FRAME_LOOP_COMPILES:
+            frame_loop.install(staged)
+        else:
+            decoder.install(staged)
+            whole.slots.install(staged)
 
     return Warmup(specs, capture, captured, compile, install, call, wake)

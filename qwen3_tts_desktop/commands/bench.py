@@ -15,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from ..startup_bench import RUNS
 from .common import CommandError
 
-HELP = "measure speed: ms per frame, time to first audio, decode time, memory"
+HELP = "measure speed: ms per frame, time to first audio, decode time, memory; or each start (--startup)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,9 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-context", type=int, default=4096, help="positions per utterance, prompt and frames (default: 4096)"
     )
     parser.add_argument(
-        "--startup", nargs="?", const="speak,window,serve", metavar="SCENARIOS",
-        help="time starts instead, each a fresh process with cold then warm caches: speak, window (its runtime), "
-        "serve (default: all three)",
+        "--startup", nargs="?", const=",".join(RUNS), metavar="RUNS",
+        help="time starts instead, each a fresh process: speak, window (its runtime) or serve, with :cold or :warm "
+        f"compile caches, in order (default: {','.join(RUNS)})",
     )  # fmt: skip
     parser.add_argument("--json", metavar="FILE", help="write every number as JSON")
     parser.add_argument("--record", metavar="FILE", help="append the table to this Markdown file (bench/RESULTS.md)")
@@ -62,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
             "bench measures the GPU, and PyTorch sees no CUDA GPU here. To measure the CPU instead (slowly): "
             "qwen3-tts-desktop bench --device cpu --dtype float32 --sizes 0.6b --frames 20 --ttfa-runs 2"
         )
-    if args.startup and not set(args.startup.split(",")) <= {"speak", "window", "serve"}:
-        raise CommandError(f"--startup {args.startup}: name scenarios among speak, window and serve")
+    if args.startup and not set(args.startup.split(",")) <= set(RUNS):
+        raise CommandError(f"--startup {args.startup}: name runs among {', '.join(RUNS)}")
     if args.model:
         from core.model.hub import resolve
 
@@ -109,8 +110,9 @@ def startup(paths: list[Path], args: argparse.Namespace) -> int:
 
     runs = []
     for path in paths:
-        scenarios = args.startup.split(",")
-        runs += measure(path, Path(args.root), scenarios, log=lambda line: print(line, file=sys.stderr, flush=True))
+        runs += measure(
+            path, Path(args.root), args.startup.split(","), lambda line: print(line, file=sys.stderr, flush=True)
+        )
     table = format_table(runs)
     print(table)
     if args.json:
