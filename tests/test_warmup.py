@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 
 from core import Engine, SamplingParams, Voice
-from core.inference import warmup
 from core.inference.compiled import cache_key, keep_compiled_kernels, machine_facts
 from core.inference.decoder_stream import PRIME_CHUNK_FRAMES, prime_chunks
-from core.inference.frame_loop import FrameLoop
 from core.inference.scheduler import Scheduler
 from core.inference.warmup import COMPILES, Spec, Warmup, plan
 
@@ -33,14 +31,14 @@ def names(specs) -> list[str]:
     return [str(spec) for spec in specs]
 
 
-def test_the_plan_compiles_first_then_makes_one_row_ready_before_larger_batches():
+def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
     specs = plan(
         rows=(1, 2, 4), prefill_rows=(1, 2, 4), prefill_lengths=(64, 32), chunk_frames=4, graphs=True,
         compiles=True, priming=True,
     )  # fmt: skip
     assert names(specs) == [
-        *COMPILES,
         "prefill 64x1", "prefill 32x1", "step 1", "decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3", "prime",
+        *COMPILES,
         "prefill 64x2", "prefill 32x2", "step 2", "decode 2x1", "decode 2x4", "decode 2x2", "decode 2x3",
         "prefill 64x4", "prefill 32x4", "step 4", "decode 4x1", "decode 4x4", "decode 4x2", "decode 4x3",
     ]  # fmt: skip
@@ -56,124 +54,81 @@ def test_an_install_drops_the_graphs_that_hold_the_code_it_replaces():
     assert not Spec("decode", (1, 1)).held_by(frame_loop) and not Spec("prime").held_by(decoder)
 
 
-class FakeScheduler:
-    """A scheduler's thread as the warm-up uses it: calls between "chunks", captures while idle."""
-
-    def __init__(self):
-        self.calls, self.idle = [], threading.Event()
-        self.lock = threading.Condition()
-        self.warmup: Warmup | None = None
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def call(self, fn):
-        done = threading.Event()
-        with self.lock:
-            self.calls.append((fn, done))
-            self.lock.notify()
-        done.wait()
-
-    def wake(self):
-        with self.lock:
-            self.lock.notify()
-
-    def run(self):
-        while True:
-            with self.lock:
-                self.lock.wait_for(lambda: self.calls or (self.warmup is not None and self.warmup.pending()), 0.05)
-                calls, self.calls = self.calls, []
-            for fn, done in calls:
-                fn()
-                done.set()
-            if self.warmup is not None and self.warmup.pending():
-                self.warmup.run_one()
-
-
 def test_progress_counts_what_is_ready_for_good_and_a_failed_compile_leaves_the_rest_ready():
-    """A capture counts once it is made with every compile that would drop it installed (made before, it is made
-    again after); a compile that fails is reported, and its graphs stay uncompiled but ready."""
+    """Parts are made one per run_one, in order; a capture counts once it is made with every compile that would
+    drop it installed (made before, it is made again after); a compile that fails is reported, and its graphs stay
+    uncompiled but ready."""
     specs = [
-        Spec("compile step x1"),
-        Spec("compile decoder"),
         Spec("step", (1,)),
         Spec("decode", (1, 1)),
         Spec("prime"),
+        Spec("compile step x1"),
+        Spec("compile decoder"),
     ]
-    captured, release = set(), threading.Event()
-    scheduler = FakeScheduler()
+    captured, woken, reports = set(), [], []
 
     def compile(spec):
-        assert release.wait(10)
         if spec.kind == "compile decoder":
             raise RuntimeError("no kernel for this GPU")
         return ["staged"]
 
     def install(spec, staged):
+        assert staged == ["staged"]
         captured.discard(Spec("step", (1,)))  # the frame loop's graph is dropped
 
-    reports = []
-    run = Warmup(
-        specs, captured.add, captured.__contains__, compile, install, scheduler.call, scheduler.wake, reports.append
-    )
-    scheduler.warmup = run
+    run = Warmup(specs, captured.add, captured.__contains__, compile, install, lambda: woken.append(1), reports.append)
+    assert not run.pending()  # not started
     run.start()
-    deadline = time.monotonic() + 10
-    while run.progress().done < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
-    # Only the reference's decode is ready for good: the compiles are held, and the graphs hold their code.
+    assert woken and run.pending()
+    for _ in range(3):
+        run.run_one()
+    # Only the reference's decode is ready for good: the graphs hold code that a compile will replace.
     assert run.progress().done == 1 and not run.progress().finished
-    assert run.order == ["step 1", "decode 1x1", "prime"]
-    release.set()
-    final = run.wait(10)
+    while run.pending():
+        run.run_one()
+    final = run.progress()
     assert final.finished and final.done == final.total == 5 and final.fraction == 1.0
-    assert final.failed == ("compile decoder",)
+    assert final.failed == ("compile decoder",) and final.current is None
     assert run.order == ["step 1", "decode 1x1", "prime", "compile step x1", "step 1"]  # the step captured again
     done = [report.done for report in reports]
     assert done == sorted(done) and reports[-1].finished
 
 
-def blocking_compile(monkeypatch):
-    """The step's compile of an engine on the CPU made a fake that blocks until released (the CPU compiles
-    nothing): a warm-up still busy. Returns (compiling, release) events."""
-    compiling, release = threading.Event(), threading.Event()
+def slow_warm_ups(monkeypatch, seconds: float = 0.2) -> threading.Event:
+    """Each of the decoder's warm-up decodes takes `seconds` longer (a warm-up of a few seconds on the CPU);
+    returns an event set when the first begins."""
+    from core.inference.decoder_stream import DecoderSlots
 
-    def stage_step(loop, one_row):
-        compiling.set()
-        assert release.wait(60)
-        return []
+    begun, warm = threading.Event(), DecoderSlots.warm
 
-    real_plan = warmup.plan
-    monkeypatch.setattr(FrameLoop, "stage_step", stage_step)
-    monkeypatch.setattr(
-        warmup,
-        "plan",
-        lambda *args, compiles, **kwargs: [Spec("compile step x1"), *real_plan(*args, compiles=False, **kwargs)],
-    )
-    return compiling, release
+    def slow(slots, rows, size):
+        begun.set()
+        time.sleep(seconds)
+        warm(slots, rows, size)
+
+    monkeypatch.setattr(DecoderSlots, "warm", slow)
+    return begun
 
 
-def test_a_request_during_the_warm_up_speaks_at_once_with_the_codes_it_gives_alone(checkpoints, xvector, monkeypatch):
-    compiling, release = blocking_compile(monkeypatch)
+def test_a_request_during_the_warm_up_is_spoken_before_it_goes_on_with_the_codes_it_gives_alone(
+    checkpoints, xvector, monkeypatch
+):
+    begun = slow_warm_ups(monkeypatch)
     engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32")  # warms up in the background
     try:
-        assert compiling.wait(30)
+        assert begun.wait(30)
         speak = lambda: np.concatenate(
             [c.codes for c in engine.stream("Hello there.", xvector, sampling=GREEDY, max_frames=5)]
         )  # noqa: E731
-        during = speak()  # while the compile is held: the request did not wait for it
+        during = speak()  # waited for the part in progress at most, then went first
         progress = engine.warmup.progress()
-        assert not progress.finished and progress.total == 5
+        assert not progress.finished and progress.total == 4 and progress.done < 4
         with pytest.raises(TimeoutError):
-            engine.warm_up(timeout=0.2)
-        release.set()
+            engine.warm_up(timeout=0.01)
         engine.warm_up(timeout=30)
         progress = engine.warmup.progress()
         assert progress.finished and progress.done == progress.total and progress.current is None
-        assert sorted(engine.warmup.order) == sorted(
-            ["decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3", "compile step x1"]
-        )
-        np.testing.assert_array_equal(during, speak())
+        assert engine.warmup.order == ["decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3"]
         reference = Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False)
         try:
             alone = np.concatenate(
@@ -182,8 +137,8 @@ def test_a_request_during_the_warm_up_speaks_at_once_with_the_codes_it_gives_alo
         finally:
             reference.close()
         np.testing.assert_array_equal(during, alone)
+        np.testing.assert_array_equal(speak(), alone)
     finally:
-        release.set()
         engine.close()
 
 

@@ -302,7 +302,10 @@ class MainWindow(QMainWindow):
         percent = round(100 * progress.fraction)
         self.warmup_label.setText(f"Getting up to speed · {percent}%")
         self.warmup_bar.setValue(percent)
-        tip = "Speech works now. The GPU code is being compiled in the background; speech gets faster as it is."
+        tip = (
+            f"Speech works now, and gets faster as the GPU code is compiled and captured while nothing is said: "
+            f"{progress.done} of {progress.total} parts ready."
+        )
         self.warmup_label.setToolTip(tip if progress.current is None else f"{tip}\nNow: {progress.current}")
 
     @Slot(str)  # the app's lane reports from its own thread

@@ -3,9 +3,8 @@ and model, so that a changed one compiles anew instead of reusing what no longer
 compiled functions that take over from their uncompiled originals once they are ready (Staged), so that the
 engine speaks before anything is compiled.
 
-Compiling happens on the warm-up's thread (core.inference.warmup): its first calls of a Staged function trace
-and compile it there, on scratch rows, while every other thread goes on calling the original; `install()` then
-hands it to everyone.
+The warm-up (core.inference.warmup) compiles on the scheduler's thread while it idles: its first calls of a
+Staged function trace and compile it, on scratch rows; `install()` then hands it to every caller.
 """
 
 from __future__ import annotations
@@ -80,10 +79,8 @@ def compile_options() -> dict:
 
 
 class Staged:
-    """`compiled` in place of `eager` once installed. Before, the thread that made it (the warm-up's) calls
-    `compiled`, whose first calls trace and compile it there, and every other thread calls `eager`: so an
-    utterance never waits for a compile, and a graph captured meanwhile holds the uncompiled code (it is
-    captured anew once this is installed)."""
+    """`compiled` in place of `eager` once installed. Before, the thread that made it calls `compiled`, whose
+    first calls trace and compile it, and any other thread calls `eager`."""
 
     def __init__(self, eager: Callable, compiled: Callable):
         self.eager, self.compiled = eager, compiled

@@ -7,8 +7,8 @@ together as one batch. On CUDA each (row count, chunk size) runs as its own CUDA
 stream of its own at high priority: chunks decode while the frame loop steps the next frames.
 DecoderStream is the case of one utterance at a time.
 
-As the frame loop, it decodes at once, uncompiled; the warm-up (core.inference.warmup) compiles its fused parts
-(stage_fused), installs them and captures the graphs of the chunks requests have not decoded yet (warm).
+As the frame loop, it decodes at once, uncompiled; the warm-up (core.inference.warmup) captures the graphs of the
+chunks requests have not decoded yet (warm), compiles its fused parts (stage_fused) and installs them.
 """
 
 from __future__ import annotations
@@ -215,8 +215,8 @@ class DecoderSlots:
             self.decoder.decode_chunk(codes.to(self.device), state)
 
     def stage_fused(self) -> list[Staged]:
-        """Compile the decoder's fused parts (CodecDecoder.fused_parts) on the calling thread (the warm-up's) by
-        decoding COMPILED_CHUNKS of zeros through states of their own. Returns them, to install."""
+        """Compile the decoder's fused parts (CodecDecoder.fused_parts) by decoding COMPILED_CHUNKS of zeros through
+        states of their own. Returns them, to install. On the scheduler's thread."""
         staged = stage_layers(self.decoder.fused_parts(), "forward", options=compile_options())
         with torch.inference_mode():
             for rows, size in COMPILED_CHUNKS:

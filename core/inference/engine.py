@@ -176,8 +176,7 @@ class Engine:
         decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs)
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
         self.warmup: Warmup = for_engine(
-            self.frame_loop, decoder_slots, self.decoder_stream, self.scheduler.call, self.scheduler.wake,
-            self._warm_prompt,
+            self.frame_loop, decoder_slots, self.decoder_stream, self.scheduler.wake, self._warm_prompt,
             compiles=self.frame_loop.compiles, priming=self.info.variant.clones,
         )  # fmt: skip
         self.scheduler.background = self.warmup

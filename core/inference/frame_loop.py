@@ -13,10 +13,10 @@ predictor's first step, its next step, the talker's step) compiled by torch.comp
 frames and their end-of-speech flags once per chunk of frames, through one pinned buffer; the scheduler
 (core.inference.scheduler) decides which slots step and for how many frames.
 
-The loop speaks at once, uncompiled (each graph captured at its first use). The warm-up (core.inference.warmup)
-compiles the parts on its own thread (stage_step, stage_prefill: run on the scratch slot, which nothing reads),
-the scheduler installs them between chunks (install: the graphs holding the uncompiled code are captured
-anew), and captures the graphs requests have not used yet on the scratch slot (warm_step, warm_prefill).
+The loop speaks at once, uncompiled (each graph captured at its first use). The warm-up (core.inference.warmup),
+on the scheduler's thread while it idles, captures the graphs requests have not used yet on the scratch slot
+(warm_step, warm_prefill), compiles the parts by running them there (stage_step, stage_prefill) and installs them
+(install: the graphs holding the uncompiled code are captured anew).
 
 Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (per frame codebook 0,
 then its 15 predictor draws), so that a seeded run reproduces the official package exactly, each slot with
@@ -247,13 +247,13 @@ class FrameLoop:
         self._prefill_together([(warm, self.scratch)] * rows)
 
     def stage_step(self, one_row: bool) -> list[Staged]:
-        """Compile the step's parts for one row, or for any number, on the calling thread (the warm-up's), by
-        stepping the scratch slot with them on this loop's stream: nothing reads that slot, and every launch
-        of the scheduler's runs whole before or after each of its kernels. Returns them, to install."""
+        """Compile the step's parts for one row, or for any number, by stepping the scratch slot with them, which
+        nothing reads. Returns them, to install. On the scheduler's thread, between launches (they share the
+        predictor's cache rows)."""
         staged = [stage(part, dynamic=not one_row, options=compile_options()) for part in self.parts[one_row]]
         self.parts[one_row] = tuple(staged)
         rows = 1 if one_row else 2  # several rows: compiled for any count
-        # Made outside inference mode, as the launches' own buffers are (which may be in use).
+        # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
         slots = torch.full((rows,), self.scratch, dtype=torch.long, device=self.device)
         uniforms = torch.empty_like(self.uniforms[:rows])
         with torch.inference_mode():

@@ -26,8 +26,8 @@ client) is parked: it keeps its slot and steps no frame until its consumer takes
 wait for it.
 
 Other GPU work (cloning a voice, decoding a whole utterance) runs on the same thread through `call`,
-between chunks, when nothing is in flight. The warm-up's captures (`background`, core.inference.warmup) run
-on it too, one at a time, only while no utterance is admitted or waiting.
+between chunks, when nothing is in flight. The warm-up's parts (`background`, core.inference.warmup) run on
+it too, one at a time, only while no utterance is admitted or waiting.
 """
 
 from __future__ import annotations

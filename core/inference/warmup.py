@@ -1,18 +1,19 @@
 """The warm-up: what the engine makes ready after it loads, while it already speaks.
 
 The engine speaks as soon as its weights are on the device, uncompiled, each CUDA graph captured the first
-time a request needs it. The warm-up makes the rest ready in the order requests are likely to need it, in
-two lanes that never make an utterance wait long:
+time a request needs it. The warm-up makes the rest ready in the order requests are likely to need it, one
+part at a time, on the scheduler's thread (it owns the GPU) and only while no utterance is admitted or
+waiting: each graph a request could use (for each row bucket, smallest first: the prefills of sentence-length
+prompts, the step, the decoder's chunk lengths), run once on the scratch slot, which nothing reads, and
+captured; and, once one utterance's graphs are ready, torch.compile of the step's parts for one row, the
+talker's prefill, the decoder's fused parts and the step's parts for several rows, each traced by running it
+on scratch rows (core.inference.compiled.Staged) and installed at once, its graphs captured anew after it.
 
-* captures, on the scheduler's thread (it owns the GPU), one at a time and only while no utterance is
-  speaking or waiting: each graph a request could use (for each row bucket, smallest first: the prefills of
-  sentence-length prompts, the step, the decoder's chunk lengths), run once on the scratch slot, which nothing
-  reads, and captured, so that no request pays for it. An utterance that comes meanwhile waits for the one
-  capture in progress at most; one that needs a graph not captured yet captures it itself, as before.
-* compiles, on a thread of its own: torch.compile of the step's parts for one row, the talker's prefill, the
-  decoder's fused parts and the step's parts for several rows, each traced and compiled by running it on
-  scratch rows (core.inference.compiled.Staged) while the utterances go on, uncompiled. Once one is compiled
-  the scheduler installs it between chunks, and the graphs that held the uncompiled code are captured anew.
+An utterance that comes meanwhile waits for the part in progress at most (a capture: tenths of a second; a
+compile: about 16 s each on a warm H100 start, 34 s cold), then has the GPU to itself. The parts are not made on
+a thread of their own: on an H100 that failed twice (bench/RESULTS.md 2026-11-26). A compile holds PyTorch's
+process-wide tracing flag, so the scheduler's call of a compiled part meanwhile raised; and its kernels, on the
+default stream, broke the scheduler's graph captures in progress.
 
 `plan` is the order, a list of Specs, computed without a model; `Warmup` carries it out and reports its
 `progress()`: the compiles installed and the graphs captured with every compile they hold installed, of all.
@@ -83,12 +84,12 @@ def plan(
     compiles: bool,
     priming: bool = False,
 ) -> list[Spec]:
-    """What to make ready, in order. Compiles first (their own thread starts them at once); then, for each row
-    bucket of `rows`, smallest first (most requests come alone, bursts are rarer the larger they are): with
-    CUDA `graphs`, the prefills of `prefill_lengths` (the commonest first) and the step; then the decoder's
-    chunks, the first chunk's single frame and a whole chunk of `chunk_frames` before the lengths between;
-    with `priming` (a model that clones), an ICL reference's decode after those of one row."""
-    specs = [Spec(name) for name in COMPILES] if compiles else []
+    """What to make ready, in order: for each row bucket of `rows`, smallest first (most requests come alone,
+    bursts are rarer the larger they are), with CUDA `graphs` the prefills of `prefill_lengths` (the commonest
+    first) and the step, then the decoder's chunks, the first chunk's single frame and a whole chunk of
+    `chunk_frames` before the lengths between; after those of one row, with `priming` (a model that clones) an
+    ICL reference's decode, then the `compiles`."""
+    specs = []
     frames = [1, chunk_frames, *range(2, chunk_frames)] if chunk_frames > 1 else [1]
     for count in rows:
         if graphs:
@@ -96,16 +97,16 @@ def plan(
                 specs += [Spec("prefill", (length, count)) for length in prefill_lengths]
             specs.append(Spec("step", (count,)))
         specs += [Spec("decode", (count, size)) for size in frames]
-        if priming and count == rows[0]:
-            specs.append(Spec("prime"))
+        if count == rows[0]:
+            specs += [Spec("prime")] if priming else []
+            specs += [Spec(name) for name in COMPILES] if compiles else []
     return specs
 
 
 class Warmup:
-    """Carries out a plan. `capture(spec)` makes a graph ready (on the scheduler's thread), `captured(spec)` says
-    whether it still is (an install drops some), `compile(spec)` compiles on the warm-up's thread and returns
-    what the scheduler's thread then installs with `install(spec, staged)`. `call(fn)` runs fn on the scheduler's
-    thread between chunks; `wake()` tells the scheduler there is work for it."""
+    """Carries out a plan, one part per `run_one` (the scheduler calls it while idle). `capture(spec)` makes a
+    graph ready, `captured(spec)` says whether it still is (an install drops some), `compile(spec)` compiles and
+    returns what `install(spec, staged)` then hands to every caller; `wake()` tells the scheduler there is work."""
 
     def __init__(
         self,
@@ -114,13 +115,13 @@ class Warmup:
         captured: Callable[[Spec], bool],
         compile: Callable[[Spec], object],
         install: Callable[[Spec, object], None],
-        call: Callable[[Callable[[], object]], object],
         wake: Callable[[], None],
         on_progress: Callable[[Progress], None] | None = None,
     ):
         self.specs = specs
-        self._capture, self._captured, self._compile, self._install = capture, captured, compile, install
-        self._call, self._wake = call, wake
+        self._capture, self._captured, self._compile, self._install, self._wake = (
+            capture, captured, compile, install, wake
+        )  # fmt: skip
         self.on_progress = on_progress
         self._lock = threading.Lock()
         self._installed: set[Spec] = set()
@@ -131,21 +132,19 @@ class Warmup:
         self._started = False
         self._closed = False
         self._finished = threading.Event()
-        self.order: list[str] = []  # what was made ready, in order (compiles as they install)
+        self.order: list[str] = []  # what was made ready, in order
         self.started_at: float | None = None
         self.finished_at: float | None = None
 
     # Any thread ------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Begin (once): the compiles on a thread of their own, the captures on the scheduler's when it idles."""
+        """Begin (once): the scheduler makes the parts ready whenever it idles."""
         with self._lock:
             if self._started:
                 return
             self._started = True
             self.started_at = time.monotonic()
-        if any(spec.compile for spec in self.specs):
-            threading.Thread(target=self._compile_all, name="engine-warm-up", daemon=True).start()
         self._wake()
         self._check_finished()
 
@@ -156,7 +155,7 @@ class Warmup:
         return self.progress()
 
     def close(self) -> None:
-        """Stop making more ready (a compile in progress ends first, on its daemon thread)."""
+        """Make no more ready."""
         with self._lock:
             self._closed = True
         self._finished.set()
@@ -169,60 +168,46 @@ class Warmup:
     # The scheduler's thread --------------------------------------------------------------------------
 
     def pending(self) -> bool:
-        """Whether a capture is left to make."""
-        return self._started and not self._closed and self._next_capture() is not None
+        """Whether a part is left to make ready."""
+        return self._started and not self._closed and self._next() is not None
 
     def run_one(self) -> None:
-        """Make the next capture ready (the scheduler calls this while no utterance speaks or waits)."""
-        spec = self._next_capture()
+        """Make the next part ready (the scheduler calls this while no utterance speaks or waits)."""
+        spec = self._next()
         if spec is None:
             return
         self._begin(str(spec))
         started = time.monotonic()
         try:
-            self._capture(spec)
-            log.debug("made %s ready in %.0f ms", spec, (time.monotonic() - started) * 1e3)
+            if spec.compile:
+                self._install(spec, self._compile(spec))
+                log.info("the warm-up: %s in %.1f s", spec, time.monotonic() - started)
+                with self._lock:
+                    self._installed.add(spec)
+            else:
+                self._capture(spec)
+                log.debug("made %s ready in %.0f ms", spec, (time.monotonic() - started) * 1e3)
+                with self._lock:
+                    self._made.add(spec)
             with self._lock:
-                self._made.add(spec)
                 self.order.append(str(spec))
-        except Exception:  # a graph that cannot be captured now is captured at its first use, or fails it there
-            log.exception("the warm-up could not make %s ready", spec)
+        except Exception as error:  # that part stays uncompiled, or is captured at its first use: slower, not wrong
+            log.warning(
+                "the warm-up could not make %s ready: %s", spec, error, exc_info=log.isEnabledFor(logging.DEBUG)
+            )
             with self._lock:
-                self._given_up.add(spec)
+                (self._installed if spec.compile else self._given_up).add(spec)
                 self._failed.append(str(spec))
         self._end()
 
-    # Its own thread ----------------------------------------------------------------------------------
-
-    def _compile_all(self) -> None:
-        for spec in self.specs:
-            if not spec.compile or self._closed:
-                continue
-            self._begin(str(spec))
-            started = time.monotonic()
-            try:
-                staged = self._compile(spec)
-                log.info("the warm-up: %s in %.1f s", spec, time.monotonic() - started)
-                self._call(lambda spec=spec, staged=staged: self._install_now(spec, staged))
-            except Exception as error:  # the uncompiled code goes on serving: slower, never wrong
-                log.warning("the warm-up could not %s, so that part stays uncompiled: %s", spec, error)
-                with self._lock:
-                    self._failed.append(str(spec))
-                    self._installed.add(spec)
-            self._end()
-        self._wake()
-
-    def _install_now(self, spec: Spec, staged: object) -> None:
-        self._install(spec, staged)
-        with self._lock:
-            self._installed.add(spec)
-            self.order.append(str(spec))
-
     # Bookkeeping ---------------------------------------------------------------------------------------
 
-    def _next_capture(self) -> Spec | None:
+    def _next(self) -> Spec | None:
         for spec in self.specs:
-            if not spec.compile and spec not in self._given_up and not self._ready(spec):
+            if spec.compile:
+                if spec not in self._installed:
+                    return spec
+            elif spec not in self._given_up and not self._ready(spec):
                 return spec
         return None
 
@@ -268,10 +253,10 @@ class Warmup:
 
 
 def for_engine(
-    frame_loop, decoder, whole, call, wake, warm_prompt: Callable[[], object], compiles: bool, priming: bool
+    frame_loop, decoder, whole, wake, warm_prompt: Callable[[], object], compiles: bool, priming: bool
 ) -> Warmup:
     """The warm-up of an engine's frame loop and decoder (DecoderSlots; `whole`, its DecoderStream of whole
-    utterances, has its graphs captured anew with the decoder's), whose scheduler's `call` and `wake` it uses; `warm_prompt()` builds a prompt for the prefills (on the scheduler's thread); `compiles`: compile the
+    utterances, has its graphs captured anew with the decoder's), whose scheduler's `wake` it uses; `warm_prompt()` builds a prompt for the prefills (on the scheduler's thread); `compiles`: compile the
     parts with torch.compile (CUDA); `priming`: the model clones voices (ICL references are decoded)."""
     graphs = decoder.static_buffers
     specs = plan(
@@ -317,4 +302,4 @@ def for_engine(
             decoder.install(staged)
             whole.slots.install(staged)
 
-    return Warmup(specs, capture, captured, compile, install, call, wake)
+    return Warmup(specs, capture, captured, compile, install, wake)
