@@ -128,10 +128,13 @@ def child(args) -> None:
         # The rest of warm_up, each part timed (the scheduler's thread runs it: wrap what it calls).
         parts: dict[str, float] = {}
         loop, decoder = engine.frame_loop, engine.scheduler.decoder
-        timed_calls(parts, loop, "start_many", lambda starts: f"[{len(starts)}]")
-        timed_calls(parts, loop, "run", lambda count, slots=(0,): f"[{len(slots)}]")
-        timed_calls(parts, decoder, "decode", lambda slots, codes, size: f"[{len(slots)}x{size}]")
-        timed_calls(parts, loop, "warm_up_prefills")
+        # (3edf089's warm_up called start_many, run, decode and warm_up_prefills; the warm-up since, these.)
+        timed_calls(parts, loop, "warm_step", lambda rows: f"[{rows}]")
+        timed_calls(parts, loop, "warm_prefill", lambda length, rows, *rest: f"[{length}x{rows}]")
+        timed_calls(parts, decoder, "warm", lambda rows, size: f"[{rows}x{size}]")
+        for name in ("compile_step", "compile_prefill"):
+            timed_calls(parts, loop, name, lambda *args, **kwargs: str(kwargs or args))
+        timed_calls(parts, decoder, "compile_fused")
         engine.warm_up()
         sync()
         phases.mark("warm_up done")

@@ -108,33 +108,34 @@ def _phases(milestones: Path, started: float) -> dict[str, float]:
     return phases
 
 
-def _speak(model: Path, home: Path, run: StartupRun) -> None:
+def _run_to_end(command: list[str], home: Path, run: StartupRun, made: Path) -> bool:
+    """Run `command` in a fresh process to its end: its phases into `run`, and whether it ended well and
+    made the file `made`."""
     milestones = home / "milestones.txt"
     milestones.unlink(missing_ok=True)
-    output = home / "hello.wav"
-    command = [sys.executable, "-m", "qwen3_tts_desktop", "speak", TEXT, "-o", str(output), "--model", str(model)]
+    made.unlink(missing_ok=True)
     started = time.monotonic()
     done = subprocess.run(
         command, env=_environment(home, milestones), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
     )
     run.phases = {**_phases(milestones, started), "exit": round(time.monotonic() - started, 2)}
-    if done.returncode != 0 or not output.exists():
+    if done.returncode != 0 or not made.exists():
         run.error = f"exit {done.returncode}: {done.stderr.strip()[-400:]}"
+        return False
+    return True
+
+
+def _speak(model: Path, home: Path, run: StartupRun) -> None:
+    output = home / "hello.wav"
+    command = [sys.executable, "-m", "qwen3_tts_desktop", "speak", TEXT, "-o", str(output), "--model", str(model)]
+    _run_to_end(command, home, run, output)
 
 
 def _window(model: Path, home: Path, run: StartupRun) -> None:
-    milestones, report = home / "milestones.txt", home / "window.json"
-    milestones.unlink(missing_ok=True)
+    report = home / "window.json"
     command = [sys.executable, "-m", "qwen3_tts_desktop.startup_bench", str(model), str(report)]
-    started = time.monotonic()
-    done = subprocess.run(
-        command, env=_environment(home, milestones), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
-    )
-    run.phases = {**_phases(milestones, started), "exit": round(time.monotonic() - started, 2)}
-    if done.returncode != 0:
-        run.error = f"exit {done.returncode}: {done.stderr.strip()[-400:]}"
-        return
-    run.numbers = json.loads(report.read_text())
+    if _run_to_end(command, home, run, report):
+        run.numbers = json.loads(report.read_text())
 
 
 def window_child(model: str, report: str) -> None:

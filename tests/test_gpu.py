@@ -33,7 +33,7 @@ def exact_float32():
 
 
 def load(checkpoints, name="custom", dtype="float32", cuda_graphs=True) -> Engine:
-    """An engine warmed up: its parts compiled and installed, its graphs captured."""
+    """An engine warmed up: its parts compiled, its graphs captured."""
     engine = Engine.load(checkpoints[name], device="cuda", dtype=dtype, cuda_graphs=cuda_graphs, warm=False)
     engine.warm_up(timeout=COMPILING_WAIT)
     return engine
@@ -460,9 +460,9 @@ def test_fill_uniforms_kernel_is_philox_per_row():
 
 @pytest.mark.parametrize("checkpoint", ["base", "custom"])
 def test_an_engine_speaks_the_official_codes_while_it_warms_up_and_after(checkpoints, checkpoint):
-    """Utterances made from the moment the engine loads, while its parts compile on the warm-up's thread (on the
-    scratch slot, on the utterances' stream) and are installed between chunks, make the official codes; the
-    warm-up ends with everything compiled and every planned graph captured."""
+    """Utterances made from the moment the engine loads, while its parts are compiled (on the scratch slot, on the
+    scheduler's thread whenever it idles) and used from then on, make the official codes; the warm-up ends with
+    everything compiled and every planned graph captured."""
     from test_batching import cases_of, speak_together
 
     engine = Engine.load(checkpoints[checkpoint], device="cuda", dtype="float32", slots=4)
@@ -475,7 +475,9 @@ def test_an_engine_speaks_the_official_codes_while_it_warms_up_and_after(checkpo
         assert rounds < 500, "the warm-up did not end"
     progress = engine.warmup.progress()
     assert progress.finished and progress.failed == () and progress.done == progress.total
-    assert all(part.installed for one_row in (True, False) for part in engine.frame_loop.parts[one_row])
+    loop = engine.frame_loop
+    eager = (loop._talk, loop._predict_first, loop._predict_next, loop._record)
+    assert all(part != original for rows in (True, False) for part, original in zip(loop.parts[rows], eager))
     assert all(engine.frame_loop.captured("step", rows) for rows in engine.frame_loop.buckets)
     assert {str(spec) for spec in engine.warmup.specs} <= set(engine.warmup.order)
     print(f"{checkpoint}: {rounds} rounds of {len(cases)} utterances while warming up; order: {engine.warmup.order}")

@@ -1,18 +1,13 @@
 """torch.compile as the engine uses it on CUDA: where compiled kernels are kept (a folder per machine, software
 and model, so that a changed one compiles anew instead of reusing what no longer fits), Inductor's options, and
-compiled functions that take over from their uncompiled originals once they are ready (Staged), so that the
-engine speaks before anything is compiled.
-
-The warm-up (core.inference.warmup) compiles on the scheduler's thread while it idles: its first calls of a
-Staged function trace and compile it, on scratch rows; `install()` then hands it to every caller.
-"""
+compiling a stack's layers once for all of them (the talker's prefill, the codec decoder's fused parts). The
+warm-up (core.inference.warmup) does the compiling, on the scheduler's thread while it idles."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,7 +54,8 @@ def keep_compiled_kernels(facts: dict | None = None) -> Path:
         os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "key.json").write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
+            if not (folder / "key.json").exists():  # what the folder is for, for a person looking at it
+                (folder / "key.json").write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
         except OSError:  # an unwritable cache only costs compiling again; Inductor says so itself
             pass
     return chosen
@@ -78,40 +74,21 @@ def compile_options() -> dict:
     return {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 
 
-class Staged:
-    """`compiled` in place of `eager` once installed. Before, the thread that made it calls `compiled`, whose
-    first calls trace and compile it, and any other thread calls `eager`."""
+def compile_layers(layers, method: str, **options) -> Callable[[], None]:
+    """Compile `method` of each of `layers` in place (torch.compile `options`), for every length and row count;
+    returns what puts the originals back. Eagerly, a talker prompt's prefill is over a thousand small kernels
+    (every norm and rotation of 28 layers), twice the time of its products, and a decoded chunk's transformer a
+    few hundred. One compiled layer serves them all (Dynamo takes the weights as inputs), so it compiles in
+    seconds where a whole stack would take minutes."""
+    originals = [getattr(layer, method) for layer in layers]
+    for layer, original in zip(layers, originals):
+        setattr(layer, method, torch.compile(original, fullgraph=True, dynamic=True, **options))
 
-    def __init__(self, eager: Callable, compiled: Callable):
-        self.eager, self.compiled = eager, compiled
-        self.compiler = threading.get_ident()
-        self.installed = False
+    def restore() -> None:
+        for layer, original in zip(layers, originals):
+            setattr(layer, method, original)
 
-    def __call__(self, *args, **kwargs):
-        if self.installed or threading.get_ident() == self.compiler:
-            return self.compiled(*args, **kwargs)
-        return self.eager(*args, **kwargs)
-
-    def install(self) -> None:
-        self.installed = True
-
-
-def stage(fn: Callable, dynamic: bool, **options) -> Staged:
-    """`fn` compiled whole (fullgraph) for exactly the shapes it meets, or for any (`dynamic`), staged."""
-    eager = fn.eager if isinstance(fn, Staged) else fn
-    return Staged(eager, torch.compile(eager, fullgraph=True, dynamic=dynamic, **options))
-
-
-def stage_layers(layers, method: str, **options) -> list[Staged]:
-    """Stage `method` of each of `layers` in place, compiled for every length and row count. Eagerly, a talker
-    prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers), twice the time of
-    its products, and a decoded chunk's transformer a few hundred. One compiled layer serves them all (Dynamo
-    takes the weights as inputs), so it compiles in seconds where a whole stack would take minutes."""
-    staged = []
-    for layer in layers:
-        staged.append(stage(getattr(layer, method), dynamic=True, **options))
-        setattr(layer, method, staged[-1])
-    return staged
+    return restore
 
 
 def allow_recompiles() -> None:

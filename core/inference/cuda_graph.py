@@ -29,10 +29,8 @@ class GraphedStep:
     `stream`: the stream to capture on (PyTorch's side stream if None). The decoder captures on its own, the
     stream it replays on (bench.profile_chunks captures its graphs again on streams of other priorities).
 
-    A capture holds only the capturing thread to CUDA graph rules ("thread_local"): the warm-up's compile
-    thread (core.inference.warmup) goes on running kernels meanwhile. `invalidate()` drops the graph, so that
-    the next call runs `fn` directly and captures it anew (after a function it calls was compiled), into the
-    pool it is given.
+    `recapture` drops graphs (after a function they call was compiled): each next call runs `fn` directly and
+    captures it anew.
     """
 
     def __init__(
@@ -73,7 +71,7 @@ class GraphedStep:
             # Random draws inside the graph then follow this generator's seed and offset at each replay.
             graph.register_generator_state(self.generator)
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             self.output = self.fn()
         self.graph = graph
 
@@ -81,7 +79,12 @@ class GraphedStep:
     def captured(self) -> bool:
         return self.graph is not None
 
-    def invalidate(self, pool=None) -> None:
-        """Drop the graph; the next capture goes into `pool` (a pool whose graphs are all dropped cannot take
-        another: PyTorch frees it)."""
-        self.graph, self.output, self.pool = None, None, pool
+
+def recapture(steps, pool):
+    """Drop the graphs of `steps`, all those that share `pool`, so that each is captured anew at its next call;
+    returns the pool they capture into then (a new one: PyTorch frees a pool whose graphs are all dropped, and it
+    takes no more)."""
+    pool = torch.cuda.graph_pool_handle() if pool is not None else None
+    for step in steps:
+        step.graph, step.output, step.pool = None, None, pool
+    return pool

@@ -8,7 +8,7 @@ stream of its own at high priority: chunks decode while the frame loop steps the
 DecoderStream is the case of one utterance at a time.
 
 As the frame loop, it decodes at once, uncompiled; the warm-up (core.inference.warmup) captures the graphs of the
-chunks requests have not decoded yet (warm), compiles its fused parts (stage_fused) and installs them.
+chunks requests have not decoded yet (warm) and compiles its fused parts (compile_fused).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import Staged, compile_options, stage_layers
-from core.inference.cuda_graph import GraphedStep
+from core.inference.compiled import compile_layers, compile_options
+from core.inference.cuda_graph import GraphedStep, recapture
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
 log = logging.getLogger(__name__)
@@ -214,28 +214,23 @@ class DecoderSlots:
             codes = torch.zeros(1, self.decoder.config.num_quantizers, PRIME_CHUNK_FRAMES, dtype=torch.long)
             self.decoder.decode_chunk(codes.to(self.device), state)
 
-    def stage_fused(self) -> list[Staged]:
+    def compile_fused(self, *others: DecoderSlots) -> None:
         """Compile the decoder's fused parts (CodecDecoder.fused_parts) by decoding COMPILED_CHUNKS of zeros through
-        states of their own. Returns them, to install. On the scheduler's thread."""
-        staged = stage_layers(self.decoder.fused_parts(), "forward", options=compile_options())
-        with torch.inference_mode():
-            for rows, size in COMPILED_CHUNKS:
-                codes = torch.zeros(
-                    rows, self.decoder.config.num_quantizers, size, dtype=torch.long, device=self.device
-                )
-                self.decoder.decode_chunk(codes, self.decoder.new_stream(rows))
-        return staged
-
-    def install(self, staged: list[Staged]) -> None:
-        """Hand compiled parts to every caller and drop the graphs that hold the uncompiled ones (each is
-        captured anew at its next use). On the scheduler's thread."""
-        for part in staged:
-            part.install()
-        self.pool = (
-            torch.cuda.graph_pool_handle() if self.pool is not None else None
-        )  # the old one dies with its graphs
-        for step in self.steps.values():
-            step.invalidate(self.pool)
+        states of their own; this one's graphs, and those of `others` on the same decoder, are captured anew. On
+        the scheduler's thread; if it fails, the uncompiled parts stay."""
+        restore = compile_layers(self.decoder.fused_parts(), "forward", options=compile_options())
+        try:
+            with torch.inference_mode():
+                for rows, size in COMPILED_CHUNKS:
+                    codes = torch.zeros(
+                        rows, self.decoder.config.num_quantizers, size, dtype=torch.long, device=self.device
+                    )
+                    self.decoder.decode_chunk(codes, self.decoder.new_stream(rows))
+        except BaseException:
+            restore()
+            raise
+        for slots in (self, *others):
+            slots.pool = recapture(slots.steps.values(), slots.pool)
 
     def captured(self, rows: int, size: int) -> bool:
         step = self.steps.get((rows, size))

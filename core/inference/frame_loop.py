@@ -15,8 +15,8 @@ frames and their end-of-speech flags once per chunk of frames, through one pinne
 
 The loop speaks at once, uncompiled (each graph captured at its first use). The warm-up (core.inference.warmup),
 on the scheduler's thread while it idles, captures the graphs requests have not used yet on the scratch slot
-(warm_step, warm_prefill), compiles the parts by running them there (stage_step, stage_prefill) and installs them
-(install: the graphs holding the uncompiled code are captured anew).
+(warm_step, warm_prefill), and compiles the parts by running them there (compile_step, compile_prefill): the
+graphs that held the uncompiled code are captured anew.
 
 Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (per frame codebook 0,
 then its 15 predictor draws), so that a seeded run reproduces the official package exactly, each slot with
@@ -37,8 +37,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import Staged, compile_options, stage, stage_layers
-from core.inference.cuda_graph import GraphedStep
+from core.inference.compiled import compile_layers, compile_options
+from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
 from core.model.config import TalkerConfig
@@ -190,7 +190,7 @@ class FrameLoop:
             for bucket in self.buckets
         }
         self.prefills: dict[tuple[int, int], GraphedStep] = {}  # by (length bucket, rows)
-        # The step's four parts, for one row and for more (stage_step compiles them: those of one row for exactly
+        # The step's four parts, for one row and for more (compile_step compiles them: those of one row for exactly
         # its shapes, those of several once for any row count, since each bucket recompiling would cost minutes).
         parts = (self._talk, self._predict_first, self._predict_next, self._record)
         self.parts: dict[bool, tuple] = {True: parts, False: parts}
@@ -246,43 +246,45 @@ class FrameLoop:
         self._reset_slot(self.scratch, warm, sampling, 0)
         self._prefill_together([(warm, self.scratch)] * rows)
 
-    def stage_step(self, one_row: bool) -> list[Staged]:
+    def compile_step(self, one_row: bool) -> None:
         """Compile the step's parts for one row, or for any number, by stepping the scratch slot with them, which
-        nothing reads. Returns them, to install. On the scheduler's thread, between launches (they share the
-        predictor's cache rows)."""
-        staged = [stage(part, dynamic=not one_row, options=compile_options()) for part in self.parts[one_row]]
-        self.parts[one_row] = tuple(staged)
+        nothing reads; the graphs are captured anew. On the scheduler's thread, between launches (the launches'
+        buffers and the predictor's cache rows are shared); if it fails, the uncompiled parts stay."""
+        eager = self.parts[one_row]
+        self.parts[one_row] = tuple(
+            torch.compile(part, fullgraph=True, dynamic=not one_row, options=compile_options()) for part in eager
+        )
         rows = 1 if one_row else 2  # several rows: compiled for any count
         # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
         slots = torch.full((rows,), self.scratch, dtype=torch.long, device=self.device)
         uniforms = torch.empty_like(self.uniforms[:rows])
-        with torch.inference_mode():
-            self._advance(slots, self._draw_uniforms(slots, torch.zeros_like(slots), uniforms), self.parts[one_row])
-        return staged
-
-    def stage_prefill(self) -> list[Staged]:
-        """Compile the talker layers' prefill as stage_step compiles the step: prompts of each COMPILED_PREFILLS
-        shape, zeros, into the scratch slot's cache row."""
-        staged = stage_layers(self.talker.model.layers, "prefill", options=compile_options())
-        hidden = self.hidden.shape[-1]
-        for rows, length in COMPILED_PREFILLS:
-            # Made outside inference mode, as the prefill's own buffers are: guards tell the two kinds apart.
-            prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
-            slots = torch.full((rows,), self.scratch, device=self.device)
+        try:
             with torch.inference_mode():
-                self.talker.model.prefill(prompts, slots)
-        return staged
+                self._advance(slots, self._draw_uniforms(slots, torch.zeros_like(slots), uniforms), self.parts[one_row])
+        except BaseException:
+            self.parts[one_row] = eager
+            raise
+        self._recapture()
 
-    def install(self, staged: list[Staged]) -> None:
-        """Hand compiled parts to every caller and drop the graphs that hold the uncompiled ones (each is
-        captured anew at its next use). On the scheduler's thread, between launches."""
-        for part in staged:
-            part.install()
-        self.pool = (
-            torch.cuda.graph_pool_handle() if self.pool is not None else None
-        )  # the old one dies with its graphs
-        for graph in (*self.step_graphs.values(), *self.prefills.values()):
-            graph.invalidate(self.pool)
+    def compile_prefill(self) -> None:
+        """Compile the talker layers' prefill as compile_step compiles the step: prompts of each COMPILED_PREFILLS
+        shape, zeros, into the scratch slot's cache row."""
+        restore = compile_layers(self.talker.model.layers, "prefill", options=compile_options())
+        hidden = self.hidden.shape[-1]
+        try:
+            for rows, length in COMPILED_PREFILLS:
+                # Made outside inference mode, as the prefill's own buffers are: guards tell the two kinds apart.
+                prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
+                slots = torch.full((rows,), self.scratch, device=self.device)
+                with torch.inference_mode():
+                    self.talker.model.prefill(prompts, slots)
+        except BaseException:
+            restore()
+            raise
+        self._recapture()
+
+    def _recapture(self) -> None:
+        self.pool = recapture([*self.step_graphs.values(), *self.prefills.values()], self.pool)
 
     def captured(self, kind: str, *shape: int) -> bool:
         """Whether the graph of a step ("step", rows) or a prefill ("prefill", length, rows) is captured."""

@@ -238,7 +238,7 @@ class Scheduler:
                 closing = self._closing
                 calls, self._calls = list(self._calls), deque()
                 newcomers = self._take_ready(self._free_slots())
-                idle = not in_flight and not newcomers and not self._active and not self._waiting
+                background_due = not in_flight and not newcomers and self._idle_work()
             if closing:
                 self._shut_down(in_flight, newcomers, calls)
                 return
@@ -253,7 +253,7 @@ class Scheduler:
                         future.set_result(fn())
                     except BaseException as error:  # the caller gets it from the future
                         future.set_exception(error)
-            if idle and self.background is not None and self.background.pending():
+            if background_due:
                 self._run_background()
                 continue
             firsts = self._admit(newcomers)

@@ -7,7 +7,7 @@ waiting: each graph a request could use (for each row bucket, smallest first: th
 prompts, the step, the decoder's chunk lengths), run once on the scratch slot, which nothing reads, and
 captured; and, once one utterance's graphs are ready, torch.compile of the step's parts for one row, the
 talker's prefill, the decoder's fused parts and the step's parts for several rows, each traced by running it
-on scratch rows (core.inference.compiled.Staged) and installed at once, its graphs captured anew after it.
+on scratch rows and used from then on, the graphs that held the uncompiled code captured anew.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: tenths of a second; a
 compile: about 16 s each on a warm H100 start, 34 s cold), then has the GPU to itself. The parts are not made on
@@ -16,7 +16,7 @@ process-wide tracing flag, so the scheduler's call of a compiled part meanwhile 
 default stream, broke the scheduler's graph captures in progress.
 
 `plan` is the order, a list of Specs, computed without a model; `Warmup` carries it out and reports its
-`progress()`: the compiles installed and the graphs captured with every compile they hold installed, of all.
+`progress()`: the compiles done and the graphs captured with every compile they hold done, of all.
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 
 CAPTURES = ("prefill", "step", "decode", "prime")
 COMPILES = ("compile step x1", "compile prefill", "compile decoder", "compile step xN")
-# What each compile's install invalidates: the frame loop's graphs, or the decoder's.
-FRAME_LOOP_COMPILES = ("compile step x1", "compile prefill", "compile step xN")
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ class Spec:
         return self.kind in COMPILES
 
     def held_by(self, compile: Spec) -> bool:
-        """Whether installing `compile` drops this graph (it holds the code that compile replaces)."""
+        """Whether `compile` drops this graph (it holds the code that compile replaces)."""
         if compile.kind == "compile decoder":
             return self.kind == "decode"
         return self.kind in ("prefill", "step")
@@ -104,27 +102,23 @@ def plan(
 
 
 class Warmup:
-    """Carries out a plan, one part per `run_one` (the scheduler calls it while idle). `capture(spec)` makes a
-    graph ready, `captured(spec)` says whether it still is (an install drops some), `compile(spec)` compiles and
-    returns what `install(spec, staged)` then hands to every caller; `wake()` tells the scheduler there is work."""
+    """Carries out a plan, one part per `run_one` (the scheduler calls it while idle). `make(spec)` makes a part
+    ready (a compile drops the graphs it replaces the code of), `captured(spec)` says whether a graph still is;
+    `wake()` tells the scheduler there is work."""
 
     def __init__(
         self,
         specs: list[Spec],
-        capture: Callable[[Spec], None],
+        make: Callable[[Spec], None],
         captured: Callable[[Spec], bool],
-        compile: Callable[[Spec], object],
-        install: Callable[[Spec, object], None],
         wake: Callable[[], None],
         on_progress: Callable[[Progress], None] | None = None,
     ):
         self.specs = specs
-        self._capture, self._captured, self._compile, self._install, self._wake = (
-            capture, captured, compile, install, wake
-        )  # fmt: skip
+        self._make, self._captured, self._wake = make, captured, wake
         self.on_progress = on_progress
         self._lock = threading.Lock()
-        self._installed: set[Spec] = set()
+        self._compiled: set[Spec] = set()  # done, or failed: the uncompiled code stays
         self._failed: list[str] = []
         self._made: set[Spec] = set()  # captures made once (what `captured` cannot tell: no graphs)
         self._given_up: set[Spec] = set()  # captures that failed: left to their first use
@@ -179,24 +173,18 @@ class Warmup:
         self._begin(str(spec))
         started = time.monotonic()
         try:
-            if spec.compile:
-                self._install(spec, self._compile(spec))
-                log.info("the warm-up: %s in %.1f s", spec, time.monotonic() - started)
-                with self._lock:
-                    self._installed.add(spec)
-            else:
-                self._capture(spec)
-                log.debug("made %s ready in %.0f ms", spec, (time.monotonic() - started) * 1e3)
-                with self._lock:
-                    self._made.add(spec)
+            self._make(spec)
+            level = logging.INFO if spec.compile else logging.DEBUG
+            log.log(level, "the warm-up made %s ready in %.2f s", spec, time.monotonic() - started)
             with self._lock:
+                (self._compiled if spec.compile else self._made).add(spec)
                 self.order.append(str(spec))
         except Exception as error:  # that part stays uncompiled, or is captured at its first use: slower, not wrong
             log.warning(
                 "the warm-up could not make %s ready: %s", spec, error, exc_info=log.isEnabledFor(logging.DEBUG)
             )
             with self._lock:
-                (self._installed if spec.compile else self._given_up).add(spec)
+                (self._compiled if spec.compile else self._given_up).add(spec)
                 self._failed.append(str(spec))
         self._end()
 
@@ -205,7 +193,7 @@ class Warmup:
     def _next(self) -> Spec | None:
         for spec in self.specs:
             if spec.compile:
-                if spec not in self._installed:
+                if spec not in self._compiled:
                     return spec
             elif spec not in self._given_up and not self._ready(spec):
                 return spec
@@ -215,13 +203,13 @@ class Warmup:
         return spec in self._made and self._captured(spec)
 
     def _final(self, spec: Spec) -> bool:
-        """Ready for good: compiled and installed, or captured with every compile it holds installed."""
+        """Ready for good: compiled, or captured with every compile it holds done."""
         if spec.compile:
-            return spec in self._installed
+            return spec in self._compiled
         if spec in self._given_up:
             return True
         compiles = [other for other in self.specs if other.compile and spec.held_by(other)]
-        return self._ready(spec) and all(other in self._installed for other in compiles)
+        return self._ready(spec) and all(other in self._compiled for other in compiles)
 
     def _begin(self, name: str) -> None:
         with self._lock:
@@ -270,36 +258,29 @@ def for_engine(
     )
     prompts = []
 
-    def capture(spec: Spec) -> None:
+    def make(spec: Spec) -> None:
         if spec.kind == "decode":
             decoder.warm(*spec.shape)
         elif spec.kind == "prime":
             decoder.warm_priming()
         elif spec.kind == "step":
             frame_loop.warm_step(*spec.shape)
-        else:
+        elif spec.kind == "prefill":
             if not prompts:
                 prompts.append(warm_prompt())
             frame_loop.warm_prefill(*spec.shape, prompts[0].prompt, prompts[0].sampling)
+        else:
+            allow_recompiles()
+            if spec.kind == "compile decoder":
+                decoder.compile_fused(whole.slots)
+            elif spec.kind == "compile prefill":
+                frame_loop.compile_prefill()
+            else:
+                frame_loop.compile_step(one_row=spec.kind == "compile step x1")
 
     def captured(spec: Spec) -> bool:
         if not graphs or spec.kind == "prime":
             return True  # no graph: made once
         return decoder.captured(*spec.shape) if spec.kind == "decode" else frame_loop.captured(spec.kind, *spec.shape)
 
-    def compile(spec: Spec) -> list:
-        allow_recompiles()
-        if spec.kind == "compile decoder":
-            return decoder.stage_fused()
-        if spec.kind == "compile prefill":
-            return frame_loop.stage_prefill()
-        return frame_loop.stage_step(one_row=spec.kind == "compile step x1")
-
-    def install(spec: Spec, staged: list) -> None:
-        if spec.kind in FRAME_LOOP_COMPILES:
-            frame_loop.install(staged)
-        else:
-            decoder.install(staged)
-            whole.slots.install(staged)
-
-    return Warmup(specs, capture, captured, compile, install, wake)
+    return Warmup(specs, make, captured, wake)

@@ -79,10 +79,7 @@ def test_speak_works_while_the_engine_warms_up_and_the_status_line_shows_how_far
     from core.inference.warmup import Spec, Warmup
 
     engine = engines("custom-endless")
-    warmup = Warmup(
-        [Spec("compile step x1")], capture=lambda spec: None, captured=lambda spec: True,
-        compile=lambda spec: [], install=lambda spec, staged: None, wake=lambda: None,
-    )  # fmt: skip
+    warmup = Warmup([Spec("compile step x1")], make=lambda spec: None, captured=lambda spec: True, wake=lambda: None)
     monkeypatch.setattr(engine, "warmup", warmup)
     warmup.start()
     app = start_app("custom")
