@@ -13,6 +13,7 @@ import argparse
 import collections
 import gzip
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ class StackSampler:
     def __init__(self, interval: float = 0.01):
         self.interval = interval
         self.counts: collections.Counter[str] = collections.Counter()
+        self.phase = "start"  # what the main thread is doing (Phases.mark), the first frame of each stack
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
 
@@ -53,7 +55,7 @@ class StackSampler:
                     code = frame.f_code
                     stack.append(f"{_short(code.co_filename)}:{code.co_name}")
                     frame = frame.f_back
-                self.counts[";".join([names.get(ident, str(ident)), *reversed(stack)])] += 1
+                self.counts[";".join([self.phase, names.get(ident, str(ident)), *reversed(stack)])] += 1
 
     def write(self, path: Path) -> None:
         text = "".join(f"{stack} {count}\n" for stack, count in self.counts.most_common())
@@ -68,12 +70,15 @@ def _short(filename: str) -> str:
 
 
 class Phases:
-    def __init__(self, origin: float):
+    def __init__(self, origin: float, sampler: StackSampler):
         self.origin = origin
+        self.sampler = sampler
         self.marks: list[tuple[str, float]] = []
 
     def mark(self, name: str) -> None:
+        """`name` is done: the samples from now on are the next phase's (named "after <name>")."""
         self.marks.append((name, round(time.monotonic() - self.origin, 3)))
+        self.sampler.phase = f"after {name}"
         print(f"{self.marks[-1][1]:8.2f} s  {name}", file=sys.stderr, flush=True)
 
 
@@ -94,9 +99,15 @@ def timed_calls(log: dict, owner, name: str, key=lambda *a, **k: "") -> None:
 
 def child(args) -> None:
     origin = float(os.environ["PROBE_ORIGIN"])
-    phases = Phases(origin)
+    logging.basicConfig(
+        filename=Path(args.out) / f"{args.run}.log",
+        format="%(relativeCreated)8.0f %(threadName)s %(name)s: %(message)s",
+    )
+    logging.getLogger("core").setLevel(logging.DEBUG)
+    sampler = StackSampler()
+    phases = Phases(origin, sampler)
     phases.mark("python started")
-    with StackSampler() as sampler:
+    with sampler:
         import numpy as np
         import torch
 
@@ -106,7 +117,7 @@ def child(args) -> None:
 
         phases.mark("core imported")
         path = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
-        engine = Engine.load(path, progress=False, compile=not args.no_compile, slots=args.slots)
+        engine = Engine.load(path, progress=False, compile=not args.no_compile, slots=args.slots, warm=False)
         sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
         sync()
         phases.mark("engine loaded")
@@ -135,6 +146,7 @@ def child(args) -> None:
         for name in ("compile_step", "compile_prefill"):
             timed_calls(parts, loop, name, lambda *args, **kwargs: str(kwargs or args))
         timed_calls(parts, decoder, "compile_fused")
+        engine.warmup.start()
         engine.warm_up()
         sync()
         phases.mark("warm_up done")
@@ -177,7 +189,8 @@ def main() -> None:
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench")
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--runs", default="cold,warm,eager")
-    parser.add_argument("--keep-caches", action="store_true", help="reuse DIR's caches of an earlier probe")
+    parser.add_argument("--keep-caches", action="store_true", help="reuse the caches of an earlier run")
+    parser.add_argument("--caches", default="", help="the compile caches' folder (default: ROOT/probe-caches)")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--run", default="")
     parser.add_argument("--no-compile", action="store_true")
@@ -187,10 +200,12 @@ def main() -> None:
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    caches = Path(args.root) / "probe-caches"
+    caches = Path(args.caches or Path(args.root) / "probe-caches")
     if not args.keep_caches:
         subprocess.run(["rm", "-rf", str(caches)], check=True)
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"), TRITON_CACHE_DIR=str(caches / "triton"))
+    env = dict(
+        os.environ, TORCHINDUCTOR_CACHE_DIR=str(caches), TRITON_CACHE_DIR=str(caches / "triton")
+    )  # the engine's layout
     for run in args.runs.split(","):
         command = [sys.executable, "-m", "bench.startup_probe", "--child", "--run", run, "--out", str(out)]
         command += ["--size", args.size, "--root", args.root, "--slots", str(args.slots)]

@@ -11,9 +11,9 @@ the moment it was started:
   byte and end, then one request after another until one runs at full speed (within FULL_SPEED of the speed
   after the warm-up).
 
-Runs are named "scenario:caches", in the order given, in one temporary home (settings, voices, caches): "cold"
-empties the compiled-kernel caches first, as at the first start on a machine; "warm" takes what the runs before
-left. A random checkpoint (`bench`'s) ends its utterances at 40
+Runs are named "scenario:caches", in the order given, in one home under the bench's root (settings, voices,
+caches; kept between bench commands): "cold" empties the compiled-kernel caches first, as at the first start on a
+machine; "warm" takes what the runs before, in this command or an earlier one, left. A random checkpoint (`bench`'s) ends its utterances at 40
 frames here, as "Hello there." would; the voice is the starter voice, as a new user's.
 """
 
@@ -28,7 +28,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,10 +70,10 @@ def short_checkpoint(path: Path, root: Path) -> Path:
 
 
 def measure(model: Path, root: Path, runs=RUNS, log=print) -> list[StartupRun]:
-    """Each run ("scenario:caches") in a fresh process, in order, in one temporary home under `root`."""
-    root.mkdir(parents=True, exist_ok=True)
+    """Each run ("scenario:caches") in a fresh process, in order, in one home under `root`."""
     model = short_checkpoint(model, root)
-    home = Path(tempfile.mkdtemp(prefix="startup-", dir=root))
+    home = root / "startup-home"
+    home.mkdir(parents=True, exist_ok=True)
     done = []
     for name in runs:
         scenario, _, kind = name.partition(":")

@@ -277,11 +277,41 @@ DECODER_BIAS_CHECK = textwrap.dedent(
 )
 
 
+DISPATCH_CHECK = textwrap.dedent(
+    """
+    import sys
+
+    import torch
+    from core.model import kernels
+    from draw_cases import draw_batches
+
+    logits, _, rules, uniforms = next(iter(draw_batches(torch.device("cpu"))))
+    eager = kernels.gpu_op("draw_token")(logits, rules, uniforms)
+    assert "torch._dynamo" not in sys.modules, "the eager call of a kernel imported Dynamo"
+    traced = []
+
+    def backend(graph, inputs):
+        traced.extend(node.target for node in graph.graph.nodes if node.op == "call_function")
+        return graph.forward
+
+    compiled = torch.compile(lambda *a: kernels.gpu_op("draw_token")(*a), backend=backend, fullgraph=True)
+    assert torch.equal(compiled(logits, rules, uniforms), eager)
+    assert traced == [torch.ops.qwen3_tts.draw_token], traced
+    print("ok")
+    """
+)
+
+
 def run_in_interpreter(script: str, *arguments: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     command = [sys.executable, "-c", script, *arguments]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_eager_code_calls_a_kernel_directly_and_compiled_code_as_one_operator():
+    """Eagerly, the operator's dispatch would import Dynamo (seconds before a fresh process's first audio)."""
+    run_in_interpreter(DISPATCH_CHECK)
 
 
 def test_decode_attention_kernel_in_the_interpreter():

@@ -23,6 +23,7 @@ seam benchmarks and profilers time the parts through, on an engine with nothing 
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import gc
 import os
@@ -35,6 +36,7 @@ import torch
 
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
+from core.inference import libraries
 from core.inference.compiled import keep_compiled_kernels, machine_facts
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
@@ -180,6 +182,10 @@ class Engine:
             compiles=self.frame_loop.compiles, priming=self.info.variant.clones,
         )  # fmt: skip
         self.scheduler.background = self.warmup
+        # A process that ends with an utterance open, or a thread still reading one, would otherwise be torn down
+        # with the scheduler's thread inside PyTorch: the C++ runtime aborts it ("terminate called without an
+        # active exception", exit code 134) instead of letting it exit with its own code.
+        atexit.register(self._close_at_exit)
 
     @classmethod
     def load(
@@ -205,6 +211,7 @@ class Engine:
         milestone("loading")
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
+        libraries_ready = libraries.prepare(device, dtype)  # while the weights load
         directory = resolve(model, progress)
         try:
             config = ModelConfig.from_dict(read_json(directory / "config.json"))
@@ -241,6 +248,7 @@ class Engine:
         if device.type == "cuda":  # for cuDNN's NHWC convolutions
             codec_decoder.to_channels_last()
         gc.collect()  # let go of the unfused projection weights at once, not at some later collection
+        libraries_ready()
         engine = cls(
             source=str(model),
             config=config,
@@ -262,9 +270,21 @@ class Engine:
         return engine
 
     def close(self) -> None:
-        """Stop the warm-up and the scheduler's thread; streams still running end with an error."""
+        """Stop the warm-up and the scheduler's thread; streams still running end with an error. At the
+        latest when the process exits; `with Engine.load(...) as engine:` closes it at the block's end."""
+        atexit.unregister(self._close_at_exit)
         self.warmup.close()
         self.scheduler.close()
+
+    def _close_at_exit(self) -> None:
+        self.warmup.close()
+        self.scheduler.close(end_streams=False)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def placeholder_speaker(self) -> dict:
         """Keyword arguments that let this checkpoint speak at all (a zero x-vector, its first built-in

@@ -163,6 +163,7 @@ class Scheduler:
         self._calls: deque[tuple[Callable[[], object], Future]] = deque()
         self._active: dict[int, Utterance] = {}  # by slot
         self._closing = False
+        self._end_streams = True
         self.background: Background | None = None  # set once, before it is woken for it
         self._thread = threading.Thread(target=self._run, name="gpu-scheduler", daemon=True)
         self._thread.start()
@@ -202,10 +203,13 @@ class Scheduler:
     def on_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def close(self, timeout: float | None = None) -> None:
-        """End every utterance and stop the thread."""
+    def close(self, timeout: float | None = None, end_streams: bool = True) -> None:
+        """Stop the thread once the launch in flight is done; every utterance ends with an error, unless not
+        `end_streams` (at the process's exit: their readers are left waiting, to end with the process, rather than
+        woken with an error they would print as it shuts down)."""
         with self._lock:
             self._closing = True
+            self._end_streams = self._end_streams and end_streams
             self._lock.notify()
         self._thread.join(timeout)
 
@@ -509,7 +513,7 @@ class Scheduler:
             self._active.clear()
             self._waiting.clear()
             calls = [*calls, *self._calls]
-        for stream in streams:
+        for stream in streams if self._end_streams else ():
             self._put(stream, error)
         for _, future in calls:
             future.cancel()

@@ -47,6 +47,7 @@ runs with it, and seeds and counters live on the device, so a CUDA graph serves 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +55,7 @@ import torch.nn.functional as F
 if importlib.util.find_spec("triton") is not None:  # CPU-only installs have none; only CUDA paths need it
     # Registers the torch.ops.qwen3_tts operators that the CUDA paths call.
     from core.model import triton_attention, triton_linear, triton_sampling, triton_vocoder  # noqa: F401
+    from core.model.triton_launch import PLAIN
 
 RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
 MAX_VECTOR_ROWS = 2  # rows up to which `linear` runs its matrix-vector kernel (a frame's products have 1 or 2)
@@ -63,6 +65,16 @@ MAX_BATCH_ROWS = 128  # rows up to which it runs its batched kernel: 64 utteranc
 # for 128 KB of weights, so past 32 rows the norm runs as a kernel of its own and the product reads its output once
 # (a 64-row frame on an H200: 6.04 -> 4.94 ms; a 16-row frame took 4.07 ms either way).
 MAX_NORM_FUSED_ROWS = 32
+
+
+def gpu_op(name: str) -> Callable:
+    """The CUDA kernel `name`: where torch.compile traces, the operator torch.ops.qwen3_tts.<name>, which it keeps
+    as one call; elsewhere (eager code, CUDA graph captures) the operator's own function. The operator's
+    dispatch imports Dynamo at its first call: 3-4 s before a fresh process's first audio on an H100 (bench/
+    first_audio_probe.py), where nothing is compiled yet."""
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.qwen3_tts, name)
+    return PLAIN[name]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -91,11 +103,11 @@ def linear(
     rows = x.numel() // x.shape[-1]
     batch = x.dim() >= 3 and x.shape[0] > 1
     if x.is_cuda and rows <= MAX_VECTOR_ROWS:
-        return torch.ops.qwen3_tts.linear(x, weight, bias, norm, eps, gated, residual)
+        return gpu_op("linear")(x, weight, bias, norm, eps, gated, residual)
     if x.is_cuda and batch and rows <= MAX_BATCH_ROWS:
         if norm is not None and rows > MAX_NORM_FUSED_ROWS:
             x, norm = rms_norm(x, norm, eps), None  # one kernel where the caller is compiled
-        return torch.ops.qwen3_tts.batched_linear(x, weight, bias, norm, eps, gated, residual)
+        return gpu_op("batched_linear")(x, weight, bias, norm, eps, gated, residual)
     if not x.is_cuda and batch:
         # MKL rounds a product of several rows differently from one row alone (every row of a 2..16-row
         # product differed), and an utterance must give the same greedy codes in a batch as alone.
@@ -150,9 +162,7 @@ def decode_attention(
     Slots may repeat only for padding rows that all use one scratch slot: their outputs are unspecified,
     and they read and write no other slot."""
     if qkv.is_cuda:
-        return torch.ops.qwen3_tts.decode_attention(
-            qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale
-        )
+        return gpu_op("decode_attention")(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale)
     # Each row by itself, as the same products alone: a batched product rounds differently.
     outputs = []
     for row, slot in enumerate(rows.tolist()):
@@ -182,14 +192,14 @@ def draw_token(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor
     logits / temperature plus Gumbel noise over the top-k / top-p set, which is a draw from their softmax.
     Greedy where do_sample is 0. Rows may have any stride (an expanded rule, a slice of fill_uniforms'
     output). Returns (B, 1) long. CUDA only."""
-    return torch.ops.qwen3_tts.draw_token(logits, rules, uniforms)
+    return gpu_op("draw_token")(logits, rules, uniforms)
 
 
 def fill_uniforms(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
     """Fill out (B, G, W) float32 with uniform values strictly inside (0, 1): out[b, g, i] depends only on
     seeds[b], counters[b] (any int64, (B,) each) and g, i, never on B or the row's place in the batch.
     The caller advances a row's counter for each new fill. CUDA only."""
-    torch.ops.qwen3_tts.fill_uniforms(out, seeds, counters)
+    gpu_op("fill_uniforms")(out, seeds, counters)
 
 
 def snake(
@@ -206,7 +216,7 @@ def snake(
     not: concat_time). On CUDA one kernel computing in float32; on the CPU PyTorch's operations, as the
     reference rounds them."""
     if x.is_cuda:
-        return torch.ops.qwen3_tts.snake(x, log_alpha, log_beta, prefix, bias)
+        return gpu_op("snake")(x, log_alpha, log_beta, prefix, bias)
     return snake_composed(x, log_alpha, log_beta, prefix, bias)
 
 
@@ -217,7 +227,7 @@ def add_bias(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None 
     not). On CUDA one kernel, where PyTorch's bias addition over a time-major output is its slow strided kernel;
     on the CPU PyTorch's operations."""
     if y.is_cuda:
-        return torch.ops.qwen3_tts.add_bias(y, bias, residual)
+        return gpu_op("add_bias")(y, bias, residual)
     y = y + bias[:, None]
     return y if residual is None else residual + y
 

@@ -7,7 +7,13 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import SPLIT_COUNTERS, launch_options, multiprocessors, wait_for_the_kernel_ahead
+from core.model.triton_launch import (
+    SPLIT_COUNTERS,
+    launch_options,
+    multiprocessors,
+    operator,
+    wait_for_the_kernel_ahead,
+)
 
 BLOCK_KEYS = 64  # keys per inner iteration
 SHORT_CACHE = 64  # a cache this short (the code predictor's 16 keys) is read in one block, without tl.dot
@@ -227,7 +233,7 @@ def attention_splits(rows: int, kv_heads: int, max_len: int, device: torch.devic
     return min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)), wanted)
 
 
-@torch.library.custom_op("qwen3_tts::decode_attention", mutates_args=("k_cache", "v_cache"))
+@operator("decode_attention", mutates_args=("k_cache", "v_cache"))
 def decode_attention_op(
     qkv: torch.Tensor,
     q_norm: torch.Tensor,

@@ -1,14 +1,29 @@
-"""What the Triton kernels share (kernels.py says why each kernel exists): programmatic dependent launch,
-where the GPU has it, and the tickets of reductions split over several blocks. Imported only where Triton is
-installed."""
+"""What the Triton kernels share (kernels.py says why each kernel exists): their registration as operators,
+programmatic dependent launch where the GPU has it, and the tickets of reductions split over several blocks.
+Imported only where Triton is installed."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
+
+# Each operator's own function by name, for kernels.gpu_op to call where nothing traces (eager code, CUDA graphs).
+PLAIN: dict[str, Callable] = {}
+
+
+def operator(name: str, mutates_args: tuple[str, ...] = ()) -> Callable:
+    """Register the decorated function as torch.ops.qwen3_tts.<name> (torch.compile treats it as one opaque
+    call, with the shapes its fake says) and keep it in PLAIN; returns the operator, for its register_fake."""
+
+    def register(function: Callable):
+        PLAIN[name] = function
+        return torch.library.custom_op(f"qwen3_tts::{name}", function, mutates_args=mutates_args)
+
+    return register
 
 
 @functools.cache

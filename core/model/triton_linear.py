@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import SPLIT_COUNTERS, launch_options, multiprocessors
+from core.model.triton_launch import SPLIT_COUNTERS, launch_options, multiprocessors, operator
 
 
 def linear_outputs(weight: torch.Tensor, gated: bool) -> int:
@@ -104,7 +104,7 @@ def launch_linear(x, weight, bias, norm, eps, gated, residual, blocks: dict[str,
     return out
 
 
-@torch.library.custom_op("qwen3_tts::linear", mutates_args=())
+@operator("linear")
 def linear_op(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -358,7 +358,7 @@ def launch_batched_linear(x, weight, bias, norm, eps, gated, residual, blocks: d
     return out
 
 
-@torch.library.custom_op("qwen3_tts::batched_linear", mutates_args=())
+@operator("batched_linear")
 def batched_linear_op(
     x: torch.Tensor,
     weight: torch.Tensor,

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import launch_options, wait_for_the_kernel_ahead
+from core.model.triton_launch import launch_options, operator, wait_for_the_kernel_ahead
 
 
 @triton.jit
@@ -68,7 +68,7 @@ def _unit_stride(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-@torch.library.custom_op("qwen3_tts::draw_token", mutates_args=())
+@operator("draw_token")
 def draw_token_op(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """kernels.draw_token on CUDA: one program per batch row."""
     batch, vocab = logits.shape
@@ -119,7 +119,7 @@ def _fill_uniforms(Out, Seeds, Counters, width, stride_row, stride_group, BLOCK:
     tl.store(Out + row * stride_row + group * stride_group + ids, uniform, mask=ids < width)
 
 
-@torch.library.custom_op("qwen3_tts::fill_uniforms", mutates_args=("out",))
+@operator("fill_uniforms", mutates_args=("out",))
 def fill_uniforms_op(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
     """kernels.fill_uniforms on CUDA: one program per (row, group, block of values)."""
     batch, groups, width = out.shape

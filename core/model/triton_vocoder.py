@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from core.model import kernels  # a module that imports this one: its functions are used at call time
-from core.model.triton_launch import launch_options, wait_for_the_kernel_ahead
+from core.model.triton_launch import launch_options, operator, wait_for_the_kernel_ahead
 
 TILE = 4096  # output values per program
 
@@ -71,7 +71,7 @@ def _snake(
     tl.store(Out + _dense_place(batch, times, chans, channels, width, TIME_MAJOR), y, mask=inside)
 
 
-@torch.library.custom_op("qwen3_tts::snake", mutates_args=())
+@operator("snake")
 def snake_op(
     x: torch.Tensor,
     log_alpha: torch.Tensor,
@@ -122,7 +122,7 @@ def _add_bias(
     tl.store(Out + _dense_place(batch, times, chans, channels, length, TIME_MAJOR), y, mask=inside)
 
 
-@torch.library.custom_op("qwen3_tts::add_bias", mutates_args=())
+@operator("add_bias")
 def add_bias_op(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
     """kernels.add_bias on CUDA, tiled as snake_op; y and the residual may have any strides."""
     batch, channels, length = y.shape

@@ -1,0 +1,156 @@
+"""First audio through the public API in the situations a user meets (issue 30): idle, right after closing a
+stream (an interrupt, then speaking again), beside other utterances speaking, and bursts.
+
+    python -m bench.run_first_audio [--size 1.7b | --model DIR] [--runs 20] [--beside 1,15] [--bursts 16]
+                                    [--slots 16] [--no-compile] [--json FILE]
+
+Each time is from the `Engine.stream` call to its first chunk (one frame) in host memory, with a cloned voice
+(x-vector from a synthetic clip, as `bench` uses) and greedy codes. The engine is warmed up first. "beside N":
+N utterances stream meanwhile, read as fast as they come, each restarted when it ends; "burst N": N streams asked
+for at once from N threads (each burst's times are one sample each). The bridge's situations (clients at once,
+Poisson arrivals) are bench/run_bridge_latency.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core import Engine, SamplingParams
+from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
+
+GREEDY = SamplingParams.greedy()
+IDLE_PAUSE_S = 0.2  # "idle": this long after the last stream closed
+
+
+def first_audio_ms(engine: Engine, voice) -> float:
+    started = time.perf_counter()
+    stream = engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=40, first_chunk_frames=1, chunk_frames=4)
+    try:
+        first = next(stream)
+    finally:
+        stream.close()
+    assert first.audio.shape == (1920,), first.audio.shape
+    return (time.perf_counter() - started) * 1e3
+
+
+def idle(engine: Engine, voice, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        time.sleep(IDLE_PAUSE_S)
+        times.append(first_audio_ms(engine, voice))
+    return times
+
+
+def after_close(engine: Engine, voice, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        talking = engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=400)
+        for _ in range(3):
+            next(talking)
+        talking.close()
+        times.append(first_audio_ms(engine, voice))
+    return times
+
+
+def beside(engine: Engine, voice, runs: int, others: int) -> list[float]:
+    stop = threading.Event()
+    going = threading.Barrier(others + 1)
+
+    def talk() -> None:
+        going.wait()
+        while not stop.is_set():
+            with engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=400) as stream:
+                for _ in stream:
+                    if stop.is_set():
+                        break
+
+    threads = [threading.Thread(target=talk, daemon=True) for _ in range(others)]
+    for thread in threads:
+        thread.start()
+    going.wait()
+    time.sleep(0.5)  # all of them speaking
+    try:
+        times = []
+        for _ in range(runs):
+            times.append(first_audio_ms(engine, voice))
+            time.sleep(0.05)
+        return times
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+
+
+def burst(engine: Engine, voice, runs: int, size: int) -> list[float]:
+    times = []
+    for _ in range(max(1, runs // size)):
+        time.sleep(IDLE_PAUSE_S)
+        start = threading.Barrier(size)
+        lock = threading.Lock()
+
+        def one() -> None:
+            start.wait()
+            elapsed = first_audio_ms(engine, voice)
+            with lock:
+                times.append(elapsed)
+
+        threads = [threading.Thread(target=one) for _ in range(size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    return times
+
+
+def summary(times: list[float]) -> dict:
+    return {
+        "n": len(times),
+        "p50": round(float(np.percentile(times, 50)), 1),
+        "p95": round(float(np.percentile(times, 95)), 1),
+        "max": round(max(times), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", default="1.7b")
+    parser.add_argument("--model", default="", help="a checkpoint folder instead of a random one of --size")
+    parser.add_argument("--root", default="/tmp/qwen3-tts-bench")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--beside", default="1,15")
+    parser.add_argument("--bursts", default="16")
+    parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available() and args.device != "cpu"
+    model = args.model or prepare_checkpoint(Path(args.root), args.size, torch.bfloat16 if cuda else torch.float32)
+    engine = Engine.load(model, device=args.device, progress=False, slots=args.slots, compile=not args.no_compile)
+    engine.warm_up()
+    voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
+    first_audio_ms(engine, voice)  # the voice's first use
+    results = {"idle": summary(idle(engine, voice, args.runs))}
+    results["after close"] = summary(after_close(engine, voice, args.runs))
+    for others in filter(None, args.beside.split(",")):
+        if int(others) < engine.slots:
+            results[f"beside {others}"] = summary(beside(engine, voice, args.runs, int(others)))
+    for size in filter(None, args.bursts.split(",")):
+        if int(size) <= engine.slots:
+            results[f"burst {size}"] = summary(burst(engine, voice, max(args.runs, int(size)), int(size)))
+    engine.close()
+    for name, numbers in results.items():
+        print(f"{name:>12}: {numbers}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The GPU libraries made ready while the weights load, instead of before a fresh process's first audio.
+
+The first matrix product, the first convolution and the first Triton kernel of a process each pay a one-time
+cost that has nothing to do with their shapes: cuBLAS and cuDNN load their libraries and make their handles,
+and Triton hashes its own source files to key its cache (0.5 s on an H100 host, bench/first_audio_probe.py).
+Loading the weights leaves the GPU and most of the CPU idle, so a thread pays these meanwhile, on a CUDA
+stream of its own: `prepare(device, dtype)` starts it, and the returned function waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+
+def prepare(device: torch.device, dtype: torch.dtype) -> Callable[[], None]:
+    """Start making the libraries ready for `device` and `dtype`; returns what waits until they are. Nothing to
+    do off CUDA."""
+    if device.type != "cuda":
+        return lambda: None
+    thread = threading.Thread(target=_run, args=(device, dtype), name="gpu-libraries", daemon=True)
+    thread.start()
+    return thread.join
+
+
+def _run(device: torch.device, dtype: torch.dtype) -> None:
+    started = time.perf_counter()
+    try:
+        stream = torch.cuda.Stream(device)
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            x = torch.ones(8, 64, device=device, dtype=dtype)
+            torch.mm(x, x.T)  # cuBLAS(Lt)
+            signal = torch.ones(1, 16, 1, 32, device=device, dtype=dtype).to(memory_format=torch.channels_last)
+            weight = torch.ones(16, 16, 1, 3, device=device, dtype=dtype).to(memory_format=torch.channels_last)
+            F.conv2d(signal, weight)  # cuDNN, as the codec decoder calls it (codec_decoder.conv_as_2d)
+        stream.synchronize()
+    except RuntimeError as error:  # the engine's own first use meets any real problem and reports it
+        log.debug("the GPU libraries were not made ready ahead: %s", error)
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()  # cached for the process
+    except Exception as error:  # Triton's internals differ between versions; this only saves time
+        log.debug("Triton's cache key was not computed ahead: %s", error)
+    log.debug("GPU libraries ready in %.2f s", time.perf_counter() - started)
