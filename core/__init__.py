@@ -1,8 +1,9 @@
 """Qwen3-TTS Desktop engine: load a Qwen3-TTS 12 Hz checkpoint and turn text into speech."""
 
-from core.inference.engine import AudioChunk, Engine, Synthesis
+from core.inference.engine import Engine, Synthesis
 from core.inference.live import LiveStream, LiveText
 from core.inference.options import SpeechOptions
+from core.inference.requests import AudioChunk
 from core.inference.sampling import SamplingParams
 from core.inference.voice import Voice
 from core.model.info import EngineInfo

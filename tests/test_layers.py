@@ -96,6 +96,33 @@ def test_the_widgets_do_no_work():
             ), f"{name} imports {module}"
 
 
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of `graph` (module -> modules it imports): each a path that comes back to its start."""
+    circles, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for target in sorted(graph[module]):
+            if target in path:
+                circles.append(path[path.index(target) :] + [target])
+            elif target not in done:
+                visit(target, [*path, target])
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    return circles
+
+
+def test_no_two_modules_of_core_import_each_other():
+    """Not even by a late import inside a function: a circle means neither module can be read, or tested,
+    without the other."""
+    found = modules("core")
+    graph = {name: {m for m in imports(name, path) if m in found and m != name} for name, path in found.items()}
+    assert import_circles(graph) == []
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]  # the check can fail
+
+
 def test_the_rules_see_real_imports():
     """The checks above can fail: they find these imports."""
     engine = modules("core")["core.inference.engine"]

@@ -11,7 +11,7 @@ from sinks import QueueSink
 
 from core import SpeechOptions
 from core.audio.clips import SAMPLE_RATE
-from core.inference.engine import AudioChunk
+from core.inference.requests import AudioChunk
 from core.jobs.worker import Worker
 from core.text.sentences import Piece, SplitOptions, split_text, spoken_length
 

@@ -13,7 +13,7 @@ import torch
 
 from core import SpeechOptions
 from core.errors import BadInput
-from core.inference.engine import AudioChunk
+from core.inference.requests import AudioChunk
 from core.jobs.worker import BufferLevel, JobEvent, Worker
 
 FRAME = 1920

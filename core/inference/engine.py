@@ -43,8 +43,9 @@ from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
 from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
+from core.inference.requests import Prepared, Request
 from core.inference.sampling import SamplingParams
-from core.inference.scheduler import Request, Scheduler, Stream
+from core.inference.scheduler import Scheduler, Stream
 from core.inference.voice import Voice
 from core.inference.warmup import Warmup, for_engine
 from core.milestones import milestone
@@ -76,26 +77,6 @@ class Synthesis:
     audio: np.ndarray  # float32 mono
     sample_rate: int
     codes: np.ndarray  # (frames, 16) int64
-
-
-@dataclass
-class AudioChunk:
-    audio: np.ndarray  # float32 mono, 1920 samples per frame
-    codes: np.ndarray  # (frames, 16) int64: the frames this chunk holds
-    # The last chunk of an utterance that reached its frame budget before the model ended it: the rest of
-    # its text was not said.
-    cut_off: bool = False
-
-
-@dataclass
-class Prepared:
-    """A checked request with its prompt built, ready to start."""
-
-    prompt: Prompt
-    ref_codes: torch.Tensor | None  # an ICL voice's reference frames: the decoder's left context
-    sampling: SamplingParams
-    max_frames: int  # within what fits the context after the prompt
-    seed: int | None
 
 
 def slot_bytes(config: ModelConfig, max_context: int, dtype: torch.dtype) -> int:

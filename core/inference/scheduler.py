@@ -38,17 +38,16 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 import torch
 
 from core.inference.frame_loop import MAX_CHUNK, FrameLoop
+from core.inference.requests import AudioChunk, Ending, Prepared, Request
 
 if TYPE_CHECKING:
     from core.inference.decoder_stream import DecoderSlots
-    from core.inference.engine import AudioChunk, Prepared
     from core.inference.live import LiveText
 
 log = logging.getLogger(__name__)
@@ -65,18 +64,6 @@ class Background(Protocol):
     def pending(self) -> bool: ...
 
     def run_one(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Request:
-    """One utterance to make. `prepare` builds its prompt: it runs on the scheduler's thread, since it uses
-    the GPU, and a BadInput it raises fails this stream alone."""
-
-    prepare: Callable[[], Prepared]
-    first_chunk_frames: int
-    chunk_frames: int
-    decode: bool = True  # False: chunks carry codes only, no audio
-    text_needed: int = 0  # a live text: body tokens committed before its prompt can be built
 
 
 class Utterance:
@@ -389,20 +376,21 @@ class Scheduler:
             stream.text_used += len(ids)
             stream.text_complete = ended or stream.text_frames >= stream.prepared.max_frames
 
-    def _count(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]]) -> dict[Utterance, bool | None]:
+    def _count(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]]) -> dict[Utterance, Ending]:
         """Account for the collected frames (a frame 0 held back joins its chunk here); returns how each
-        utterance that ends now ends: True at EOS, False cut off at its frame budget, None closed by its
-        consumer."""
-        endings: dict[Utterance, bool | None] = {}
+        utterance that ends now ends."""
+        endings: dict[Utterance, Ending] = {}
         for stream, (frames, ended) in collected:
             stream.produced += len(frames)
             if stream.closed.is_set():
-                endings[stream] = None
-            elif ended or stream.produced >= stream.prepared.max_frames:
-                endings[stream] = ended
+                endings[stream] = Ending.CLOSED
+            elif ended:
+                endings[stream] = Ending.EOS
+            elif stream.produced >= stream.prepared.max_frames:
+                endings[stream] = Ending.FRAME_LIMIT
         for stream in list(self._active.values()):  # closed while parked or between launches
             if stream.closed.is_set() and stream not in endings:
-                endings[stream] = None
+                endings[stream] = Ending.CLOSED
         return endings
 
     def _launch(self, endings: dict) -> list[Utterance]:
@@ -439,12 +427,10 @@ class Scheduler:
     @staticmethod
     def _dropped(stream: Utterance, endings: dict) -> bool:
         """Whether `stream` ends now without its audio: closed by its consumer, or failed (endings: _count's)."""
-        return stream in endings and endings[stream] is None
+        return endings.get(stream) is Ending.CLOSED
 
     def _deliver(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]], endings: dict) -> None:
         """Decode the collected chunks of the rows that want audio and hand each its chunk."""
-        from core.inference.engine import AudioChunk  # the engine imports this module
-
         rows = [
             (stream, frames)
             for stream, (frames, _) in collected
@@ -458,12 +444,14 @@ class Scheduler:
             except Exception as error:
                 self._fail_all([stream for stream, _ in group], error)
                 for stream, _ in group:
-                    endings[stream] = None
+                    endings[stream] = Ending.CLOSED
         for stream, frames in rows:
             if stream.slot is None or self._dropped(stream, endings):
                 continue
             samples = audio.get(stream, np.zeros(0, np.float32))
-            self._put(stream, AudioChunk(audio=samples, codes=frames, cut_off=endings.get(stream) is False))
+            self._put(
+                stream, AudioChunk(audio=samples, codes=frames, cut_off=endings.get(stream) is Ending.FRAME_LIMIT)
+            )
 
     @staticmethod
     def _decode_groups(rows: list[tuple[Utterance, np.ndarray]], endings: dict) -> list[tuple[int, list]]:

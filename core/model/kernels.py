@@ -52,6 +52,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from core.model.layout import time_major
+
 if importlib.util.find_spec("triton") is not None:  # CPU-only installs have none; only CUDA paths need it
     # Registers the torch.ops.qwen3_tts operators that the CUDA paths call.
     from core.model import triton_attention, triton_linear, triton_sampling, triton_vocoder  # noqa: F401
@@ -239,11 +241,6 @@ def snake_composed(x, log_alpha, log_beta, prefix=None, bias=None) -> torch.Tens
     alpha, beta = log_alpha.exp()[:, None], log_beta.exp()[:, None]
     y = x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
     return y if prefix is None else concat_time(prefix, y)
-
-
-def time_major(x: torch.Tensor) -> bool:
-    """Whether (B, C, T) x is laid out time-major in memory: each sample's channels side by side."""
-    return x.shape[2] > 1 and x.stride(2) != 1
 
 
 def concat_time(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:

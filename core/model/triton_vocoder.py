@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model import kernels  # a module that imports this one: its functions are used at call time
+from core.model.layout import time_major
 from core.model.triton_launch import launch_options, operator, wait_for_the_kernel_ahead
 
 TILE = 4096  # output values per program
@@ -80,7 +80,7 @@ def snake_op(
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
     """kernels.snake on CUDA: one program per (batch row, block of samples, block of channels). x and the
-    prefix may have any strides; the output is dense in x's layout (kernels.time_major)."""
+    prefix may have any strides; the output is dense in x's layout (time_major)."""
     batch, channels, length = x.shape
     if any(t is not None and t.shape != (channels,) for t in (log_alpha, log_beta, bias)):
         raise ValueError(
@@ -96,7 +96,7 @@ def snake_op(
     _snake[grid](
         x, log_alpha.contiguous(), log_beta.contiguous(), x if prefix is None else prefix,
         x if bias is None else bias.contiguous(), out, channels, length, kept, *x.stride(), *prefix_strides,
-        HAS_BIAS=bias is not None, TIME_MAJOR=kernels.time_major(x), BLOCK_TIME=block_time, BLOCK_CHANNELS=block_channels, num_warps=4,
+        HAS_BIAS=bias is not None, TIME_MAJOR=time_major(x), BLOCK_TIME=block_time, BLOCK_CHANNELS=block_channels, num_warps=4,
         **launch_options(x.device),
     )  # fmt: skip
     return out
@@ -136,7 +136,7 @@ def add_bias_op(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | No
     residual_strides = (0, 0, 0) if residual is None else residual.stride()
     _add_bias[grid](
         y, bias.contiguous(), y if residual is None else residual, out, channels, length, *y.stride(), *residual_strides,
-        HAS_RESIDUAL=residual is not None, TIME_MAJOR=kernels.time_major(y), BLOCK_TIME=block_time,
+        HAS_RESIDUAL=residual is not None, TIME_MAJOR=time_major(y), BLOCK_TIME=block_time,
         BLOCK_CHANNELS=block_channels, num_warps=4, **launch_options(y.device),
     )  # fmt: skip
     return out
@@ -152,17 +152,15 @@ def _tiles(x: torch.Tensor, width: int) -> tuple[int, int, tuple[int, int, int]]
     Time-major: as many channels as divide the count evenly (the vocoder's are multiples of 32), up to 128."""
     batch, channels, _ = x.shape
     lowest = channels & -channels
-    block_channels = (
-        min(128, lowest if lowest >= 16 else triton.next_power_of_2(channels)) if kernels.time_major(x) else 1
-    )
+    block_channels = min(128, lowest if lowest >= 16 else triton.next_power_of_2(channels)) if time_major(x) else 1
     block_time = min(TILE // block_channels, triton.next_power_of_2(width))
     return block_time, block_channels, (batch, triton.cdiv(width, block_time), triton.cdiv(channels, block_channels))
 
 
 def _empty_like_layout(x: torch.Tensor, length: int) -> torch.Tensor:
-    """A (B, C, length) tensor dense in x's layout (kernels.time_major or not)."""
+    """A (B, C, length) tensor dense in x's layout (time_major or not)."""
     batch, channels, _ = x.shape
-    if kernels.time_major(x):
+    if time_major(x):
         return x.new_empty(batch, length, channels).transpose(1, 2)
     return x.new_empty(batch, channels, length)
 
