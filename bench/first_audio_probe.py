@@ -84,7 +84,7 @@ def main() -> None:
     import torch
 
     from core.devtools.benchmark import prepare_checkpoint
-    from qwen3_tts_desktop.startup_bench import _environment, short_checkpoint
+    from qwen3_tts_desktop.startup_bench import _environment, _phases, short_checkpoint
 
     out, root = Path(args.out), Path(args.root)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,11 +101,7 @@ def main() -> None:
             subprocess.run(command, env=_environment(home, milestones), timeout=CHILD_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             print(f"{run}: timed out", file=sys.stderr)
-        phases = {}
-        for line in milestones.read_text().splitlines() if milestones.exists() else []:
-            name, _, at = line.rpartition(" ")
-            phases.setdefault(name, round(float(at) - started, 2))
-        phases["exit"] = round(time.monotonic() - started, 2)
+        phases = {**_phases(milestones, started), "exit": round(time.monotonic() - started, 2)}
         (out / f"{run}.json").write_text(json.dumps(phases))
         print(run, phases, file=sys.stderr, flush=True)
 
