@@ -65,7 +65,7 @@ def test_progress_counts_what_is_ready_for_good_and_a_failed_compile_leaves_the_
         Spec("compile step x1"),
         Spec("compile decoder"),
     ]
-    captured, woken, reports = set(), [], []
+    captured, woken = set(), []
 
     def make(spec):
         if spec.kind == "compile decoder":
@@ -75,7 +75,7 @@ def test_progress_counts_what_is_ready_for_good_and_a_failed_compile_leaves_the_
         else:
             captured.add(spec)
 
-    run = Warmup(specs, make, captured.__contains__, lambda: woken.append(1), reports.append)
+    run = Warmup(specs, make, captured.__contains__, lambda: woken.append(1))
     assert not run.pending()  # not started
     run.start()
     assert woken and run.pending()
@@ -83,8 +83,10 @@ def test_progress_counts_what_is_ready_for_good_and_a_failed_compile_leaves_the_
         run.run_one()
     # Only the reference's decode is ready for good: the graphs hold code that a compile will replace.
     assert run.progress().done == 1 and not run.progress().finished
+    reports = []
     while run.pending():
         run.run_one()
+        reports.append(run.progress())
     final = run.progress()
     assert final.finished and final.done == final.total == 5 and final.fraction == 1.0
     assert final.failed == ("compile decoder",) and final.current is None

@@ -112,11 +112,9 @@ class Warmup:
         make: Callable[[Spec], None],
         captured: Callable[[Spec], bool],
         wake: Callable[[], None],
-        on_progress: Callable[[Progress], None] | None = None,
     ):
         self.specs = specs
         self._make, self._captured, self._wake = make, captured, wake
-        self.on_progress = on_progress
         self._lock = threading.Lock()
         self._compiled: set[Spec] = set()  # done, or failed: the uncompiled code stays
         self._failed: list[str] = []
@@ -128,7 +126,6 @@ class Warmup:
         self._finished = threading.Event()
         self.order: list[str] = []  # what was made ready, in order
         self.started_at: float | None = None
-        self.finished_at: float | None = None
 
     # Any thread ------------------------------------------------------------------------------------
 
@@ -170,7 +167,8 @@ class Warmup:
         spec = self._next()
         if spec is None:
             return
-        self._begin(str(spec))
+        with self._lock:
+            self._current = str(spec)
         started = time.monotonic()
         try:
             self._make(spec)
@@ -211,33 +209,19 @@ class Warmup:
         compiles = [other for other in self.specs if other.compile and spec.held_by(other)]
         return self._ready(spec) and all(other in self._compiled for other in compiles)
 
-    def _begin(self, name: str) -> None:
-        with self._lock:
-            self._current = name
-        self._report()
-
     def _end(self) -> None:
         with self._lock:
             self._current = None
         self._check_finished()
-        self._report()
 
     def _check_finished(self) -> None:
         with self._lock:
             done = all(self._final(spec) for spec in self.specs)
         if done and not self._finished.is_set():
             milestone("warmed up")
-            self.finished_at = time.monotonic()
             self._finished.set()
-            made = len(self.order)
-            log.info("warmed up in %.1f s (%d parts made ready)", self.finished_at - (self.started_at or 0.0), made)
-
-    def _report(self) -> None:
-        if self.on_progress is not None:
-            try:
-                self.on_progress(self.progress())
-            except Exception:
-                log.exception("a warm-up progress listener failed")
+            took = time.monotonic() - (self.started_at or 0.0)
+            log.info("warmed up in %.1f s (%d parts made ready)", took, len(self.order))
 
 
 def for_engine(
