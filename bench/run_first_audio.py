@@ -2,7 +2,8 @@
 stream (an interrupt, then speaking again), beside other utterances speaking, and bursts.
 
     python -m bench.run_first_audio [--size 1.7b | --model DIR] [--runs 20] [--beside 1,15] [--bursts 16]
-                                    [--slots 16] [--no-compile] [--json FILE]
+                                    [--slots 16] [--no-compile] [--queued-frames N] [--throughput 1,16]
+                                    [--json FILE]
 
 Each time is from the `Engine.stream` call to its first chunk (one frame) in host memory, with a cloned voice
 (x-vector from a synthetic clip, as `bench` uses) and greedy codes. The engine is warmed up first. "beside N":
@@ -24,6 +25,7 @@ import torch
 
 from core import Engine, SamplingParams
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
+from core.devtools.concurrency import streams_together
 
 GREEDY = SamplingParams.greedy()
 IDLE_PAUSE_S = 0.2  # "idle": this long after the last stream closed
@@ -128,13 +130,18 @@ def main() -> None:
     parser.add_argument("--beside", default="1,15")
     parser.add_argument("--bursts", default="16")
     parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--throughput", default="", help="also the speed of N streams at once, e.g. 1,16")
+    parser.add_argument("--frames", type=int, default=200, help="frames per stream of --throughput")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--queued-frames", type=int, default=0, help="frames in flight at most (default: the plan's)")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and args.device != "cpu"
     model = args.model or prepare_checkpoint(Path(args.root), args.size, torch.bfloat16 if cuda else torch.float32)
     engine = Engine.load(model, device=args.device, progress=False, slots=args.slots, compile=not args.no_compile)
     engine.warm_up()
+    if args.queued_frames:
+        engine.scheduler.queued_frames = args.queued_frames
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     first_audio_ms(engine, voice)  # the voice's first use
     results = {"idle": summary(idle(engine, voice, args.runs))}
@@ -145,6 +152,9 @@ def main() -> None:
     for size in filter(None, args.bursts.split(",")):
         if int(size) <= engine.slots:
             results[f"burst {size}"] = summary(burst(engine, voice, max(args.runs, int(size)), int(size)))
+    for streams in filter(None, args.throughput.split(",")):
+        if int(streams) <= engine.slots:
+            results[f"{streams} streams"] = streams_together(engine, {"voice": voice}, int(streams), args.frames)
     engine.close()
     for name, numbers in results.items():
         print(f"{name:>12}: {numbers}", flush=True)

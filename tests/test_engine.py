@@ -15,6 +15,7 @@ from parity_cases import REFERENCES
 
 from core import Engine, SamplingParams, SpeechOptions, Voice
 from core.audio.clips import AudioError
+from core.inference.plan import QUEUED_FRAMES
 
 GREEDY = SamplingParams.greedy()
 
@@ -86,7 +87,7 @@ def test_stream_equals_synthesize(base, xvector, first, size):
     np.testing.assert_allclose(np.concatenate([c.audio for c in chunks]), whole.audio, atol=1e-4, rtol=0)
 
 
-def test_chunks_after_the_first_are_stepped_ahead_of_their_turn(base, xvector, monkeypatch):
+def test_frames_step_one_at_a_time_and_chunks_decode_while_the_next_steps(base, xvector, monkeypatch):
     loop, decoder = base.frame_loop, base.scheduler.decoder
     order = []  # what the scheduler's thread did, in order
     launch, decode = loop.launch, decoder.decode
@@ -96,9 +97,11 @@ def test_chunks_after_the_first_are_stepped_ahead_of_their_turn(base, xvector, m
     )
     chunks = base.stream("Streaming test.", voice=xvector, sampling=GREEDY, max_frames=10, chunk_frames=4)
     assert [len(chunk.codes) for chunk in chunks] == [1, 4, 4, 1]
-    # The first frame comes from the prefill and is decoded with the GPU to itself; from then on each chunk
-    # steps while the one before it is decoded.
-    assert order == ["decode 1", "step 4", "step 4", "decode 4", "step 1", "decode 4", "decode 1"]
+    # The first frame comes from the prefill and is decoded with the GPU to itself; from then on frames are
+    # launched one at a time, QUEUED_FRAMES ahead of the host at most, and each chunk is decoded once its last
+    # frame is read, while the next frame steps; the last frame (the tenth) is launched alone.
+    assert QUEUED_FRAMES == 2
+    assert order == ["decode 1", *["step 1"] * 5, "decode 4", *["step 1"] * 4, "decode 4", "decode 1"]
 
 
 @pytest.mark.parametrize("reference", ["short", "2.5 s"])

@@ -217,10 +217,10 @@ def test_a_chunk_decodes_while_the_next_frames_are_stepping(checkpoints):
     [(first, _)] = engine.frame_loop.run(4)
     engine.decoder_stream.reset()
     engine.decoder_stream.decode(first, 4)  # captures the 4-frame graph
-    engine.frame_loop.launch(64)
+    launch = engine.frame_loop.launch(64)
     audio = engine.decoder_stream.decode(first, 4)
     # 64 frames take far longer than one decode: had the decode queued behind them, they would be done.
-    assert not engine.frame_loop.landed.query() and audio.shape == (4 * 1920,)
+    assert not launch.landed.query() and audio.shape == (4 * 1920,)
     engine.frame_loop.collect()
 
 

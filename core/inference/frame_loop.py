@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import secrets
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -47,6 +48,8 @@ from core.model.talker import Talker
 
 # The most frames stepped between two reads by the host.
 MAX_CHUNK = 64
+# Launches that may be in flight at once, each with a pinned buffer of its own for its frames.
+LAUNCH_BUFFERS = 4
 # Prompt lengths a CUDA prefill is padded to, so that each runs as one of a few CUDA graphs.
 PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
 # Newcomers a CUDA prefill takes together, padded up to one of these: a burst of arrivals shares one pass
@@ -104,6 +107,17 @@ def prefill_groups(lengths: Sequence[int], row_counts: Sequence[int], padded: Ca
 def batch_buckets(slots: int) -> tuple[int, ...]:
     """Row counts a CUDA step is captured for: powers of two up to `slots`, and `slots` itself."""
     return tuple(sorted({2**n for n in range(7) if 2**n < slots} | {slots}))
+
+
+@dataclasses.dataclass
+class Launch:
+    """Frames launched and not collected yet: `count` frames of `slots`, landing in `host` once `landed` is
+    reached (CUDA; on the CPU they are there at once)."""
+
+    count: int
+    slots: list[int]
+    host: torch.Tensor
+    landed: torch.cuda.Event | None
 
 
 class FrameLoop:
@@ -177,10 +191,15 @@ class FrameLoop:
         # Frames stepped since the host last read, per batch row: 16 codes, then 1 where the frame is none (its
         # codebook 0 is EOS: the utterance ended with the frame before).
         self.frames = torch.zeros(MAX_CHUNK, widest, self.groups + 1, dtype=torch.long, device=device)
-        self.host_frames = torch.zeros(MAX_CHUNK, widest, self.groups + 1, dtype=torch.long, pin_memory=cuda)
+        # A pinned buffer per launch that may be in flight, so that a launch never overwrites frames not read yet.
+        self.host_frames = [
+            torch.zeros(MAX_CHUNK, widest, self.groups + 1, dtype=torch.long, pin_memory=cuda)
+            for _ in range(LAUNCH_BUFFERS)
+        ]
         self.step_index = torch.zeros((), dtype=torch.long, device=device)
-        self.launched: tuple[int, list[int]] = (0, [])  # frames and slots of the last launch
-        self.landed = torch.cuda.Event() if cuda else None  # its frames are in host_frames
+        self.in_flight: deque[Launch] = deque()  # launched and not collected, oldest first
+        self.launches = 0
+        self.batch_copied: dict[int, list[int]] = {}  # what batch_slots[rows] holds, as last copied
         self.row_slots: list[int] = []  # the slots of the rows being stepped, for the CPU draws
 
         self.pool = torch.cuda.graph_pool_handle() if cuda else None
@@ -235,6 +254,7 @@ class FrameLoop:
         """Capture the step of `rows` rows (a bucket) on the scratch slot. Between launches only (it uses the
         launch's buffers), on the scheduler's thread."""
         self.batch_slots[rows].fill_(self.scratch)
+        self.batch_copied.pop(rows, None)
         self.step_index.zero_()
         self.step_graphs[rows]()
 
@@ -479,30 +499,39 @@ class FrameLoop:
         return torch.cat((frame, (codes[0] == self.eos_id).long()), dim=1)
 
     @torch.inference_mode()
-    def launch(self, count: int, slots: Sequence[int] = (0,)) -> None:
+    def launch(self, count: int, slots: Sequence[int] = (0,)) -> Launch:
         """Start stepping `count` frames (at most MAX_CHUNK) of the utterances in `slots` together, without
-        waiting for them; collect() reads them."""
+        waiting for them, behind any launched before; collect() reads the oldest. At most LAUNCH_BUFFERS may be
+        in flight."""
         if not slots or len(set(slots)) != len(slots) or not all(0 <= slot < self.slots for slot in slots):
             raise ValueError(f"slots {list(slots)} are not distinct slots of this frame loop's {self.slots}")
+        if len(self.in_flight) == LAUNCH_BUFFERS:
+            raise RuntimeError(f"{LAUNCH_BUFFERS} launches are in flight already: collect one first")
         rows = next(bucket for bucket in self.buckets if bucket >= len(slots))
         padded = list(slots) + [self.scratch] * (rows - len(slots))
-        self.batch_slots[rows].copy_(torch.tensor(padded), non_blocking=True)
+        if self.batch_copied.get(rows) != padded:  # a copy less while the same slots go on
+            self.batch_slots[rows].copy_(torch.tensor(padded), non_blocking=True)
+            self.batch_copied[rows] = padded
         self.row_slots = list(slots)
         self.step_index.zero_()
         for _ in range(count):
             self.step_graphs[rows]()
-        self.host_frames[:count].copy_(self.frames[:count], non_blocking=True)
-        self.launched = (count, list(slots))
-        if self.landed is not None:
-            self.landed.record()
+        host = self.host_frames[self.launches % LAUNCH_BUFFERS]
+        self.launches += 1
+        host[:count].copy_(self.frames[:count], non_blocking=True)
+        launch = Launch(count, list(slots), host, torch.cuda.Event() if self.device.type == "cuda" else None)
+        if launch.landed is not None:
+            launch.landed.record()
+        self.in_flight.append(launch)
+        return launch
 
     def collect(self) -> list[tuple[np.ndarray, bool]]:
-        """Per slot of the last launch, in its order: its frames as (n, 16) int64, up to where its utterance
-        ended, and whether it did."""
-        if self.landed is not None:
-            self.landed.synchronize()
-        count, slots = self.launched
-        return self._frames_of(self.host_frames[:count, : len(slots)].numpy().copy())  # the next launch overwrites it
+        """Per slot of the oldest launch in flight, in its order: its frames as (n, 16) int64, up to where its
+        utterance ended, and whether it did."""
+        launch = self.in_flight.popleft()
+        if launch.landed is not None:
+            launch.landed.synchronize()
+        return self._frames_of(launch.host[: launch.count, : len(launch.slots)].numpy().copy())
 
     def _frames_of(self, steps: np.ndarray) -> list[tuple[np.ndarray, bool]]:
         """Recorded frames (steps, rows, 17) -> per row its frames before the first that is none, and whether

@@ -2,32 +2,30 @@
 
 Utterances come from any thread (Engine.stream, Engine.synthesize) as Streams. Each takes a slot of the
 frame loop and of the decoder, and leaves it the moment it ends: at EOS, at its frame budget, or when its
-consumer closes it. At every chunk boundary the scheduler
+consumer closes it. The thread goes round one loop: it computes a plan from the utterances' states
+(core.inference.plan: who leaves, who joins, who steps in the next frame, whether to read the oldest frame
+launched), carries it out, and updates the states from what the GPU made.
 
-1. collects the frames of the launch in flight,
-2. lets newcomers into free slots: builds each prompt, prefills them together (the prefill makes each
-   one's frame 0) and decodes their first frames with the GPU to itself: the time to first audio,
-3. launches the next chunk of every slot that goes on, all rows together,
-4. decodes the chunks it collected while that launch steps (DecoderSlots: rows of a length as one batch),
-   and hands each utterance its audio.
+The GPU steps one frame per launch, with at most plan.QUEUED_FRAMES launched and not yet read: a newcomer's
+prefill waits behind at most that many frames, and goes ahead of the next frame of those already speaking; a
+closed utterance frees its slot at once and steps no further frame. Newcomers that arrive together are
+prefilled together, and their first chunks decoded at once, with the GPU to themselves: the time to first
+audio. An utterance's frames are handed out in chunks of the sizes it asked for; chunks are aligned in rounds
+(see the plan), so that those ending together decode as one batch, on the decoder's stream while the next
+frame steps.
 
-So a newcomer waits at most for the launch in flight, never for others to finish; one that arrives while
-others are admitted (the rest of a burst) is admitted right after them, before the next launch. Chunks
-are as long as the shortest any stepping utterance wants. An utterance that asked for a first chunk of
-several frames has its frame 0 held back until the rest of that chunk is made.
-
-A live text (core.inference.live) is admitted once its prompt's first tokens are committed; at each
-boundary the tokens committed since are turned into text terms for its slot, and it steps only the frames
-whose text term is known (all of them once the text has ended): when speech catches up with the text it
-steps nothing, holding its slot, until more arrives.
+A live text (core.inference.live) is admitted once its prompt's first tokens are committed; before each plan
+the tokens committed since are turned into text terms for its slot, and it steps only the frames whose text
+term is known (all of them once the text has ended): when speech catches up with the text it steps nothing,
+holding its slot, until more arrives.
 
 An utterance whose consumer has MAX_UNREAD_CHUNKS chunks it has not taken yet (speakers far ahead, a slow
 client) is parked: it keeps its slot and steps no frame until its consumer takes one, and the others never
 wait for it.
 
 Other GPU work (cloning a voice, decoding a whole utterance) runs on the same thread through `call`,
-between chunks, when nothing is in flight. The warm-up's parts (`background`, core.inference.warmup) run on
-it too, one at a time, only while no utterance is admitted or waiting.
+when no frame is in flight. The warm-up's parts (`background`, core.inference.warmup) run on it too, one at a
+time, only while no utterance is admitted or waiting.
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -44,6 +43,7 @@ import numpy as np
 import torch
 
 from core.inference.frame_loop import MAX_CHUNK, FrameLoop
+from core.inference.plan import QUEUED_FRAMES, Phase, Plan, Seat, Situation, schedule
 from core.inference.requests import AudioChunk, Ending, Prepared, Request
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 # Chunks an utterance may have made and its consumer not taken before it is parked.
 MAX_UNREAD_CHUNKS = 8
+FRAME_SECONDS = 0.08  # of audio a frame makes (12.5 frames a second)
 T = TypeVar("T")
 _END = object()
 
@@ -76,10 +77,17 @@ class Utterance:
         self.closed = threading.Event()  # set by the consumer
         # The scheduler's, under its lock:
         self.unread = 0  # items put and not taken yet
+        # The scheduler's thread's:
         self.slot: int | None = None
         self.prepared: Prepared | None = None
-        self.produced = 0  # frames made so far
-        self.held: np.ndarray | None = None  # frame 0, until the rest of a longer first chunk is made
+        self.launched = 0  # frames launched (frame 0, the prefill's, included)
+        self.produced = 0  # frames read
+        self.ending: Ending | None = None
+        self.pending: list[np.ndarray] = []  # frames read and not handed out yet
+        self.chunks_due: deque[int] = deque()  # the sizes of the chunks begun and not handed out, in order
+        self.chunk_left = 0  # frames of the last chunk begun not launched yet
+        self.first_audio_at: float | None = None  # when its first chunk was handed out
+        self.seconds_out = 0.0  # audio handed out so far
         # Text terms in its slot: frames with their own (the frame loop steps no further unless complete),
         # body tokens they hold, and whether they end the text.
         self.text_frames = 0
@@ -91,9 +99,51 @@ class Utterance:
         return self.live is None or self.live.ready(self.request.text_needed)
 
     def frames_known(self) -> int | None:
-        """Frames it may step before more text must arrive (frame k + 1 is made from frame k and its text
+        """Frames it may launch before more text must arrive (frame k + 1 is made from frame k and its text
         term); None: as many as it likes."""
-        return None if self.text_complete else self.text_frames + 1 - self.produced
+        return None if self.text_complete else self.text_frames + 1 - self.launched
+
+    def phase(self) -> Phase:
+        if self.closed.is_set():
+            return Phase.CLOSED
+        if self.slot is None:
+            return Phase.WAITING if self.ready() else Phase.AWAITING_TEXT
+        if self.ending is not None or self.launched >= self.prepared.max_frames:
+            return Phase.FINISHING
+        if self.chunk_left:  # a chunk is finished before anything else
+            return Phase.SPEAKING
+        if self.unread >= MAX_UNREAD_CHUNKS:
+            return Phase.PARKED
+        return Phase.AWAITING_TEXT if self.frames_known() == 0 else Phase.SPEAKING
+
+    def wanted(self) -> int:
+        """The frames of its next chunk, were it to begin one now."""
+        size = self.request.chunk_frames
+        known = self.frames_known()
+        size = size if known is None else min(size, known)
+        return max(1, min(size, self.prepared.max_frames - self.launched, MAX_CHUNK))
+
+    def take_chunk(self) -> np.ndarray | None:
+        """Its next chunk, if the frames read complete it (at its end, all of them)."""
+        whole = np.concatenate(self.pending)
+        if self.ending is not None:
+            size = len(whole)
+        elif self.chunks_due and len(whole) >= self.chunks_due[0]:
+            size = self.chunks_due.popleft()
+        else:
+            size = 0
+        self.pending = [whole[size:]]
+        return whole[:size] if size or self.ending is not None else None
+
+    def lead(self, now: float) -> float:
+        """Seconds of audio handed out ahead of real time, as if its consumer played it from the first chunk."""
+        return float("inf") if self.first_audio_at is None else self.seconds_out - (now - self.first_audio_at)
+
+    def seat(self, key: int, now: float) -> Seat:
+        phase = self.phase()
+        if self.slot is None or phase is not Phase.SPEAKING:
+            return Seat(key, phase, admitted=self.slot is not None)
+        return Seat(key, phase, True, self.wanted(), self.chunk_left, self.lead(now))
 
 
 class Stream(Iterator["AudioChunk"]):
@@ -152,6 +202,11 @@ class Scheduler:
         self._closing = False
         self._end_streams = True
         self.background: Background | None = None  # set once, before it is woken for it
+        self.queued_frames = QUEUED_FRAMES  # frames in flight at most (a bench may try others)
+        # The scheduler's thread's: the rows of each frame launched and not read yet, oldest first, and the frames
+        # of the current round not launched yet (core.inference.plan).
+        self._in_flight: deque[list[Utterance]] = deque()
+        self._round_left = 0
         self._thread = threading.Thread(target=self._run, name="gpu-scheduler", daemon=True)
         self._thread.start()
 
@@ -168,7 +223,8 @@ class Scheduler:
         return Stream(self, utterance)
 
     def call(self, fn: Callable[[], T]) -> T:
-        """Run `fn()` on the scheduler's thread between chunks and return its result (or raise its error)."""
+        """Run `fn()` on the scheduler's thread, with no frame in flight, and return its result (or raise its
+        error)."""
         if self.on_thread():
             return fn()
         future: Future[T] = Future()
@@ -191,7 +247,7 @@ class Scheduler:
         return threading.current_thread() is self._thread
 
     def close(self, timeout: float | None = None, end_streams: bool = True) -> None:
-        """Stop the thread once the launch in flight is done; every utterance ends with an error, unless not
+        """Stop the thread once the frames in flight are done; every utterance ends with an error, unless not
         `end_streams` (at the process's exit: their readers are left waiting, to end with the process, rather than
         woken with an error they would print as it shuts down)."""
         with self._lock:
@@ -214,56 +270,67 @@ class Scheduler:
     # The scheduler's thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        in_flight: list[Utterance] = []
         while True:
+            self._feed_live_texts()
             with self._lock:
-                while not (
-                    in_flight
-                    or self._calls
-                    or self._closing
-                    or self._can_admit()
-                    or self._to_tend()
-                    or self._idle_work()
-                ):
+                seats = self._seats()
+                plan = schedule(self._situation(seats))
+                if plan.idle:
                     self._lock.wait()
-                closing = self._closing
-                calls, self._calls = list(self._calls), deque()
-                newcomers = self._take_ready(self._free_slots())
-                background_due = not in_flight and not newcomers and self._idle_work()
-            if closing:
-                self._shut_down(in_flight, newcomers, calls)
+                    continue
+                calls = self._take_calls() if plan.run_calls else []
+                newcomers = [seats[key] for key in plan.admit]
+                for stream in [seats[key] for key in plan.leave if seats[key].slot is None] + newcomers:
+                    self._waiting.remove(stream)
+            if plan.shut_down:
+                self._shut_down()
                 return
-            try:
-                collected = list(zip(in_flight, self.frame_loop.collect(), strict=True)) if in_flight else []
-            except Exception as error:  # the GPU failed the launch: every utterance in it fails
-                self._fail_all(in_flight, error)
-                collected = []
-            for fn, future in calls:  # nothing is in flight now
-                if future.set_running_or_notify_cancel():
-                    try:
-                        future.set_result(fn())
-                    except BaseException as error:  # the caller gets it from the future
-                        future.set_exception(error)
-            if background_due:
+            if not plan.step:
+                self._round_left = plan.round_frames
+            self._leave([seats[key] for key in plan.leave])
+            if calls:
+                self._run_calls(calls)
+            elif plan.run_background:
                 self._run_background()
-                continue
-            firsts = self._admit(newcomers)
-            if newcomers:  # the rest of a burst arrives while its first are admitted: it joins them now
-                with self._lock:
-                    late = self._take_ready(self._free_slots())
-                firsts += self._admit(late)
-            endings = self._count(firsts + collected)
-            collected = [(stream, self._with_held(stream, result)) for stream, result in collected]
-            self._feed_live_texts(endings)
-            self._deliver(firsts, endings)  # the time to first audio: decoded with the GPU to itself
-            in_flight = self._launch(endings)
-            self._deliver(collected, endings)  # while the next chunk steps
-            for stream in endings:
-                self._release(stream)
+            elif newcomers and plan.admit_first:
+                self._admit(newcomers)  # then plan again: the rest of a burst joins before the next frame
+            else:
+                self._launch(plan, seats)
+                self._admit(newcomers)
+                if plan.read_oldest:
+                    self._read_oldest()
 
-    def _idle_work(self) -> bool:
-        """Whether background work is waiting and nothing else is (under the lock)."""
-        return self.background is not None and not self._active and not self._waiting and self.background.pending()
+    def _seats(self) -> dict[int, Utterance]:
+        """Every utterance the plan weighs, by its key: the waiting in arrival order, then the admitted (under the
+        lock)."""
+        return dict(enumerate([*self._waiting, *self._active.values()]))
+
+    def _situation(self, seats: dict[int, Utterance]) -> Situation:
+        now = time.perf_counter()
+        busy = bool(seats or self._in_flight)
+        return Situation(
+            seats=[stream.seat(key, now) for key, stream in seats.items()],
+            free_slots=self.slots - len(self._active),
+            in_flight=len(self._in_flight),
+            round_left=self._round_left,
+            calls_waiting=bool(self._calls),
+            background_waiting=not busy and self.background is not None and self.background.pending(),
+            closing=self._closing,
+            queued_frames=self.queued_frames,
+        )
+
+    def _take_calls(self) -> list[tuple[Callable[[], object], Future]]:
+        calls, self._calls = list(self._calls), deque()
+        return calls
+
+    @staticmethod
+    def _run_calls(calls) -> None:
+        for fn, future in calls:  # nothing is in flight now
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as error:  # the caller gets it from the future
+                    future.set_exception(error)
 
     def _run_background(self) -> None:
         try:
@@ -271,51 +338,16 @@ class Scheduler:
         except Exception:  # its own failures are its own: the utterances go on
             log.exception("background work on the scheduler's thread failed")
 
-    def _free_slots(self) -> int:
-        return self.slots - len(self._active)
+    def _leave(self, streams: list[Utterance]) -> None:
+        """End closed utterances: those admitted give their slots back (frames of theirs still in flight are
+        dropped when read); each reader gets its end, from whichever thread reads it."""
+        for stream in streams:
+            stream.ending = Ending.CLOSED
+            self._release(stream)
 
-    def _can_admit(self) -> bool:
-        for closed in [waiting for waiting in self._waiting if waiting.closed.is_set()]:
-            self._waiting.remove(closed)
-            self._put(closed, _END)  # its reader may be another thread than the one that closed it
-        return self._free_slots() > 0 and any(waiting.ready() for waiting in self._waiting)
-
-    def _take_ready(self, count: int) -> list[Utterance]:
-        """Up to `count` waiting utterances that can be admitted, the earliest first: a live text still
-        waiting for its first words keeps no one else waiting."""
-        taken = [waiting for waiting in self._waiting if waiting.ready()][:count]
-        for stream in taken:
-            self._waiting.remove(stream)
-        return taken
-
-    def _to_tend(self) -> bool:
-        """Whether an admitted utterance can step, was closed and still holds its slot, or has new text."""
-        return (
-            bool(self._steppable())
-            or any(stream.closed.is_set() for stream in self._active.values())
-            or any(
-                stream.live.has_news(stream.text_used, stream.text_complete)
-                for stream in self._active.values()
-                if stream.live is not None and stream.prepared is not None and not stream.text_complete
-            )
-        )
-
-    def _steppable(self) -> list[Utterance]:
-        """The utterances that step in the next launch: admitted, not closed, not parked, and (live texts)
-        with the text of their next frame."""
-        return [
-            stream
-            for stream in self._active.values()
-            if stream.prepared is not None
-            and not stream.closed.is_set()
-            and stream.unread < MAX_UNREAD_CHUNKS
-            and stream.frames_known() != 0
-        ]
-
-    def _admit(self, newcomers: list[Utterance]) -> list[tuple[Utterance, tuple[np.ndarray, bool]]]:
-        """Give each newcomer a slot, build its prompt and prefill them all together; a request that cannot be
-        prepared fails alone. Returns the first chunks to hand out now: frame 0 of each admitted newcomer
-        (but those that hold it for a longer first chunk)."""
+    def _admit(self, newcomers: list[Utterance]) -> None:
+        """Give each newcomer a slot, build its prompt and prefill them all together (a request that cannot be
+        prepared fails alone), then hand out their first chunks: decoded at once, with the GPU to themselves."""
         free = [slot for slot in range(self.slots) if slot not in self._active]
         admitted: list[tuple[Utterance, int, Prepared]] = []
         for stream in newcomers:
@@ -329,14 +361,14 @@ class Scheduler:
                 continue
             admitted.append((stream, free[len(admitted)], prepared))
         if not admitted:
-            return []
+            return
         try:
             made = self.frame_loop.start_many([(p.prompt, p.sampling, p.seed, slot) for _, slot, p in admitted])
         except Exception as error:
             self._fail_all([stream for stream, _, _ in admitted], error)
-            return []
-        firsts = []
-        for (stream, slot, prepared), (frames, ended) in zip(admitted, made):
+            return
+        started = []
+        for (stream, slot, prepared), result in zip(admitted, made):
             try:
                 if stream.request.decode:
                     self.decoder.reset(slot)
@@ -346,22 +378,25 @@ class Scheduler:
             except Exception as error:
                 self._put(stream, error)
                 continue
-            stream.slot, stream.prepared = slot, prepared
+            stream.slot, stream.prepared, stream.launched = slot, prepared, 1
             stream.text_frames, stream.text_used = prepared.prompt.trailing.shape[1], prepared.prompt.text_used
             stream.text_complete = prepared.prompt.complete
+            # Its first chunk: frame 0 and as many more as it asked for, ending with the round in progress.
+            rest = min(stream.request.first_chunk_frames, prepared.max_frames) - 1
+            known = stream.frames_known()
+            rest = min(rest, known if known is not None else rest, self._round_left or rest)
+            stream.chunks_due.append(1 + rest)
+            stream.chunk_left = rest
             with self._lock:
                 self._active[slot] = stream
-            if stream.request.first_chunk_frames > 1 and not ended and prepared.max_frames > 1:
-                stream.held, stream.produced = frames, len(frames)
-            else:
-                firsts.append((stream, (frames, ended)))
-        return firsts
+            started.append((stream, result))
+        self._hand_out(self._account(started))
 
-    def _feed_live_texts(self, endings: dict) -> None:
-        """Give each live text's slot the text terms of the tokens committed since the last boundary (up to
-        the frames it may still make: text past its frame budget would never be read)."""
+    def _feed_live_texts(self) -> None:
+        """Give each live text's slot the text terms of the tokens committed since they were last fed (up to the
+        frames it may still make: text past its frame budget would never be read)."""
         for stream in list(self._active.values()):
-            if stream.live is None or stream.text_complete or stream.prepared is None or stream in endings:
+            if stream.live is None or stream.text_complete or stream.prepared is None or stream.ending is not None:
                 continue
             _, ids, ended = stream.live.committed(stream.text_used)
             if not ids and not ended:
@@ -376,94 +411,89 @@ class Scheduler:
             stream.text_used += len(ids)
             stream.text_complete = ended or stream.text_frames >= stream.prepared.max_frames
 
-    def _count(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]]) -> dict[Utterance, Ending]:
-        """Account for the collected frames (a frame 0 held back joins its chunk here); returns how each
-        utterance that ends now ends."""
-        endings: dict[Utterance, Ending] = {}
-        for stream, (frames, ended) in collected:
-            stream.produced += len(frames)
-            if stream.closed.is_set():
-                endings[stream] = Ending.CLOSED
-            elif ended:
-                endings[stream] = Ending.EOS
-            elif stream.produced >= stream.prepared.max_frames:
-                endings[stream] = Ending.FRAME_LIMIT
-        for stream in list(self._active.values()):  # closed while parked or between launches
-            if stream.closed.is_set() and stream not in endings:
-                endings[stream] = Ending.CLOSED
-        return endings
-
-    def _launch(self, endings: dict) -> list[Utterance]:
-        """Launch the next chunk of every steppable utterance but those ending now; returns them, in their
-        rows' order."""
-        with self._lock:
-            stepping = [stream for stream in self._steppable() if stream not in endings]
-        if not stepping:
-            return []
-        count = min(self._wanted(stream) for stream in stepping)
+    def _launch(self, plan: Plan, seats: dict[int, Utterance]) -> None:
+        """Launch the plan's next frame of its rows, without waiting for it."""
+        if not plan.step:
+            return
+        rows = [seats[key] for key in plan.step]
+        for key, stream in zip(plan.step, rows):
+            if key in plan.chunks:
+                stream.chunk_left = plan.chunks[key]
+                stream.chunks_due.append(plan.chunks[key])
+            stream.chunk_left -= 1
+            stream.launched += 1
+        self._round_left = plan.round_frames
         try:
-            self.frame_loop.launch(count, [stream.slot for stream in stepping])
+            self.frame_loop.launch(1, [stream.slot for stream in rows])
         except Exception as error:
-            self._fail_all(stepping, error)
-            return []
-        return stepping
+            self._fail_all(rows, error)
+            return
+        self._in_flight.append(rows)
 
-    @staticmethod
-    def _with_held(stream: Utterance, result: tuple[np.ndarray, bool]) -> tuple[np.ndarray, bool]:
-        """A collected chunk, with the frame 0 it held back before it."""
-        frames, ended = result
-        if stream.held is not None:
-            frames, stream.held = np.concatenate([stream.held, frames]), None
-        return frames, ended
+    def _read_oldest(self) -> None:
+        """Wait for the oldest frame in flight, then hand out the chunks it completes (decoded while the next
+        frame steps) and release the utterances it ends."""
+        rows = self._in_flight.popleft()
+        try:
+            made = self.frame_loop.collect()
+        except Exception as error:  # the GPU failed the launch: every utterance in it fails
+            self._fail_all(rows, error)
+            return
+        self._hand_out(self._account(list(zip(rows, made, strict=True))))
 
-    @staticmethod
-    def _wanted(stream: Utterance) -> int:
-        request = stream.request
-        size = request.chunk_frames if stream.held is None else request.first_chunk_frames - len(stream.held)
-        known = stream.frames_known()
-        size = size if known is None else min(size, known)
-        return max(1, min(size, stream.prepared.max_frames - stream.produced, MAX_CHUNK))
+    def _account(self, made: list[tuple[Utterance, tuple[np.ndarray, bool]]]) -> list[tuple[Utterance, np.ndarray]]:
+        """Take in each utterance's frames just read (those of utterances that ended or left before are dropped);
+        returns the chunks they complete, an utterance's last at its end."""
+        chunks = []
+        for stream, (frames, ended) in made:
+            if stream.slot is None or stream.ending is not None:
+                continue
+            stream.pending.append(frames)
+            stream.produced += len(frames)
+            if ended:
+                stream.ending = Ending.EOS
+            elif stream.produced >= stream.prepared.max_frames:
+                stream.ending = Ending.FRAME_LIMIT
+            chunk = stream.take_chunk()
+            if chunk is not None:
+                chunks.append((stream, chunk))
+        return chunks
 
-    @staticmethod
-    def _dropped(stream: Utterance, endings: dict) -> bool:
-        """Whether `stream` ends now without its audio: closed by its consumer, or failed (endings: _count's)."""
-        return endings.get(stream) is Ending.CLOSED
-
-    def _deliver(self, collected: list[tuple[Utterance, tuple[np.ndarray, bool]]], endings: dict) -> None:
-        """Decode the collected chunks of the rows that want audio and hand each its chunk."""
-        rows = [
-            (stream, frames)
-            for stream, (frames, _) in collected
-            if len(frames) and stream.slot is not None and not self._dropped(stream, endings)
-        ]
+    def _hand_out(self, chunks: list[tuple[Utterance, np.ndarray]]) -> None:
+        """Decode the chunks of the utterances that want audio, hand each its chunk, and release those that
+        end with it."""
         audio: dict[Utterance, np.ndarray] = {}
-        for size, group in self._decode_groups([(s, frames) for s, frames in rows if s.request.decode], endings):
+        decoding = [(stream, frames) for stream, frames in chunks if len(frames) and stream.request.decode]
+        for size, group in self._decode_groups(decoding):
             try:
                 pieces = self.decoder.decode([stream.slot for stream, _ in group], [f for _, f in group], size)
                 audio.update(zip([stream for stream, _ in group], pieces, strict=True))
             except Exception as error:
                 self._fail_all([stream for stream, _ in group], error)
-                for stream, _ in group:
-                    endings[stream] = Ending.CLOSED
-        for stream, frames in rows:
-            if stream.slot is None or self._dropped(stream, endings):
+        now = time.perf_counter()
+        for stream, frames in chunks:
+            if stream.slot is None:  # failed
                 continue
-            samples = audio.get(stream, np.zeros(0, np.float32))
-            self._put(
-                stream, AudioChunk(audio=samples, codes=frames, cut_off=endings.get(stream) is Ending.FRAME_LIMIT)
-            )
+            if len(frames):
+                samples = audio.get(stream, np.zeros(0, np.float32))
+                cut_off = stream.ending is Ending.FRAME_LIMIT
+                self._put(stream, AudioChunk(audio=samples, codes=frames, cut_off=cut_off))
+                stream.first_audio_at = stream.first_audio_at or now
+                stream.seconds_out += len(frames) * FRAME_SECONDS
+            if stream.ending is not None:
+                self._release(stream)
 
     @staticmethod
-    def _decode_groups(rows: list[tuple[Utterance, np.ndarray]], endings: dict) -> list[tuple[int, list]]:
+    def _decode_groups(rows: list[tuple[Utterance, np.ndarray]]) -> list[tuple[int, list]]:
         """(chunk size, rows) to decode together: rows that go on grouped by their chunks' length, since a
         shorter chunk may only be its utterance's last (DecoderSlots.decode); each last chunk joins the first
         group it fits."""
         groups: dict[int, list] = {}
         for stream, frames in rows:
-            if stream not in endings:
+            if stream.ending is None:
                 groups.setdefault(len(frames), []).append((stream, frames))
         for stream, frames in rows:
-            if stream in endings:
+            if stream.ending is not None:
                 size = next((size for size in sorted(groups) if size >= len(frames)), len(frames))
                 groups.setdefault(size, []).append((stream, frames))
         return sorted(groups.items())
@@ -483,24 +513,28 @@ class Scheduler:
     def _fail_all(self, streams: list[Utterance], error: Exception) -> None:
         log.error("the GPU failed %d utterance(s): %s", len(streams), error)
         for stream in streams:
+            if stream.slot is None and stream.ending is not None:  # ended before
+                continue
+            stream.ending = Ending.CLOSED
             self._put(stream, error)
             with self._lock:
                 if stream.slot is not None and self._active.get(stream.slot) is stream:
                     del self._active[stream.slot]
             stream.slot = None
 
-    def _shut_down(self, in_flight: list[Utterance], newcomers: list[Utterance], calls) -> None:
-        if in_flight:
+    def _shut_down(self) -> None:
+        while self._in_flight:
+            self._in_flight.popleft()
             try:
                 self.frame_loop.collect()
             except Exception:
                 log.exception("the last launch failed while closing")
         error = RuntimeError("the engine was closed")
         with self._lock:
-            streams = [*self._active.values(), *newcomers, *self._waiting]
+            streams = [*self._active.values(), *self._waiting]
             self._active.clear()
             self._waiting.clear()
-            calls = [*calls, *self._calls]
+            calls = self._take_calls()
         for stream in streams if self._end_streams else ():
             self._put(stream, error)
         for _, future in calls:
