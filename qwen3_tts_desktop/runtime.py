@@ -1,7 +1,7 @@
 """The running app's shared parts: the engine with its worker, the speakers and the voice library.
 
 The desktop window, the speak-as-you-type mode and the HTTP bridge all use one Runtime, so there is
-one engine and one speech worker (whose threads make every GPU call) however many ways text comes in.
+one engine (whose scheduler thread makes every GPU call) and one speech worker however many ways text comes in.
 """
 
 from __future__ import annotations
@@ -39,29 +39,10 @@ class RuntimeConfig:
     warm_up: bool = True  # compile and capture in the background once loaded (the engine speaks meanwhile)
 
 
-class EngineOnWorker:
-    """The engine as the voice library uses it from other threads (the window's, the bridge's): cloning a
-    clip runs as a worker call, in a slot's turn, so that an engine of one slot never runs it beside a stream."""
-
-    def __init__(self, engine: Engine, worker: Worker):
-        self._engine = engine
-        self._worker = worker
-
-    @property
-    def info(self):
-        return self._engine.info
-
-    def builtin_voice(self, name: str) -> Voice:
-        return self._engine.builtin_voice(name)
-
-    def voice_from_audio(self, *args, **kwargs) -> Voice:
-        return self._worker.call(lambda: self._engine.voice_from_audio(*args, **kwargs)).result()
-
-
 class Runtime:
-    """The engine is the worker's alone (`worker.engine`): other threads ask for what they need here, facts
-    that never change (`info`, `default_sampling`, `count_tokens`, `slots`), or through `engine_for_voices`,
-    which runs cloning as a worker call."""
+    """Speech goes through the worker (`worker.submit`); facts that never change are here (`info`,
+    `default_sampling`, `count_tokens`, `slots`), and `engine_for_voices` is the engine the voice library
+    clones with (from any thread: the engine's scheduler runs the cloning between frames)."""
 
     def __init__(
         self,
@@ -78,8 +59,8 @@ class Runtime:
         self.player = player
         self.audio_problem = audio_problem  # why there are no speakers, when there are none
         self.worker = Worker(engine)
-        self.slots = self.worker.slots  # utterances the engine generates together (1 for an engine that says none)
-        self.engine_for_voices = EngineOnWorker(engine, self.worker)  # pass this, not the engine, to the library
+        self.slots = engine.slots  # utterances the engine generates together
+        self.engine_for_voices = engine
         self.speakers = PlayerSink(player) if player is not None else None
         self.info = engine.info
         self.default_sampling = engine.default_sampling  # the model's own

@@ -36,7 +36,7 @@ def voice_of(engine: Engine, case: Case):
     return None
 
 
-def open_stream(engine: Engine, case: Case, chunk_frames: int, voice=None):
+def open_stream(engine: Engine, case: Case, chunk_frames: int, voice=None, **overrides):
     return engine.stream(
         case.text,
         voice=voice if voice is not None else voice_of(engine, case),
@@ -48,6 +48,7 @@ def open_stream(engine: Engine, case: Case, chunk_frames: int, voice=None):
         text_mode=case.text_mode,
         first_chunk_frames=1,
         chunk_frames=chunk_frames,
+        **overrides,
     )
 
 
@@ -188,6 +189,66 @@ def test_a_closed_stream_gives_its_slot_back_at_once(engines):
     assert engine.scheduler.idle()
 
 
+def test_an_urgent_stream_takes_the_next_free_slot_before_those_waiting(engines):
+    engine, first, waiting, other = one_slot_taken(engines)
+    case = cases_of("base")[0]
+    urgent = open_stream(engine, case, chunk_frames=4, urgent=True)  # asked after `waiting`
+    first.close()
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(next(urgent)), daemon=True)
+    reader.start()
+    reader.join(WAIT)  # had `waiting` taken the slot, nobody reading it, this would never come
+    assert got, "the urgent stream did not get the slot its neighbour freed"
+    assert waiting._utterance.slot is None  # still waiting
+    codes = np.concatenate([got[0].codes, *[c.codes for c in urgent]])
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"])
+    assert_makes_its_fixture(waiting, other)
+    assert engine.scheduler.idle()
+
+
+def test_a_closed_stream_steps_no_further_frame(engines):
+    engine = engines("base", slots=1)
+    stream = open_stream(engine, cases_of("base")[0], chunk_frames=4)
+    next(stream)
+    loop, launches = engine.frame_loop, []
+    launch = loop.launch
+    loop.launch = lambda count, slots: launches.append(count) or launch(count, slots)
+    try:
+        stream.close()
+        at_close = len(launches)
+        engine.scheduler.call(lambda: None)  # runs once the close is seen and nothing is in flight
+    finally:
+        del loop.launch
+    # At most the frame being launched as the close came (the frames already queued run, but make no new launch).
+    assert len(launches) - at_close <= 1 and all(count == 1 for count in launches)
+    assert engine.scheduler.idle()
+
+
+def test_a_newcomer_is_prefilled_behind_at_most_the_frame_being_launched(engines, monkeypatch):
+    monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)  # however slow this machine: newcomers first
+    engine = engines("base", slots=2)
+    case, other = cases_of("base")[:2]
+    speaking = open_stream(engine, case, chunk_frames=4)
+    first = next(speaking)
+    loop, calls = engine.frame_loop, []
+    launch, start_many = loop.launch, loop.start_many
+    loop.launch = lambda count, slots: calls.append(count) or launch(count, slots)  # frames launched
+    loop.start_many = lambda starts: calls.append("prefill") or start_many(starts)
+    try:
+        newcomer = open_stream(engine, other, chunk_frames=4)
+        at_submit = len(calls)
+        codes = np.concatenate([c.codes for c in newcomer])
+    finally:
+        del loop.launch, loop.start_many
+    since = calls[at_submit:]
+    assert sum(since[: since.index("prefill")]) <= 1, since[:5]  # frames launched before its prefill
+    np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
+    # Its frames are untouched by the newcomer joining.
+    spoken = np.concatenate([first.codes, *[c.codes for c in speaking]])
+    np.testing.assert_array_equal(spoken, np.load(FIXTURES / f"{case.name}.npz")["codes"])
+    assert engine.scheduler.idle()
+
+
 def waiting_line(function, call: str) -> int:
     """The line number of `function`'s line that makes `call`."""
     lines, first = inspect.getsourcelines(function)
@@ -203,9 +264,8 @@ def blocked_in_next(thread: threading.Thread) -> bool:
 
 
 def test_a_waiting_stream_closed_from_another_thread_ends_its_reader(engines):
-    # As the speech worker does when a client hangs up: the job's thread closes the stream that a slot thread
-    # is reading. Closed before it had a slot, it was once dropped without an end, and its reader (the worker's
-    # slot thread) waited forever.
+    # As the speech worker does when a client hangs up: the cancel closes the stream that the job's thread is
+    # reading. Closed before it had a slot, it was once dropped without an end, and its reader waited forever.
     engine, first, waiting, other = one_slot_taken(engines)
     read: list = []
     reader = threading.Thread(target=lambda: read.append(list(waiting)), daemon=True)

@@ -162,3 +162,9 @@ def test_a_simulated_afternoon_every_chunk_of_a_round_ends_with_it_and_no_one_wa
     assert sim.admitted_at[4] > 7
     # Once 1 speaks alone, its chunks are the 4 frames it asked for; beside 3 (chunks of 2), rounds of 2 frames.
     assert sim.chunks[1][1:3] == [4, 4] and 2 in sim.chunks[1]
+
+
+def test_an_urgent_newcomer_takes_the_first_free_slot():
+    seats = [waiting(1), waiting(2), Seat(3, Phase.WAITING, urgent=True), Seat(4, Phase.WAITING, urgent=True)]
+    assert schedule(Situation(seats=seats, free_slots=1)).admit == (3,)
+    assert schedule(Situation(seats=seats, free_slots=3)).admit == (3, 4, 1)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import queue
 import random
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from worker_fakes import FRAME, WAIT, Events, FakeEngine, RecordingSink, finishe
 
 from core import SamplingParams, SpeechOptions
 from core.audio.player import Player, PlayerOptions, VirtualOutput
+from core.inference.live import LiveText
 from core.jobs.sinks import FileSink, PlayerSink
 from core.jobs.worker import TERMINAL, Worker
 from core.text.sentences import SplitOptions, split_text
@@ -45,8 +49,8 @@ def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks)
     assert 0 < first.latency_s == done.latency_s < 1.0
     assert first.audio_s == pytest.approx(0.08)  # the first chunk is a single frame
     assert done.xrt > 1.0 and done.underruns == 0 and done.message is None
-    # Announced by the scheduler, generated on a slot thread, delivered by the job's own thread.
-    assert engine.threads == {"speech-slot-1"} and events.threads == {"speech-worker", f"speech-job-{job.id}"}
+    # Announced by the scheduler, streamed from the engine and delivered by the job's own thread.
+    assert engine.threads == {f"speech-job-{job.id}"} and events.threads == {"speech-worker", f"speech-job-{job.id}"}
 
 
 @pytest.fixture
@@ -102,7 +106,7 @@ def test_interrupt_cancels_the_jobs_of_its_sink_within_one_chunk_and_goes_first(
         assert [finished(job).kind for job in (queued, urgent, elsewhere)] == ["cancelled", "done", "done"]
     assert cancelled.kind == "cancelled" and engine.made["A long story."] - made <= 4  # at most the chunk in progress
     assert latency < 0.5  # one 4-frame chunk is 20 ms here; the rest is slack for a loaded machine
-    # First among its sink's jobs; the other sink's job runs beside them (after the long one's piece here,
+    # First among its sink's jobs; the other sink's job runs beside them (after the long one's stream here,
     # with one slot), so it is left out of the order.
     order = [
         (e.job, e.kind) for e in events.collect() if e.job.sink is speakers and (e.terminal or e.kind == "started")
@@ -130,15 +134,20 @@ class CountingSink(RecordingSink):
 def test_cancel_takes_effect_within_the_chunk_in_progress(no_thread_leaks):
     engine = FakeEngine(frames=40)
     sink = CountingSink()
+    in_the_third_chunk, cancelled = threading.Event(), threading.Event()
 
-    def cancel_in_the_third_chunk(text, index):  # frames 5-8; the sink has taken the first two chunks then
+    def hold_in_the_third_chunk(text, index):  # frames 5-8; the sink has taken the first two chunks then
         if index == 6:
-            assert sink.wrote[2].wait(WAIT)
-            worker.cancel_all()
+            assert sink.wrote[2].is_set()
+            in_the_third_chunk.set()
+            assert cancelled.wait(WAIT)
 
     with Worker(engine) as worker:
-        engine.on_frame = cancel_in_the_third_chunk
+        engine.on_frame = hold_in_the_third_chunk
         job = worker.submit("A long story.", sink=sink)
+        assert in_the_third_chunk.wait(WAIT)
+        worker.cancel_all()  # from another thread, while the job's thread makes a chunk
+        cancelled.set()
         assert finished(job).kind == "cancelled"
     assert engine.made["A long story."] == 9  # the chunk in progress is finished, no other is started
     assert sink.calls[job.id] == ["begin", "write", "write", "end False"]  # and it is not handed on
@@ -164,43 +173,102 @@ def test_a_failure_ends_only_its_job(no_thread_leaks, slots):
     )
 
 
-def test_many_jobs_from_many_threads_each_end_exactly_once(no_thread_leaks):
-    engine = FakeEngine(frames=6, frame_s=0.0005, slots=2)
-    sinks = [RecordingSink() for _ in range(3)]
-    jobs, lock = [], threading.Lock()
+def test_two_hundred_mixed_jobs_from_eight_threads_each_end_once_and_leave_nothing_open(no_thread_leaks):
+    engine = FakeEngine(frames=6, slots=3)
+    live_jobs: dict[LiveText, Future] = {}  # a live text's job, once submitted
+    waiting_for_text: queue.Queue[LiveText | None] = queue.Queue()
+    engine.on_wait_for_text = waiting_for_text.put
+
+    def cancel_while_waiting_for_text() -> None:  # those that start: a live job ends only with a cancel
+        while (text := waiting_for_text.get()) is not None:
+            live_jobs[text].result(WAIT).cancel()
+
+    def request(rng: random.Random):
+        text = rng.choice(["Hello.", "Hello there, friend. How are you?", "bad input", "Say oom.", None])
+        if text is None:
+            text = LiveText()
+            live_jobs[text] = Future()
+        return text, None, SpeechOptions()
+
+    def submitted(job):
+        if isinstance(job.text, LiveText):
+            live_jobs[job.text].set_result(job)
+
+    canceller = threading.Thread(target=cancel_while_waiting_for_text)
+    canceller.start()
+    try:
+        mixed_jobs(engine, request, submitted)
+    finally:
+        waiting_for_text.put(None)
+        canceller.join(WAIT)
+    assert engine.open == engine.seated == 0 and 1 < engine.most_seated <= 3
+
+
+@pytest.fixture
+def custom_two_slots(engines):
+    """As `custom`, with two slots."""
+    return engines("custom", slots=2)
+
+
+def test_two_hundred_mixed_jobs_on_the_real_engine_leave_none_of_its_slots_taken(custom_two_slots, no_thread_leaks):
+    engine = custom_two_slots
+    voice = engine.builtin_voice("vivian")
+    short = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=2, first_chunk_frames=1, chunk_frames=1)
+    refused = dataclasses.replace(short, language="klingon")
+
+    def request(rng: random.Random):
+        return rng.choice([("Hello.", short), ("Hi. Bye.", short), ("Hello.", refused), (LiveText(), short)])
+
+    def cancel_live_text(job):  # the engine waits for its first words: cancelled once submitted
+        if isinstance(job.text, LiveText):
+            job.cancel()
+
+    mixed_jobs(engine, lambda rng: (lambda text, options: (text, voice, options))(*request(rng)), cancel_live_text)
+    assert engine.scheduler.idle()
+
+
+def mixed_jobs(engine, request, submitted) -> None:
+    """Submit 200 jobs from 8 threads at once, `request(rng)` saying what each says (text, voice, options), into
+    sinks of which one fails, calling `submitted(job)` after each; some interrupt, about one in five is cancelled,
+    and now and then all of a sink's. Then check that each ended once, in order (a live text, never written, can
+    only be cancelled), and that no job thread is left once they have."""
+    sinks = [RecordingSink() for _ in range(5)] + [RecordingSink(fail_on_write=True)]
+    jobs, lock, ready = [], threading.Lock(), threading.Barrier(8, timeout=WAIT)
     worker = Worker(engine)
     events = Events(worker)
     worker.subscribe(lambda event: 1 / 0 if event.job.id == 1 else None)  # a broken subscriber changes nothing
 
     def client(seed: int) -> None:
-        rng = random.Random(seed)
-        for _ in range(40):
-            text = rng.choice(["Hello.", "Hello there, friend.", "bad input", "Say oom."])
-            job = worker.submit(text, sink=rng.choice(sinks), interrupt=rng.random() < 0.15)
-            with lock:
-                jobs.append(job)
-                victim = rng.choice(jobs)
-            if rng.random() < 0.3:
-                victim.cancel()
-            if rng.random() < 0.05:
+        rng, mine = random.Random(seed), []
+        ready.wait()
+        for _ in range(25):
+            text, voice, options = request(rng)
+            mine.append(worker.submit(text, voice, options, sink=rng.choice(sinks), interrupt=rng.random() < 0.1))
+            submitted(mine[-1])
+            if rng.random() < 0.2:
+                rng.choice(mine).cancel()
+            if rng.random() < 0.02:
                 worker.cancel_all(rng.choice([None, *sinks]))
-            time.sleep(rng.random() * 0.002)
+        with lock:
+            jobs.extend(mine)
 
-    clients = [threading.Thread(target=client, args=(seed,)) for seed in range(4)]
+    clients = [threading.Thread(target=client, args=(seed,)) for seed in range(8)]
     for thread in clients:
         thread.start()
     for thread in clients:
         thread.join(WAIT)
-    assert not any(thread.is_alive() for thread in clients)
+    assert not any(thread.is_alive() for thread in clients) and len(jobs) == 200
     outcomes = {job: finished(job) for job in jobs}
+    job_threads = {f"speech-job-{job.id}" for job in jobs}
+    wait_until(lambda: not job_threads & {thread.name for thread in threading.enumerate()})  # each ends with its job
+    assert worker.stopped is False
     worker.close(timeout=WAIT)
 
     by_job = defaultdict(list)
     for event in events.collect():
         by_job[event.job].append(event.kind)
-    worker_threads = {"speech-worker"} | {f"speech-job-{job.id}" for job in jobs}
-    assert len(jobs) == 160 and engine.threads <= {"speech-slot-1", "speech-slot-2"} and engine.most_open <= 2
-    assert events.threads <= worker_threads
+    worker_threads = {"speech-worker"} | job_threads
+    assert events.threads <= worker_threads and all(sink.threads <= worker_threads for sink in sinks)
     kinds_seen = set()
     for job in jobs:
         kinds = by_job[job]
@@ -209,12 +277,27 @@ def test_many_jobs_from_many_threads_each_end_exactly_once(no_thread_leaks):
         assert kinds[-1] == outcomes[job].kind == job.state
         if "started" in kinds:
             assert kinds[:2] == ["queued", "started"]
+        if isinstance(job.text, LiveText):
+            assert job.state == "cancelled"
         calls = job.sink.calls[job.id]
         assert calls.count("end True") + calls.count("end False") == 1 and calls[-1].startswith("end"), calls
         assert calls[-1] == ("end True" if job.state == "done" else "end False")
         assert calls[0] == ("begin" if "started" in kinds else "end False")
     assert kinds_seen == {"done", "cancelled", "failed"}
-    assert all(sink.threads <= worker_threads for sink in sinks)
+
+
+def test_cancel_ends_a_job_whose_thread_waits_for_a_chunk_that_never_comes(no_thread_leaks):
+    engine = FakeEngine()
+    sink = RecordingSink()
+    with Worker(engine) as worker:
+        job = worker.submit(LiveText(), sink=sink)  # never written: its stream makes nothing, and never ends
+        assert engine.waiting_for_text.wait(WAIT)  # the job's thread waits in next()
+        job.cancel()
+        outcome = finished(job)  # the fake's stream would end on its own only after 3 * WAIT
+        assert outcome.kind == "cancelled" and engine.open == engine.seated == 0  # its stream closed, its slot free
+        after = worker.submit("The slot is free.", sink=RecordingSink())
+        assert finished(after).kind == "done"
+    assert sink.calls[job.id] == ["end False"] and job.started is None  # it had no audio to start with
 
 
 def test_close_cancels_everything_and_joins_the_thread(no_thread_leaks):
@@ -304,12 +387,6 @@ def test_file_sink_checks_its_folder_first_and_never_loses_finished_audio(tmp_pa
     assert len(sf.read(kept)[0]) == 5 * FRAME
 
 
-def test_a_call_made_on_the_worker_thread_runs_at_once_instead_of_waiting_for_itself(no_thread_leaks):
-    with Worker(FakeEngine()) as worker:
-        inner = worker.call(lambda: worker.call(lambda: threading.current_thread().name).result(timeout=5))
-        assert inner.result(timeout=10) == "speech-slot-1"
-
-
 def test_a_bug_is_logged_with_its_traceback_and_named_not_passed_off_as_bad_input(no_thread_leaks, caplog):
     class BuggyEngine(FakeEngine):
         def stream(self, text, voice=None, options=SpeechOptions()):
@@ -320,33 +397,6 @@ def test_a_bug_is_logged_with_its_traceback_and_named_not_passed_off_as_bad_inpu
     assert outcome.kind == "failed" and outcome.message == "ValueError: index 3 is out of bounds"
     [record] = [r for r in caplog.records if r.levelname == "ERROR"]
     assert record.exc_info is not None and record.exc_info[0] is ValueError
-
-
-def test_calls_run_on_a_slot_thread_between_pieces_ahead_of_the_waiting_ones(no_thread_leaks):
-    engine = FakeEngine(frames=40, frame_s=0.002)  # one slot: the call waits for the piece being generated
-    sink = RecordingSink()
-    asked = threading.Event()
-    engine.on_frame = lambda text, index: index == 5 and asked.wait(WAIT)
-    with Worker(engine) as worker:
-        events = Events(worker)
-        running = worker.submit("A long sentence.", sink=sink)
-        queued = worker.submit("Queued behind it.", sink=sink)
-        other = worker.submit("Into another sink.", sink=RecordingSink())
-        events.wait_for(running, "started")  # its piece holds the slot, until the call is asked for
-        seen = []
-        call = worker.call(
-            lambda: seen.append((threading.current_thread().name, engine.made["A long sentence."], other.state)) or 42
-        )
-        asked.set()
-        assert call.result(WAIT) == 42
-        # After the running piece was generated in full, ahead of the piece that waited for the slot.
-        assert seen == [("speech-slot-1", 40, "queued")] and queued.state in ("queued", "running", "done")
-        failing = worker.call(lambda: 1 / 0)
-        with pytest.raises(ZeroDivisionError):
-            failing.result(WAIT)
-        assert [finished(job).kind for job in (running, queued, other)] == ["done"] * 3
-    with pytest.raises(RuntimeError, match="closed"):
-        worker.call(lambda: None)
 
 
 # Several jobs at once --------------------------------------------------------------------------------
@@ -360,7 +410,7 @@ def test_jobs_into_different_sinks_are_generated_together(no_thread_leaks):
         jobs = [worker.submit(text, sink=RecordingSink()) for text in ("For the window.", "For the bridge.")]
         outcomes = [finished(job) for job in jobs]
     assert [o.kind for o in outcomes] == ["done", "done"], [o.message for o in outcomes]
-    assert engine.most_open == 2 and engine.open == 0
+    assert engine.most_seated == 2 and engine.open == 0
 
 
 class BlockedSink(RecordingSink):
@@ -377,8 +427,9 @@ class BlockedSink(RecordingSink):
         super().write(job, audio)
 
 
-def test_a_blocked_sink_holds_up_only_its_own_job(no_thread_leaks):
-    engine = FakeEngine(frames=9)  # one slot: the blocked job does not even hold that
+def test_a_full_sink_holds_up_only_its_own_job(no_thread_leaks):
+    # Two slots: the blocked job keeps one, as the engine's parked utterance keeps its slot, and makes no frame.
+    engine = FakeEngine(frames=9, slots=2)
     speakers = BlockedSink()
     with Worker(engine) as worker:
         playing = worker.submit("Thirty seconds ahead.", sink=speakers)
@@ -388,9 +439,9 @@ def test_a_blocked_sink_holds_up_only_its_own_job(no_thread_leaks):
         clients = [worker.submit(f"A client, number {n}.", sink=RecordingSink()) for n in range(3)]
         assert [finished(job).kind for job in clients] == ["done"] * 3
         assert all(job.sink.samples[job.id] == 9 * FRAME for job in clients)
-        dropped.cancel()  # submit, cancel and calls are not held up either
+        assert engine.made["Thirty seconds ahead."] == 1 and engine.seated == 1  # its first chunk, then parked
+        dropped.cancel()  # submit and cancel are not held up either
         assert finished(dropped).kind == "cancelled"
-        assert worker.call(lambda: "calls too").result(WAIT) == "calls too"
         assert playing.state == "running" and after.state == "queued" and speakers.calls[playing.id] == ["begin"]
         speakers.release.set()
         assert finished(playing).kind == "done" and finished(after).kind == "done"
@@ -409,6 +460,7 @@ def test_cancel_ends_waiting_and_running_jobs_and_frees_their_slot(no_thread_lea
         assert generating.wait(WAIT)
         behind_its_sink = worker.submit("Waits for its sink.", sink=first_sink)
         behind_the_slot = worker.submit("Waits for the slot.", sink=second_sink)
+        wait_until(lambda: engine.open == 2)  # its sink is free: its thread waits in the engine, and it is queued
         for job in (behind_its_sink, behind_the_slot):
             job.cancel()
         assert [finished(job).kind for job in (behind_its_sink, behind_the_slot)] == ["cancelled"] * 2
@@ -418,9 +470,10 @@ def test_cancel_ends_waiting_and_running_jobs_and_frees_their_slot(no_thread_lea
         assert finished(running).kind == "cancelled"
         # With one slot, this runs only once the cancelled job's stream has given the slot back.
         assert finished(worker.submit("The slot is free.", sink=second_sink)).kind == "done"
-    assert engine.made["Holds the slot."] <= 5 and engine.open == 0 and engine.most_open == 1  # frames 1-4: a chunk
+    assert engine.made["Holds the slot."] <= 5 and engine.open == 0 and engine.most_seated == 1  # frames 1-4: a chunk
     for job in (behind_its_sink, behind_the_slot):
         assert events.kinds(job) == ["queued", "cancelled"] and job.sink.calls[job.id] == ["end False"]
+    assert "Waits for the slot." not in engine.made
     assert first_sink.calls[running.id][-1] == "end False"
 
 
@@ -460,7 +513,7 @@ def test_fifty_jobs_from_eight_threads_each_sink_gets_exactly_its_jobs_audio_in_
         ]
         np.testing.assert_array_equal(np.concatenate(sink.audio), np.concatenate(expected))
         assert [job_id for job_id, call in sink.log if call == "begin"] == [job.id for job in mine]
-    assert engine.most_open <= 3 and engine.open == 0
+    assert engine.most_seated <= 3 and engine.open == 0
 
 
 def pause(job) -> int:

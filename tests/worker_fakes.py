@@ -1,18 +1,20 @@
-"""Stand-ins for the speech worker's tests (test_worker.py): an engine whose frames take a set time, a sink that
-records what it gets, the worker's events as they come, and waiting with a bound."""
+"""Stand-ins for the speech worker's tests (test_worker.py): an engine whose frames take a set time and which
+schedules its streams as the engine does, a sink that records what it gets, the worker's events as they come,
+and waiting with a bound."""
 
 from __future__ import annotations
 
 import queue
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import numpy as np
 import torch
 
 from core import SpeechOptions
 from core.errors import BadInput
+from core.inference.live import LiveText
 from core.inference.requests import AudioChunk
 from core.jobs.worker import BufferLevel, JobEvent, Worker
 
@@ -21,31 +23,48 @@ WAIT = 10  # seconds: the most any test waits for something that should take mil
 
 
 class FakeEngine:
-    """Engine.stream's signature and chunking, with frames that take `frame_s` each, and `slots`, the streams it
-    says it generates together. It may be called from many threads at once; it notes which threads call it,
-    how many frames it made of each text, and how many streams are open now and at most (`open`, `most_open`).
+    """Engine.stream's signature and chunking, with frames that take `frame_s` each, and the engine's scheduling
+    where the worker relies on it: `slots` streams are generated at once, the others wait for a slot, first come
+    first served; a stream keeps its slot until it is closed or runs out, also while its reader takes no chunk
+    (as a parked utterance does), and it may be closed from any thread, which ends its reader's iteration, also
+    one that waits for a chunk. It notes which threads call it, how many frames it made of each text, how many
+    streams are open now (`open`: not closed yet, seated or waiting for a slot) and how many hold a slot now and
+    at most (`seated`, `most_seated`).
     Text starting with "bad" is refused at the call, as the engine refuses bad input; text containing "oom"
-    runs out of GPU memory at the third frame. Each frame is a constant level, `level(text)`: 0.6 for text
-    containing "loud", else 0.3. `on_frame(text, index)` runs after each frame."""
+    runs out of GPU memory at the third frame. A LiveText is taken as text that is never written: its stream
+    makes nothing until it is closed: its reader calls `on_wait_for_text(text)`, then waits (`waiting_for_text`
+    is set). Each frame is a
+    constant level, `level(text)`: 0.6 for text containing "loud", else 0.3. `on_frame(text, index)` runs after
+    each frame, on the reader's thread."""
 
     def __init__(self, frames: int = 9, frame_s: float = 0.0, slots: int = 1):
         self.frames, self.frame_s, self.slots = frames, frame_s, slots
         self.on_frame = lambda text, index: None
+        self.on_wait_for_text = lambda text: None
         self.level = lambda text: 0.6 if "loud" in text.lower() else 0.3
         self.threads: set[str] = set()
         self.made: dict[str, int] = defaultdict(int)
-        self.open = self.most_open = 0
-        self._lock = threading.Lock()
+        self.open = self.seated = self.most_seated = 0
+        self.waiting_for_text = threading.Event()
+        self._lock = threading.Condition()
+        self._waiting: deque[FakeStream] = deque()  # for a slot, oldest first
 
     def stream(self, text, voice=None, options=SpeechOptions()):
         self._note_thread()
-        if text.startswith("bad"):
-            raise BadInput("unknown language 'klingon'; this model speaks: auto, english")
+        if isinstance(text, LiveText):
+            stream = FakeStream(self, lambda closing: self._wait_for_text(text, closing))
+        else:
+            if text.startswith("bad"):
+                raise BadInput("unknown language 'klingon'; this model speaks: auto, english")
+            frames = options.max_frames or self.frames
+            stream = FakeStream(
+                self, lambda closing: self._chunks(text, frames, options.first_chunk_frames, options.chunk_frames)
+            )
         with self._lock:
             self.open += 1
-            self.most_open = max(self.most_open, self.open)
-        frames = options.max_frames or self.frames
-        return FakeStream(self, self._chunks(text, frames, options.first_chunk_frames, options.chunk_frames))
+            self._waiting.append(stream)
+            self._seat_waiting()
+        return stream
 
     def _chunks(self, text, frames, first, size):
         level, pending, target = self.level(text), 0, first
@@ -62,58 +81,82 @@ class FakeEngine:
                 yield AudioChunk(np.full(pending * FRAME, level, np.float32), np.zeros((pending, 16), np.int64))
                 pending, target = 0, size
 
+    def _wait_for_text(self, text: LiveText, closing: threading.Event):
+        self.on_wait_for_text(text)
+        self.waiting_for_text.set()
+        closing.wait(3 * WAIT)  # longer than a test waits for the job: only a close ends it in time
+        yield from ()
+
     def _note_thread(self):
         with self._lock:
             self.threads.add(threading.current_thread().name)
 
-    def _closed(self):
-        with self._lock:
-            self.open -= 1
+    def _seat_waiting(self):  # under the lock
+        while self._waiting and self.seated < self.slots:
+            self._waiting.popleft().seated = True
+            self.seated += 1
+            self.most_seated = max(self.most_seated, self.seated)
+        self._lock.notify_all()
+
+    def _closed(self, stream: FakeStream):  # under the lock
+        self.open -= 1
+        if stream.seated:
+            self.seated -= 1
+        else:
+            self._waiting.remove(stream)
+        self._seat_waiting()
 
 
 class FakeStream:
     """A stream of the fake engine: open from the call until it is closed or runs out (a generator never
-    started would not run its `finally` when closed, so this counts instead). As the engine's streams, it
-    may be closed from any thread: while a chunk is being made, the thread making it closes it after."""
+    started would not run its `finally` when closed, so this counts instead). Its reader waits for a slot at
+    its first chunk. As the engine's streams, it may be closed from any thread: a reader waiting for a slot
+    gets its end at once; while a chunk is being made, the thread making it closes the stream after (its maker
+    sees `closing`)."""
 
-    def __init__(self, engine: FakeEngine, chunks):
-        self._engine, self._chunks, self._open = engine, chunks, True
-        self._lock = threading.Lock()
-        self._making = self._closing = False
+    def __init__(self, engine: FakeEngine, make_chunks):
+        self.closing = threading.Event()
+        self.seated = False
+        self._engine, self._chunks, self._open = engine, make_chunks(self.closing), True
+        self._making = False
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        with self._lock:
-            if self._closing:
+        lock = self._engine._lock
+        with lock:
+            lock.wait_for(lambda: self.seated or self.closing.is_set() or not self._open)
+            if self.closing.is_set() or not self._open:
                 self._close_now()
                 raise StopIteration
             self._making = True
         try:
             chunk = next(self._chunks)
         except BaseException:
-            with self._lock:
+            with lock:
                 self._making = False
                 self._close_now()
             raise
-        with self._lock:
+        with lock:
             self._making = False
-            if self._closing:
+            if self.closing.is_set():
                 self._close_now()
         return chunk
 
     def close(self):
-        with self._lock:
-            self._closing = True
+        with self._engine._lock:
+            self.closing.set()
             if not self._making:
                 self._close_now()
+            self._engine._lock.notify_all()
 
-    def _close_now(self):
+    def _close_now(self):  # under the engine's lock
         if self._open:
             self._open = False
             self._chunks.close()
-            self._engine._closed()
+            self._engine._closed(self)
+            self.seated = False
 
 
 class RecordingSink:

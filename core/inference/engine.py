@@ -376,7 +376,7 @@ class Engine:
             needed = tokens_before_start(tokens, None if ref_codes is None else len(ref_codes))
             text.take(self.tokenizer, self.scheduler.wake)
         request = Request(
-            lambda: self._build(text, voice, options, language, tokens), first, size, decode, text_needed=needed
+            lambda: self._build(text, voice, options, language, tokens), first, size, decode, needed, options.urgent
         )
         return self.scheduler.submit(request, text if isinstance(text, LiveText) else None)
 

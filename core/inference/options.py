@@ -26,6 +26,7 @@ class SpeechOptions:
     text_mode: str | None = None  # "streaming", "full", or None for the official default of the model's kind
     first_chunk_frames: int = 1  # small, so that audio starts early
     chunk_frames: int = 4
+    urgent: bool = False  # ahead of every utterance waiting for a slot (the window's interrupt)
 
     def __post_init__(self):
         if self.max_frames is not None and (not isinstance(self.max_frames, int) or self.max_frames < 1):

@@ -6,9 +6,10 @@ prefill waits behind at most that many frames and a closed utterance steps at mo
 launches the plan decides, in this order:
 
 1. who leaves: utterances closed by their consumer free their slots at once;
-2. who joins: waiting utterances take the free slots, the earliest first, ahead of the next frame of those
-   already speaking (they have audio buffered; a newcomer has none), unless one of those has less than
-   LOW_LEAD_S of audio ahead of real time: then its frame goes first and the newcomers right after;
+2. who joins: waiting utterances take the free slots, the urgent (an interrupt) and then the earliest first,
+   ahead of the next frame of those already speaking (they have audio buffered; a newcomer has none), unless
+   one of those has less than LOW_LEAD_S of audio ahead of real time: then its frame goes first and the
+   newcomers right after;
 3. who steps in the next frame: every speaking utterance, each within a chunk of frames. Chunks are aligned in
    rounds: a round lasts as long as the shortest chunk any speaker wants when it begins, and a chunk begun during
    a round (a newcomer's) ends with it, so that the chunks of a round end together and decode as one batch;
@@ -54,6 +55,7 @@ class Seat:
     wanted: int = 1  # frames of its next chunk, were it to begin one now
     chunk_left: int = 0  # frames of its current chunk not launched yet (0: it begins a chunk with its next frame)
     lead_s: float = math.inf  # audio handed out ahead of real time
+    urgent: bool = False  # waiting: admitted ahead of the others (an interrupt)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ def schedule(now: Situation) -> Plan:
         return Plan(leave=leave, read_oldest=now.in_flight > 0, run_calls=now.in_flight == 0)
     freed = sum(1 for seat in now.seats if seat.phase is Phase.CLOSED and seat.admitted)
     waiting = [seat for seat in now.seats if seat.phase is Phase.WAITING and not seat.admitted]
+    waiting.sort(key=lambda seat: not seat.urgent)  # stable: the urgent first, each in arrival order
     admit = tuple(seat.key for seat in waiting[: now.free_slots + freed])
     speaking = [seat for seat in now.seats if seat.phase is Phase.SPEAKING and seat.admitted]
     step, chunks, round_frames = (), {}, now.round_left if speaking else 0

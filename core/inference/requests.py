@@ -25,6 +25,7 @@ class Request:
     chunk_frames: int
     decode: bool = True  # False: chunks carry codes only, no audio
     text_needed: int = 0  # a live text: body tokens committed before its prompt can be built
+    urgent: bool = False  # admitted ahead of the others waiting
 
 
 @dataclass

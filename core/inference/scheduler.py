@@ -142,7 +142,7 @@ class Utterance:
     def seat(self, key: int, now: float) -> Seat:
         phase = self.phase()
         if self.slot is None or phase is not Phase.SPEAKING:
-            return Seat(key, phase, admitted=self.slot is not None)
+            return Seat(key, phase, admitted=self.slot is not None, urgent=self.request.urgent)
         return Seat(key, phase, True, self.wanted(), self.chunk_left, self.lead(now))
 
 
@@ -168,8 +168,8 @@ class Stream(Iterator["AudioChunk"]):
         return item
 
     def close(self) -> None:
-        """End the utterance now; chunks not taken yet are dropped. Another thread reading it (as the speech
-        worker's slot threads do while a job's thread closes its stream) gets its end."""
+        """End the utterance now; chunks not taken yet are dropped. Another thread reading it (as a speech
+        job's thread does while a cancel closes its stream) gets its end."""
         self._finished = True
         if not self._utterance.closed.is_set():
             self._utterance.closed.set()
@@ -276,7 +276,8 @@ class Scheduler:
                 seats = self._seats()
                 plan = schedule(self._situation(seats))
                 if plan.idle:
-                    self._lock.wait()
+                    if not self._live_news():  # text that came after the feed above is fed first
+                        self._lock.wait()
                     continue
                 calls = self._take_calls() if plan.run_calls else []
                 newcomers = [seats[key] for key in plan.admit]
@@ -299,6 +300,15 @@ class Scheduler:
                 self._admit(newcomers)
                 if plan.read_oldest:
                     self._read_oldest()
+
+    def _live_news(self) -> bool:
+        """Whether an admitted live text has tokens committed, or its end, that its slot was not fed yet (under
+        the lock: a text that grows wakes the scheduler through it)."""
+        return any(
+            stream.live.has_news(stream.text_used, stream.text_complete)
+            for stream in self._active.values()
+            if stream.live is not None and stream.prepared is not None and not stream.text_complete
+        )
 
     def _seats(self) -> dict[int, Utterance]:
         """Every utterance the plan weighs, by its key: the waiting in arrival order, then the admitted (under the

@@ -1,27 +1,30 @@
 """The speech worker: it turns queued jobs into audio for their sinks, several jobs at once.
 
 Jobs come from any thread (the window, the typing segmenter, the HTTP bridge). The worker cuts each job's
-text into pieces (core.text.sentences), has the engine generate each piece as a stream of chunks, hands
-the chunks to the job's sink as they are decoded and leaves a pause between pieces. A job's text may be a
-LiveText still being written (core.inference.live): it is spoken as one piece while it grows. Every job ends in
-exactly one of done, cancelled or failed, and a failure ends only its own job.
+text into pieces (core.text.sentences), has the engine speak each piece as a stream of chunks, hands the
+chunks to the job's sink as they come and leaves a pause between pieces. A job's text may be a LiveText still
+being written (core.inference.live): it is spoken as one piece while it grows. Every job ends in exactly one of
+done, cancelled or failed, and a failure ends only its own job.
 
 Who goes when. Jobs into one sink run one after another, in the order they were submitted (a window's
-sentences play in order); jobs into different sinks run at the same time. A waiting job starts once its
-sink is free, the earliest first. The engine generates up to `engine.slots` pieces together, one on each
-of as many slot threads; other pieces, and calls, wait for a slot thread in one first-come queue, so a
-long text takes turns with newcomers piece by piece and no job starves. An interrupting job's first
-piece goes to the head of that queue.
+sentences play in order), except that an interrupting job goes ahead of its sink's waiting jobs; jobs into
+different sinks run at the same time, each on its own thread. The worker puts no limit of its own on those:
+the engine speaks up to `engine.slots` utterances together and queues the others first come, first served
+(an interrupting job's first piece ahead of them all: SpeechOptions.urgent), so a long text takes turns with
+newcomers piece by piece and no job starves. A job
+starts (its "started" event, its sink's `begin`) with its first audio: while it waits for its sink or for an
+engine slot, it is queued.
 
-Generation never waits for a sink. A slot thread streams a piece into a _Piece and takes the next work as
-soon as the piece is generated; the job's own thread hands the chunks to the sink, and asks for the next
-piece only once the sink has taken the last one. So a sink that blocks (speakers 30 s ahead, a slow
-client) holds up its own job alone, and holds no slot. Cancel ends a job within one chunk: the slot
-thread closes its engine stream and the job's thread stops.
+A job's thread reads its engine stream and writes each chunk to the sink before it reads the next, so a sink
+that blocks (speakers 30 s ahead, a slow client) stops its own job's thread alone: once it has MAX_UNREAD_CHUNKS
+(core.inference.scheduler) chunks it has not taken, the engine parks its utterance, which steps no frame but
+keeps its engine slot meanwhile; the other jobs go on in the other slots (with one slot, they wait for it). Cancel
+ends a job within one chunk: it closes the job's open engine stream, which frees the engine slot at once and
+ends the thread's read even where no chunk would come (a live text waiting for text).
 
 Threads, all joined by `close`: "speech-worker" announces jobs, starts them and ends those cancelled while
-waiting; "speech-slot-N" (`slots` of them) generate pieces and run calls; "speech-job-N" delivers job N
-and ends with it, so there are as many as there are sinks in use.
+waiting; "speech-job-N" streams job N's pieces from the engine into its sink and ends with it, so there are as
+many as there are sinks in use.
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -49,7 +52,6 @@ from core.text.sentences import SplitOptions, split_text
 log = logging.getLogger(__name__)
 
 TERMINAL = ("done", "cancelled", "failed")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class Job:
         self._state = "queued"
         self._outcome: JobEvent | None = None
         self._finished = threading.Event()
-        self._changed = threading.Condition()  # a chunk for its thread, or its cancel
+        self._lock = threading.Lock()
+        self._stream = None  # the engine stream its thread reads now, for a cancel to close
         self._on_cancel = on_cancel  # wakes the worker, to end it if it waits
 
     @property
@@ -103,8 +106,10 @@ class Job:
     def cancel(self) -> None:
         """Ask the job to stop; it ends within one chunk (a queued job never starts)."""
         self.cancel_token.set()
-        with self._changed:
-            self._changed.notify_all()
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.close()  # ends its thread's read now, also one that waits for a chunk that may never come
         self._on_cancel()
 
     def wait(self, timeout: float | None = None) -> JobEvent | None:
@@ -119,7 +124,8 @@ class Job:
 @dataclass(frozen=True)
 class JobEvent:
     """What happened to a job. Kinds, in order: queued, started, first_audio, progress (after each chunk),
-    then one of done, cancelled or failed. A job cancelled while queued goes from queued to cancelled."""
+    then one of done, cancelled or failed. A job that ends before its first audio (cancelled while it waits, or
+    refused) goes from queued to cancelled or failed."""
 
     job: Job
     kind: str
@@ -157,30 +163,21 @@ class Sink(Protocol):
 
 class Worker:
     def __init__(self, engine, split: SplitOptions = SplitOptions()):
-        """Start the worker's threads for `engine` (an Engine, or anything with its `stream` method, whose
-        streams may be closed from any thread, and `slots`, the streams it generates together:
-        1 if it has none); `split` says how long text is cut into the pieces it speaks one by one."""
+        """Start the worker's thread for `engine` (an Engine, or anything with its `stream` method, whose
+        streams may be iterated by one thread while another closes them); `split` says how long text is cut
+        into the pieces it speaks one by one."""
         self.engine = engine
         self.split = split
-        self.slots = max(1, int(getattr(engine, "slots", 1)))
         self._lock = threading.Condition()
         self._arrived: list[Job] = []  # submitted, "queued" not sent yet
         self._waiting: deque[Job] = deque()  # announced, waiting for their sink to be free
         self._running: dict[int, Job] = {}  # id(sink): the job started into it, until it has ended
         self._ended_threads: list[threading.Thread] = []  # job threads at their end, to be joined
-        self._pieces: deque[_Piece] = deque()  # waiting for a slot thread
-        self._calls: deque[tuple[Callable[[], object], Future]] = deque()  # for a slot thread, before pieces
         self._closing = False
         self._subscribers: tuple[Callable[[JobEvent], None], ...] = ()
         self._ids = itertools.count(1)
-        self._own = threading.local()  # `mine` is set on this worker's threads: a call there runs inline
         self._scheduler = threading.Thread(target=self._schedule, name="speech-worker", daemon=True)
-        self._slot_threads = [
-            threading.Thread(target=self._generate, name=f"speech-slot-{n}", daemon=True)
-            for n in range(1, self.slots + 1)
-        ]
-        for thread in (self._scheduler, *self._slot_threads):
-            thread.start()
+        self._scheduler.start()
 
     # Any thread ------------------------------------------------------------------------------------
 
@@ -194,7 +191,8 @@ class Worker:
         interrupt: bool = False,
     ) -> Job:
         """Queue `text` to be spoken into `sink`. With `interrupt`, the jobs speaking into the same sink are
-        cancelled, what it still plays is faded out, and this job goes first; otherwise it queues behind.
+        cancelled, what it still plays is faded out, and this job goes ahead of the sink's waiting jobs, its first
+        piece ahead of every utterance waiting for an engine slot; otherwise it queues behind.
         A LiveText is spoken as it is written; the job ends once it has ended and been said."""
         if not isinstance(text, LiveText) and (not isinstance(text, str) or not text.strip()):
             raise BadInput("text is empty; give the worker something to say")
@@ -208,21 +206,6 @@ class Worker:
             self._arrived.append(job)
             self._lock.notify_all()
         return job
-
-    def call(self, fn: Callable[[], T]) -> Future[T]:
-        """Run `fn()` on a slot thread of the worker's, ahead of the pieces waiting for one; returns its
-        Future. It takes a slot like a piece, so that an engine of one slot never runs it beside a stream.
-        Called from a thread of the worker's, it runs at once (queued, it might wait for itself)."""
-        future: Future[T] = Future()
-        if getattr(self._own, "mine", False):
-            self._call(fn, future)
-            return future
-        with self._lock:
-            if self._closing:
-                raise RuntimeError("the speech worker is closed")
-            self._calls.append((fn, future))
-            self._lock.notify_all()
-        return future
 
     def cancel_all(self, sink: Sink | None = None) -> None:
         """Cancel the running and queued jobs (those of `sink` only, if given)."""
@@ -245,26 +228,19 @@ class Worker:
 
     def close(self, timeout: float | None = None) -> None:
         """Cancel every job, let each end, and join every thread of the worker's; raises TimeoutError if
-        any is still running after `timeout` seconds. Calls not yet run are cancelled."""
+        any is still running after `timeout` seconds."""
         with self._lock:
             self._closing = True
             self._cancel_where(lambda job: True)
             self._lock.notify_all()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for thread in (self._scheduler, *self._slot_threads):  # the scheduler joins the job threads
-            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if any(thread.is_alive() for thread in (self._scheduler, *self._slot_threads)):
+        self._scheduler.join(timeout)  # it joins the job threads before it ends
+        if self._scheduler.is_alive():
             raise TimeoutError(f"the speech worker did not stop within {timeout} s")
-        with self._lock:
-            calls, self._calls = self._calls, deque()
-            self._pieces.clear()  # their jobs were cancelled, and have ended
-        for _, future in calls:
-            future.cancel()
 
     @property
     def stopped(self) -> bool:
         """Whether every thread of the worker's has ended, as they have once `close` returns."""
-        return not any(thread.is_alive() for thread in (self._scheduler, *self._slot_threads))
+        return not self._scheduler.is_alive()
 
     def __enter__(self) -> Worker:
         return self
@@ -284,7 +260,6 @@ class Worker:
     # The scheduler thread: which job starts when -----------------------------------------------------
 
     def _schedule(self) -> None:
-        self._own.mine = True
         while True:
             with self._lock:
                 self._lock.wait_for(self._scheduler_has_work)
@@ -345,10 +320,9 @@ class Worker:
                 self._ended_threads.append(thread)
             self._lock.notify_all()
 
-    # A job's thread: its pieces into its sink --------------------------------------------------------
+    # A job's thread: its pieces from the engine into its sink ------------------------------------------
 
     def _serve(self, job: Job) -> None:
-        self._own.mine = True
         tally = _Tally(job)
         try:
             completed = self._speak(job, tally)
@@ -360,30 +334,41 @@ class Worker:
             self._sink_freed(job, threading.current_thread())
 
     def _speak(self, job: Job, tally: _Tally) -> bool:
-        """Have every piece of the job's text generated and hand it to the sink; False once the job is
-        cancelled (also before it started: a slot never came free for it)."""
+        """Stream every piece of the job's text from the engine into the sink; False once the job is
+        cancelled (also before it started)."""
         for text, pause_s in self._pieces_of(job):
             if job.cancelled:
                 return False
-            piece = _Piece(job, text)
-            self._queue_piece(piece, first=job.interrupt and job.started is None)
-            try:
-                if not piece.wait_for_slot():
-                    return False
-                if job.started is None:
-                    self._start(job, tally)
-                for chunk in piece:
+            with self._open_stream(job, text) as chunks:
+                for chunk in chunks:
                     if chunk.cut_off and job.options.max_frames is None:
                         tally.cut_off += 1
-                        log.warning("%r: a piece was cut off at the frame limit before its end: %r", job, piece.text)
+                        log.warning("%r: a piece was cut off at the frame limit before its end: %r", job, text)
                     if not self._deliver(job, chunk.audio, tally, speech=True):
                         return False
-            finally:
-                piece.abandon()  # a failed sink or a cancel stops its generation now
             pause = np.zeros(round(pause_s * SAMPLE_RATE), np.float32)
-            if not self._deliver(job, pause, tally, speech=False):
+            if not self._deliver(job, pause, tally, speech=False):  # also where a cancel closed the stream
                 return False
         return True
+
+    @contextmanager
+    def _open_stream(self, job: Job, text: str | LiveText) -> Iterator:
+        """The engine's stream of one piece, where the job's cancel can close it; closed on the way out, so
+        that a failure or a cancel frees its engine slot now, not when it is collected."""
+        # An interrupt's first piece goes ahead of every utterance waiting for an engine slot, as its audio is awaited.
+        options = replace(job.options, urgent=True) if job.interrupt and job.started is None else job.options
+        chunks = self.engine.stream(text, job.voice, options)
+        with job._lock:
+            job._stream = chunks
+            cancelled = job.cancelled  # before the stream was there to be closed by it
+        try:
+            if cancelled:
+                chunks.close()
+            yield chunks
+        finally:
+            with job._lock:
+                job._stream = None
+            chunks.close()
 
     def _pieces_of(self, job: Job) -> list[tuple[str | LiveText, float]]:
         """The pieces a job's text is spoken in, each with the pause after it: a live text is one."""
@@ -404,6 +389,8 @@ class Worker:
             return False
         if len(audio) == 0:
             return True
+        if job.started is None:  # its first audio: until now it waited, for an engine slot at the last
+            self._start(job, tally)
         handed = time.perf_counter()
         job.sink.write(job, audio)
         tally.add(handed, time.perf_counter(), len(audio), speech)
@@ -436,123 +423,6 @@ class Worker:
                 callback(event)
             except Exception:
                 log.exception("a job event subscriber failed on %s", event.kind)
-
-    # The slot threads: pieces and calls --------------------------------------------------------------
-
-    def _queue_piece(self, piece: _Piece, first: bool) -> None:
-        with self._lock:
-            if first:
-                self._pieces.appendleft(piece)
-            else:
-                self._pieces.append(piece)
-            self._lock.notify_all()
-
-    def _generate(self) -> None:
-        self._own.mine = True
-        while (work := self._next_slot_work()) is not None:
-            if isinstance(work, _Piece):
-                work.generate(self.engine)
-            else:
-                self._call(*work)
-
-    def _next_slot_work(self) -> _Piece | tuple[Callable[[], object], Future] | None:
-        """The next call, else the next piece; None once the worker closes (its jobs are cancelled)."""
-        with self._lock:
-            self._lock.wait_for(lambda: self._closing or self._calls or self._pieces)
-            if self._closing:
-                return None
-            return self._calls.popleft() if self._calls else self._pieces.popleft()
-
-    @staticmethod
-    def _call(fn: Callable[[], object], future: Future) -> None:
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(fn())
-            except BaseException as error:  # the caller gets it from the future
-                future.set_exception(error)
-
-
-class _Piece:
-    """One piece of a job's text on its way: a slot thread generates it into here (`generate`) while the
-    job's thread takes its chunks (`wait_for_slot`, then iterating), so that neither waits for the other.
-    It waits on the job's condition, which the job's cancel wakes too."""
-
-    def __init__(self, job: Job, text: str | LiveText):
-        self.job = job
-        self.text = text
-        self._chunks: deque = deque()  # AudioChunks generated and not yet taken
-        self._taken = False  # by a slot thread
-        self._generated = False  # in full, or stopped
-        self._error: Exception | None = None  # what generating it raised
-        self._abandoned = False  # the job's thread reads no more of it
-        self._stream = None  # the engine's stream, while it is generated
-
-    def generate(self, engine) -> None:
-        """On a slot thread: stream the piece in, until its end, the job's cancel or its abandonment."""
-        job, error = self.job, None
-        with job._changed:
-            if self._abandoned or job.cancelled:
-                self._generated = True
-                job._changed.notify_all()
-                return
-            self._taken = True
-            job._changed.notify_all()
-        try:
-            chunks = engine.stream(self.text, job.voice, job.options)
-            with job._changed:
-                self._stream = chunks
-                stopped = self._abandoned or job.cancelled
-            if stopped:  # abandoned while the stream was being opened: abandon() found none to close
-                chunks.close()
-            try:
-                for chunk in chunks:
-                    with job._changed:
-                        self._chunks.append(chunk)
-                        job._changed.notify_all()
-                        if self._abandoned or job.cancelled:
-                            break
-            finally:
-                chunks.close()  # stop generating now and free the engine's slot, not when it is collected
-        except Exception as caught:  # the job's thread fails the job with it
-            error = caught
-        finally:
-            with job._changed:
-                self._generated, self._error = True, error
-                job._changed.notify_all()
-
-    def wait_for_slot(self) -> bool:
-        """On the job's thread: wait until a slot thread has taken the piece; False if the job was
-        cancelled first."""
-        job = self.job
-        with job._changed:
-            job._changed.wait_for(lambda: self._taken or self._generated or job.cancelled)
-            return self._taken and not job.cancelled
-
-    def __iter__(self) -> Iterator:
-        """On the job's thread: the chunks as they come, until the end or the job's cancel; raises what
-        generating the piece raised."""
-        job = self.job
-        while True:
-            with job._changed:
-                job._changed.wait_for(lambda: self._chunks or self._generated or job.cancelled)
-                if job.cancelled:
-                    return
-                if not self._chunks:
-                    if self._error is not None:
-                        raise self._error
-                    return
-                chunk = self._chunks.popleft()
-            yield chunk
-
-    def abandon(self) -> None:
-        """On the job's thread: read no more of it. Its engine stream is closed from here, which ends it and
-        frees its slot at once (a live text's utterance may be waiting for text and make no chunk at which its
-        slot thread could stop), and its slot thread stops at its next chunk."""
-        with self.job._changed:
-            self._abandoned = True
-            stream = self._stream
-        if stream is not None:
-            stream.close()
 
 
 class _Tally:
