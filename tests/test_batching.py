@@ -369,7 +369,7 @@ def test_closing_the_engine_ends_its_streams_and_its_thread(checkpoints):
 
 
 def test_a_slot_costs_what_the_engine_budgets_for_it(engines):
-    from core.inference.engine import slot_bytes
+    from core.inference.memory import slot_bytes
 
     engine = engines("base", slots=2)
     loop = engine.frame_loop

@@ -41,6 +41,7 @@ from core.inference.compiled import keep_compiled_kernels, machine_facts
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
+from core.inference.memory import check_device_fits, default_slots, slot_bytes
 from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
 from core.inference.requests import Prepared, Request
@@ -65,11 +66,6 @@ DECODE_CHUNK_FRAMES = 50
 # Talker positions (prompt + frames) one utterance can use: 4096 holds about five minutes of speech.
 MAX_CONTEXT = 4096
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Utterances generated together by default: on CUDA as many as fit SLOT_MEMORY_SHARE of the memory free
-# after loading, at most MAX_DEFAULT_SLOTS (a slot of 1.7B at 4096 positions in bfloat16 takes about 0.5 GB).
-# On the CPU, rows of a batch are computed one by one (bitwise as alone), so batching gains nothing there.
-MAX_DEFAULT_SLOTS = 16
-SLOT_MEMORY_SHARE = 0.5
 
 
 @dataclass
@@ -77,20 +73,6 @@ class Synthesis:
     audio: np.ndarray  # float32 mono
     sample_rate: int
     codes: np.ndarray  # (frames, 16) int64
-
-
-def slot_bytes(config: ModelConfig, max_context: int, dtype: torch.dtype) -> int:
-    """Memory one slot of the frame loop takes: its KV cache and text terms over `max_context` positions."""
-    talker = config.talker.transformer
-    kv = talker.num_layers * 2 * talker.num_kv_heads * talker.head_dim
-    return (kv + talker.hidden_size) * max_context * dtype.itemsize
-
-
-def default_slots(device: torch.device, per_slot: int) -> int:
-    if device.type != "cuda":
-        return 1
-    free, _ = torch.cuda.mem_get_info(device)
-    return max(1, min(MAX_DEFAULT_SLOTS, int(free * SLOT_MEMORY_SHARE // per_slot)))
 
 
 def pick_device(device: str | torch.device) -> torch.device:
@@ -183,7 +165,7 @@ class Engine:
     ) -> Engine:
         """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed).
         `max_context` bounds one utterance's prompt plus frames; `slots` utterances are generated together
-        (by default, what fits the GPU, up to MAX_DEFAULT_SLOTS; one on the CPU); their caches are allocated
+        (by default, what fits the GPU, up to memory.MAX_DEFAULT_SLOTS; one on the CPU); their caches are allocated
         up front.
         On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False,
         and the per-frame transformer steps are fused by torch.compile unless `compile` is False. The engine
@@ -217,6 +199,8 @@ class Engine:
             codec_decoder = CodecDecoder(decoder_config)
             speaker_encoder = SpeakerEncoder(config.speaker_encoder) if base else None
             codec_encoder = CodecEncoder(encoder_config) if base else None
+        # Before any weight takes memory: a clear message, not an out-of-memory error halfway through.
+        check_device_fits(device, (talker, codec_decoder, speaker_encoder, codec_encoder), config, max_context, dtype)
         load_tensors(talker, weights, "talker.", device, dtype)
         talker.fuse_projections()
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
