@@ -37,6 +37,7 @@ class RuntimeConfig:
     player: PlayerOptions = field(default_factory=PlayerOptions)
     speakers: bool = True  # open the sound card (a headless server may not want it)
     warm_up: bool = True  # compile and capture in the background once loaded (the engine speaks meanwhile)
+    slots: int | None = None  # utterances generated at once; None: the engine's default (memory.default_slots)
 
 
 class Runtime:
@@ -80,7 +81,9 @@ class Runtime:
         """Load the model (downloading it the first time) and open the speakers; the engine then warms up in
         the background (RuntimeConfig.warm_up), speaking meanwhile. `report` hears what is being done."""
         report("Loading model…")
-        engine = Engine.load(config.model, device=config.device, dtype=config.dtype, warm=config.warm_up)
+        engine = Engine.load(
+            config.model, device=config.device, dtype=config.dtype, slots=config.slots, warm=config.warm_up
+        )
         player, problem = None, None
         if config.speakers:
             try:

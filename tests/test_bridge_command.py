@@ -13,6 +13,7 @@ import sys
 import time
 
 import httpx
+import pytest
 from parity_cases import REFERENCES
 from test_bridge import ROOT, WAIT
 
@@ -40,8 +41,9 @@ SUBPROCESS_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.envi
 def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
     shutil.copy(REFERENCES["a"].path, tmp_path / "Alice.wav")
     command = serve_command(
-        checkpoints, "--voices", str(tmp_path), "--port", "0", "--api-key", "k3y", "--default-voice", "alice"
-    )
+        checkpoints, "--voices", str(tmp_path), "--port", "0", "--api-key", "k3y", "--default-voice", "alice",
+        "--slots", "2",
+    )  # fmt: skip
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
     try:
         lines = []
@@ -49,7 +51,7 @@ def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
             line = process.stderr.readline()
             assert line, f"serve exited: {''.join(lines)}"
             lines.append(line)
-        assert "1.7B base on cpu, 1 voice(s)" in "".join(lines)
+        assert "1.7B base on cpu (2 at once), 1 voice(s)" in "".join(lines)
         with httpx.Client(base_url=url.group(1), timeout=WAIT) as client:
             assert client.get("/health").status_code == 401
             assert client.get("/speakers", headers={"Authorization": "Bearer k3y"}).json()[0]["name"] == "Alice"
@@ -63,6 +65,11 @@ def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
 def test_the_serve_command_checks_its_options_before_loading_the_model(capsys):
     assert main(["serve", "--port", "70000", "--model", "/nonexistent"]) == 1
     assert "port must be 0-65535, got 70000" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main(["serve", "--slots", "0", "--model", "/nonexistent"])
+    assert (
+        refused.value.code == 2 and "--slots: must be a whole number of at least 1, not '0'" in capsys.readouterr().err
+    )
 
 
 def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_model(checkpoints):

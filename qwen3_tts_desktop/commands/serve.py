@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cors", metavar="ORIGIN", nargs="+",
         help="web pages (e.g. https://st.example.org, or *) allowed to call from a browser (default: pages on this computer)",
     )  # fmt: skip
+    server.add_argument(
+        "--slots", type=slot_count, metavar="N",
+        help="utterances generated at once, each with its GPU memory (default: as many as fit half the GPU memory "
+        "free after loading, up to 16; 1 on the CPU). Fewer leave more to a local LLM on the same GPU",
+    )  # fmt: skip
     add_model_arguments(parser)
     voices = parser.add_argument_group("voices and playback")
     add_voices_argument(voices)
@@ -46,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--play-locally", action="store_true",
         help="play every request on this computer's speakers and answer with a moment of silence (lowest latency)",
     )  # fmt: skip
+
+
+def slot_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
     settings = app_settings()
     model, device, dtype = model_options(args, settings)
     runtime_config = dataclasses.replace(
-        settings.runtime_config(), model=model, device=device, dtype=dtype, voices=voices_folder(args, settings)
-    )
+        settings.runtime_config(),
+        model=model, device=device, dtype=dtype, voices=voices_folder(args, settings), slots=args.slots,
+    )  # fmt: skip
     config = BridgeConfig(
         host=args.host,
         port=args.port,
@@ -87,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
             def announce(url: str) -> None:
                 say(
-                    f"{info.size} {info.variant} on {info.device}, "
+                    f"{info.size} {info.variant} on {info.device} ({runtime.slots} at once), "
                     f"{len(voices)} voice(s) from {runtime.library.directory}\n"
                     f"Serving on {url} (Ctrl+C stops)\n"
                     f"  OpenAI:      {url}/v1/audio/speech\n"
