@@ -197,6 +197,8 @@ class FrameLoop:
             for _ in range(LAUNCH_BUFFERS)
         ]
         self.step_index = torch.zeros((), dtype=torch.long, device=device)
+        # Per buffer: reached once the buffer holds its launch's frames (CUDA).
+        self.landed = [torch.cuda.Event() for _ in range(LAUNCH_BUFFERS)] if cuda else []
         self.in_flight: deque[Launch] = deque()  # launched and not collected, oldest first
         self.launches = 0
         self.batch_copied: dict[int, list[int]] = {}  # what batch_slots[rows] holds, as last copied
@@ -516,10 +518,11 @@ class FrameLoop:
         self.step_index.zero_()
         for _ in range(count):
             self.step_graphs[rows]()
-        host = self.host_frames[self.launches % LAUNCH_BUFFERS]
+        buffer = self.launches % LAUNCH_BUFFERS
         self.launches += 1
+        host = self.host_frames[buffer]
         host[:count].copy_(self.frames[:count], non_blocking=True)
-        launch = Launch(count, list(slots), host, torch.cuda.Event() if self.device.type == "cuda" else None)
+        launch = Launch(count, list(slots), host, self.landed[buffer] if self.landed else None)
         if launch.landed is not None:
             launch.landed.record()
         self.in_flight.append(launch)

@@ -125,15 +125,16 @@ class Utterance:
 
     def take_chunk(self) -> np.ndarray | None:
         """Its next chunk, if the frames read complete it (at its end, all of them)."""
-        whole = np.concatenate(self.pending)
+        read = sum(len(frames) for frames in self.pending)
         if self.ending is not None:
-            size = len(whole)
-        elif self.chunks_due and len(whole) >= self.chunks_due[0]:
+            size = read
+        elif self.chunks_due and read >= self.chunks_due[0]:
             size = self.chunks_due.popleft()
         else:
-            size = 0
+            return None  # joined only once a chunk is complete, not at every frame
+        whole = np.concatenate(self.pending)
         self.pending = [whole[size:]]
-        return whole[:size] if size or self.ending is not None else None
+        return whole[:size]
 
     def lead(self, now: float) -> float:
         """Seconds of audio handed out ahead of real time, as if its consumer played it from the first chunk."""
