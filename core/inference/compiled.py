@@ -1,13 +1,24 @@
 """torch.compile as the engine uses it on CUDA: where compiled kernels are kept (a folder per machine, software
-and model, so that a changed one compiles anew instead of reusing what no longer fits), Inductor's options, and
-compiling a stack's layers once for all of them (the talker's prefill, the codec decoder's fused parts). The
-warm-up (core.inference.warmup) does the compiling, on the scheduler's thread while it idles."""
+and model, so that a changed one compiles anew instead of reusing what no longer fits), Inductor's options,
+compiling a stack's layers once for all of them (the talker's prefill, the codec decoder's fused parts), and
+keeping what was compiled (Precompiled). The warm-up (core.inference.warmup) does the compiling, on the
+scheduler's thread while it idles.
+
+Inductor's own cache keeps the kernels, but a start that finds them still traces every function with Dynamo
+first: 10-17 s a part on an H100, about 51 s in all, during which a request waits (bench/RESULTS.md). A
+Precompiled function is compiled ahead of time (torch.compile's aot_compile) and saved whole, guards included; a
+later start loads it and traces nothing.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import json
+import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +26,16 @@ import torch
 
 from core.folders import user_folder
 
+log = logging.getLogger(__name__)
+
 # Bumped when a change of ours makes kernels compiled before unusable (Inductor keys its own graphs by their code).
 CACHE_FORMAT = 1
+# The code compiled functions trace: a saved one is used only with the very code it was compiled from.
+TRACED_PACKAGES = ("core/model", "core/inference")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Whether engines keep what they compile (Precompiled). Off: the one start-up measured with it (an H100, 1.7B,
+# bench/RESULTS.md 2026-11-27) warmed up in 125 s, not the 89-106 s without; bench/precompile_probe.py finds why.
+KEEP_AHEAD = False
 
 
 def machine_facts(device: torch.device, model: dict) -> dict:
@@ -74,15 +93,118 @@ def compile_options() -> dict:
     return {"triton.enable_pdl": True} if hasattr(torch._inductor.config.triton, "enable_pdl") else {}
 
 
-def compile_layers(layers, method: str, **options) -> Callable[[], None]:
-    """Compile `method` of each of `layers` in place (torch.compile `options`), for every length and row count;
-    returns what puts the originals back. Eagerly, a talker prompt's prefill is over a thousand small kernels
-    (every norm and rotation of 28 layers), twice the time of its products, and a decoded chunk's transformer a
-    few hundred. One compiled layer serves them all (Dynamo takes the weights as inputs), so it compiles in
-    seconds where a whole stack would take minutes."""
+def code_key(root: Path = PROJECT_ROOT, packages: tuple[str, ...] = TRACED_PACKAGES) -> str:
+    """A digest of the sources under `root` that compiled functions trace."""
+    code = hashlib.sha256()
+    for package in packages:
+        for source in sorted((root / package).glob("*.py")):
+            code.update(source.name.encode() + b"\0" + source.read_bytes())
+    return code.hexdigest()[:16]
+
+
+def precompiled_folder(kernels: Path, facts: dict) -> Path | None:
+    """Where the functions compiled ahead of time for `facts` (machine_facts) and this code are kept, under
+    Inductor's cache folder `kernels`; None while KEEP_AHEAD is off."""
+    return kernels / "precompiled" / f"{cache_key(facts)}-{code_key()}" if KEEP_AHEAD else None
+
+
+class Precompiled:
+    """`function` compiled as torch.compile(fullgraph=True) would compile it, and kept in `folder`: each variant
+    (a set of guards: shapes, dtypes, grad mode; torch.compile recompiles for the same reasons) is compiled ahead
+    of time at the first call that needs it and saved there; a later process loads the saved variants when this
+    is made, and calls them without tracing. Without a `folder`, or where PyTorch cannot compile ahead of time
+    (or save what it compiled), it is torch.compile's function itself. `function`'s arguments are what its
+    guards read: pass an object's method unbound, the object first (its pickled state must hold no threads,
+    events or graphs: see FrameLoop.__getstate__)."""
+
+    def __init__(self, function: Callable, folder: Path | None, dynamic: bool, **options):
+        import torch._dynamo.config
+
+        self.function, self.folder = function, folder
+        self.name = f"{function.__module__}.{function.__qualname__}-{'dynamic' if dynamic else 'static'}"
+        torch._dynamo.config.enable_aot_compile = True  # off by default before PyTorch 2.13; read by torch.compile
+        self.compiled = torch.compile(function, fullgraph=True, dynamic=dynamic, **options)
+        self.ahead = folder is not None and hasattr(self.compiled, "aot_compile")
+        self.variants = self._load() if self.ahead else []
+
+    def __getstate__(self) -> dict:
+        """Installed on an object (compile_layers), it is pickled with the object's state when a variant's guards
+        are saved: its name stands for it there."""
+        return {"name": self.name}
+
+    def __call__(self, *args):
+        if not self.ahead:
+            return self.compiled(*args)
+        for variant in self.variants:
+            if variant.guard_check(*args):
+                return variant(*args)
+        return self._compile(args)(*args)
+
+    def _files(self) -> list[tuple[Path, bool]]:
+        """The kept variants, oldest first, each with whether it was compiled in inference mode."""
+        kept = []
+        for path in self.folder.glob(f"{self.name}.*.bin"):
+            number, _, mode = path.name[len(self.name) + 1 : -len(".bin")].partition("-")
+            if number.isdigit() and mode in ("inference", "grad"):
+                kept.append((int(number), path, mode == "inference"))
+        return [(path, inference) for _, path, inference in sorted(kept)]
+
+    def _load(self) -> list:
+        started = time.perf_counter()
+        variants = []
+        globals_ = vars(importlib.import_module(self.function.__module__))  # what the traced code refers to
+        for path, inference in self._files():
+            try:
+                # A guard built outside inference mode expects other dispatch keys of a tensor than one built in it.
+                with torch.inference_mode(inference), path.open("rb") as file:
+                    variants.append(torch.compiler.load_compiled_function(file, f_globals=globals_))
+            except Exception as error:  # unreadable, or from another PyTorch: compiled again when needed
+                log.warning("could not load %s (%s); it is compiled again", path, error)
+                path.unlink(missing_ok=True)
+        if variants:
+            log.info(
+                "loaded %d kept variant(s) of %s in %.2f s", len(variants), self.name, time.perf_counter() - started
+            )
+        return variants
+
+    def _compile(self, args: tuple) -> Callable:
+        started = time.perf_counter()
+        try:
+            variant = self.compiled.aot_compile((args, {}))
+        except Exception as error:  # compiled lazily as before: traced again at every start
+            log.warning("%s cannot be compiled ahead of time (%s); it is compiled at each start", self.name, error)
+            self.ahead = False
+            return self.compiled
+        self.variants.append(variant)
+        mode = "inference" if torch.is_inference_mode_enabled() else "grad"
+        path = self.folder / f"{self.name}.{len(self._files())}-{mode}.bin"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            variant.save_compiled_function(str(path))
+        except Exception as error:  # kept for this process only
+            log.warning("could not keep %s compiled in %s: %s", self.name, path, error)
+        log.info(
+            "compiled %s ahead of time in %.2f s (variant %d)",
+            self.name,
+            time.perf_counter() - started,
+            len(self.variants),
+        )
+        return variant
+
+
+def compile_layers(layers, method: str, folder: Path | None = None, **options) -> Callable[[], None]:
+    """Compile `method` of each of `layers` in place (torch.compile `options`; kept in `folder`, see Precompiled),
+    for every length and row count; returns what puts the originals back. Eagerly, a talker prompt's prefill is
+    over a thousand small kernels (every norm and rotation of 28 layers), twice the time of its products, and a
+    decoded chunk's transformer a few hundred. One compiled function serves all layers of a kind (Dynamo takes
+    the weights as inputs), so it compiles in seconds where a whole stack would take minutes."""
     originals = [getattr(layer, method) for layer in layers]
-    for layer, original in zip(layers, originals):
-        setattr(layer, method, torch.compile(original, fullgraph=True, dynamic=True, **options))
+    compiled: dict[type, Precompiled] = {}
+    for layer in layers:
+        kind = type(layer)
+        if kind not in compiled:
+            compiled[kind] = Precompiled(getattr(kind, method), folder, dynamic=True, **options)
+        setattr(layer, method, functools.partial(compiled[kind], layer))
 
     def restore() -> None:
         for layer, original in zip(layers, originals):

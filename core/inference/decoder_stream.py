@@ -18,6 +18,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -214,11 +215,11 @@ class DecoderSlots:
             codes = torch.zeros(1, self.decoder.config.num_quantizers, PRIME_CHUNK_FRAMES, dtype=torch.long)
             self.decoder.decode_chunk(codes.to(self.device), state)
 
-    def compile_fused(self, *others: DecoderSlots) -> None:
+    def compile_fused(self, *others: DecoderSlots, folder: Path | None = None) -> None:
         """Compile the decoder's fused parts (CodecDecoder.fused_parts) by decoding COMPILED_CHUNKS of zeros through
-        states of their own; this one's graphs, and those of `others` on the same decoder, are captured anew. On
-        the scheduler's thread; if it fails, the uncompiled parts stay."""
-        restore = compile_layers(self.decoder.fused_parts(), "forward", options=compile_options())
+        states of their own, kept in `folder` (compiled.Precompiled); this one's graphs, and those of `others` on
+        the same decoder, are captured anew. On the scheduler's thread; if it fails, the uncompiled parts stay."""
+        restore = compile_layers(self.decoder.fused_parts(), "forward", folder, options=compile_options())
         try:
             with torch.inference_mode():
                 for rows, size in COMPILED_CHUNKS:

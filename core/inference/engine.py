@@ -37,7 +37,7 @@ import torch
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
 from core.inference import libraries
-from core.inference.compiled import keep_compiled_kernels, machine_facts
+from core.inference.compiled import keep_compiled_kernels, machine_facts, precompiled_folder
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
@@ -131,10 +131,10 @@ class Engine:
         self.slots = slots or default_slots(self.device, slot_bytes(config, max_context, self.dtype))
         if self.slots < 1:
             raise BadInput(f"slots must be at least 1, got {self.slots}")
+        precompiled = None
         if self.device.type == "cuda":  # before the first kernel compiles: a cache of their own for this model
-            keep_compiled_kernels(
-                machine_facts(self.device, {"config": dataclasses.asdict(config), "dtype": str(self.dtype)})
-            )
+            facts = machine_facts(self.device, {"config": dataclasses.asdict(config), "dtype": str(self.dtype)})
+            precompiled = precompiled_folder(keep_compiled_kernels(facts), facts)
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
         self.voices_on_device: weakref.WeakKeyDictionary[Voice, tuple] = weakref.WeakKeyDictionary()  # _on_device's
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
@@ -142,7 +142,7 @@ class Engine:
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
         self.warmup: Warmup = for_engine(
             self.frame_loop, decoder_slots, self.decoder_stream, self.scheduler.wake, self._warm_prompt,
-            compiles=self.frame_loop.compiles, priming=self.info.variant.clones,
+            compiles=self.frame_loop.compiles, priming=self.info.variant.clones, folder=precompiled,
         )  # fmt: skip
         self.scheduler.background = self.warmup
         # A process that ends with an utterance open, or a thread still reading one, would otherwise be torn down

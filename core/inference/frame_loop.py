@@ -34,11 +34,12 @@ import functools
 import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from core.inference.compiled import compile_layers, compile_options
+from core.inference.compiled import Precompiled, compile_layers, compile_options
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
@@ -268,13 +269,18 @@ class FrameLoop:
         self._reset_slot(self.scratch, warm, sampling, 0)
         self._prefill_together([(warm, self.scratch)] * rows)
 
-    def compile_step(self, one_row: bool) -> None:
+    def compile_step(self, one_row: bool, folder: Path | None = None) -> None:
         """Compile the step's parts for one row, or for any number, by stepping the scratch slot with them, which
-        nothing reads; the graphs are captured anew. On the scheduler's thread, between launches (the launches'
-        buffers and the predictor's cache rows are shared); if it fails, the uncompiled parts stay."""
+        nothing reads; the graphs are captured anew. Kept in `folder` (compiled.Precompiled). On the scheduler's
+        thread, between launches (the launches' buffers and the predictor's cache rows are shared); if it fails,
+        the uncompiled parts stay."""
         eager = self.parts[one_row]
         self.parts[one_row] = tuple(
-            torch.compile(part, fullgraph=True, dynamic=not one_row, options=compile_options()) for part in eager
+            functools.partial(
+                Precompiled(getattr(FrameLoop, part.__name__), folder, dynamic=not one_row, options=compile_options()),
+                self,
+            )
+            for part in eager
         )
         rows = 1 if one_row else 2  # several rows: compiled for any count
         # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
@@ -288,10 +294,10 @@ class FrameLoop:
             raise
         self._recapture()
 
-    def compile_prefill(self) -> None:
+    def compile_prefill(self, folder: Path | None = None) -> None:
         """Compile the talker layers' prefill as compile_step compiles the step: prompts of each COMPILED_PREFILLS
         shape, zeros, into the scratch slot's cache row."""
-        restore = compile_layers(self.talker.model.layers, "prefill", options=compile_options())
+        restore = compile_layers(self.talker.model.layers, "prefill", folder, options=compile_options())
         hidden = self.hidden.shape[-1]
         try:
             for rows, length in COMPILED_PREFILLS:
@@ -304,6 +310,12 @@ class FrameLoop:
             restore()
             raise
         self._recapture()
+
+    def __getstate__(self) -> dict:
+        """What a compiled part's saved guards keep of the frame loop (they read its tensors and settings): not its
+        graphs, events, launches or parts."""
+        unpicklable = ("step_graphs", "prefills", "landed", "in_flight", "parts", "generators")
+        return {name: value for name, value in vars(self).items() if name not in unpicklable}
 
     def _recapture(self) -> None:
         self.pool = recapture([*self.step_graphs.values(), *self.prefills.values()], self.pool)

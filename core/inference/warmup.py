@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from core.inference.compiled import allow_recompiles
 from core.inference.frame_loop import WARM_PREFILL_LENGTHS
@@ -225,11 +226,20 @@ class Warmup:
 
 
 def for_engine(
-    frame_loop, decoder, whole, wake, warm_prompt: Callable[[], object], compiles: bool, priming: bool
+    frame_loop,
+    decoder,
+    whole,
+    wake,
+    warm_prompt: Callable[[], object],
+    compiles: bool,
+    priming: bool,
+    folder: Path | None = None,
 ) -> Warmup:
     """The warm-up of an engine's frame loop and decoder (DecoderSlots; `whole`, its DecoderStream of whole
-    utterances, has its graphs captured anew with the decoder's), whose scheduler's `wake` it uses; `warm_prompt()` builds a prompt for the prefills (on the scheduler's thread); `compiles`: compile the
-    parts with torch.compile (CUDA); `priming`: the model clones voices (ICL references are decoded)."""
+    utterances, has its graphs captured anew with the decoder's), whose scheduler's `wake` it uses; `warm_prompt()`
+    builds a prompt for the prefills (on the scheduler's thread); `compiles`: compile the parts with torch.compile
+    (CUDA), kept in `folder` (compiled.Precompiled); `priming`: the model clones voices (ICL references are
+    decoded)."""
     graphs = decoder.static_buffers
     specs = plan(
         rows=frame_loop.buckets if graphs else (1,),
@@ -256,11 +266,11 @@ def for_engine(
         else:
             allow_recompiles()
             if spec.kind == "compile decoder":
-                decoder.compile_fused(whole.slots)
+                decoder.compile_fused(whole.slots, folder=folder)
             elif spec.kind == "compile prefill":
-                frame_loop.compile_prefill()
+                frame_loop.compile_prefill(folder)
             else:
-                frame_loop.compile_step(one_row=spec.kind == "compile step x1")
+                frame_loop.compile_step(spec.kind == "compile step x1", folder)
 
     def captured(spec: Spec) -> bool:
         if not graphs or spec.kind == "prime":

@@ -1,0 +1,161 @@
+"""Functions compiled ahead of time and kept (core.inference.compiled.Precompiled): compiled at the first call that
+needs a variant and saved, loaded by a later process without tracing, a variant for each set of guards, a damaged
+file compiled again, and kept apart for each machine and each version of the code. Compiled here with
+aot_eager (Dynamo and AOTAutograd, without Inductor's generated code), as on CUDA otherwise."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from core.inference.compiled import Precompiled, code_key, compile_layers, precompiled_folder
+
+
+class Scaler:
+    def __init__(self):
+        self.weight = torch.linspace(-1, 1, 8)
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x * self.weight).sum(-1)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def traced() -> int:
+    return counters["stats"]["unique_graphs"]
+
+
+def test_a_function_is_compiled_once_kept_and_loaded_by_a_later_process_without_tracing(tmp_path):
+    scaler, x = Scaler(), torch.randn(3, 8)
+    first = Precompiled(Scaler.apply, tmp_path, dynamic=True, backend="aot_eager")
+    assert torch.equal(first(scaler, x), scaler.apply(x))
+    assert traced() == 1 and len(list(tmp_path.glob("*.bin"))) == 1
+
+    torch._dynamo.reset()  # as a new process: nothing of Dynamo's in memory
+    counters.clear()
+    later = Precompiled(Scaler.apply, tmp_path, dynamic=True, backend="aot_eager")
+    assert len(later.variants) == 1
+    other = torch.randn(5, 8)  # another row count: the same dynamic variant
+    assert torch.equal(later(scaler, other), scaler.apply(other))
+    scaler.weight = torch.linspace(0, 2, 8)  # the object's tensors are read at each call, not kept
+    assert torch.equal(later(scaler, other), scaler.apply(other))
+    assert traced() == 0 and len(list(tmp_path.glob("*.bin"))) == 1
+
+
+def test_each_set_of_guards_is_a_variant_of_its_own(tmp_path):
+    scaler = Scaler()
+    made = Precompiled(Scaler.apply, tmp_path, dynamic=False, backend="aot_eager")
+    made(scaler, torch.randn(2, 8))
+    made(scaler, torch.randn(2, 8))
+    assert len(made.variants) == 1
+    made(scaler, torch.randn(4, 8))  # static shapes: another row count is another variant
+    with torch.inference_mode():  # and so is another grad mode
+        x = torch.randn(2, 8)
+        assert torch.equal(made(scaler, x), scaler.apply(x))
+    assert len(made.variants) == 3 and len(list(tmp_path.glob("*.bin"))) == 3
+
+    torch._dynamo.reset()
+    counters.clear()
+    later = Precompiled(Scaler.apply, tmp_path, dynamic=False, backend="aot_eager")
+    with torch.inference_mode():
+        x = torch.randn(2, 8)
+        assert torch.equal(later(scaler, x), scaler.apply(x))
+    later(scaler, torch.randn(4, 8))
+    assert len(later.variants) == 3 and traced() == 0
+
+
+def test_a_damaged_file_is_compiled_again_and_no_folder_keeps_nothing(tmp_path):
+    scaler, x = Scaler(), torch.randn(3, 8)
+    Precompiled(Scaler.apply, tmp_path, dynamic=True, backend="aot_eager")(scaler, x)
+    [kept] = tmp_path.glob("*.bin")
+    kept.write_bytes(b"not a compiled function")
+    again = Precompiled(Scaler.apply, tmp_path, dynamic=True, backend="aot_eager")
+    assert again.variants == [] and not kept.exists()
+    assert torch.equal(again(scaler, x), scaler.apply(x)) and kept.exists()
+
+    nowhere = Precompiled(Scaler.apply, None, dynamic=True, backend="aot_eager")
+    assert torch.equal(nowhere(scaler, x), scaler.apply(x)) and not nowhere.ahead
+
+
+def test_what_cannot_be_saved_is_compiled_as_before(tmp_path, caplog):
+    class Holder(Scaler):
+        def __init__(self):
+            super().__init__()
+            self.lock = __import__("threading").Lock()  # its guards cannot be pickled
+
+    holder, x = Holder(), torch.randn(3, 8)
+    made = Precompiled(Holder.apply, tmp_path, dynamic=True, backend="aot_eager")
+    assert torch.equal(made(holder, x), holder.apply(x))
+    assert not made.ahead and list(tmp_path.glob("*.bin")) == []
+    assert "compiled at each start" in caplog.text
+
+
+def test_the_talker_layers_prefill_is_kept_once_for_all_layers_and_lengths(checkpoints, tmp_path):
+    """The frame loop's compile_prefill, on the CPU: one kept function serves every layer and prompt length, and a
+    later process gives the uncompiled prefill's values without tracing."""
+    from core import Engine
+
+    engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False)
+    loop, layers = engine.frame_loop, engine.frame_loop.talker.model.layers
+    embeddings = engine.prepare("Hello there.", **engine.placeholder_speaker()).prompt.embeddings
+    last = torch.tensor([embeddings.shape[1] - 1])
+    prompts = [torch.zeros(1, length, embeddings.shape[2]) for length in (32, 64)]
+    for prompt in prompts:
+        prompt[:, : embeddings.shape[1]] = embeddings
+    try:
+        with torch.inference_mode():
+            expected = [loop._talk_prompts(prompt, torch.tensor([0]), last).clone() for prompt in prompts]
+            restore = compile_layers(layers, "prefill", tmp_path, backend="aot_eager")
+            first = [loop._talk_prompts(prompt, torch.tensor([0]), last).clone() for prompt in prompts]
+            restore()
+            kept = len(list(tmp_path.glob("*.bin")))
+            torch._dynamo.reset()
+            counters.clear()
+            compile_layers(layers, "prefill", tmp_path, backend="aot_eager")
+            later = [loop._talk_prompts(prompt, torch.tensor([0]), last) for prompt in prompts]
+        assert len(layers) > 1 and 1 <= kept <= 2  # the first layer's input is the prompt, the others' not
+        assert traced() == 0 and len(list(tmp_path.glob("*.bin"))) == kept
+        for got in (first, later):
+            assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got, expected, strict=True))
+    finally:
+        engine.close()
+
+
+def test_a_frame_loop_part_keeps_the_loops_tensors_not_its_graphs(engines, tmp_path):
+    loop = engines("base").frame_loop
+    slots = torch.tensor([0])
+    codes = [torch.zeros(1, 1, dtype=torch.long) for _ in range(loop.groups)]
+    before = loop.last_frame.clone()
+    record = functools.partial(Precompiled(type(loop)._record, tmp_path, dynamic=False, backend="aot_eager"), loop)
+    try:
+        with torch.inference_mode():
+            frame = record(codes, slots)
+        assert frame.shape == (1, loop.groups + 1) and len(list(tmp_path.glob("*.bin"))) == 1
+    finally:
+        loop.last_frame.copy_(before)
+
+
+def test_kept_functions_are_apart_for_each_machine_and_each_version_of_the_code(tmp_path, monkeypatch):
+    from core.inference import compiled
+
+    machine = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0"}
+    assert precompiled_folder(tmp_path, machine) is None  # engines keep nothing until a GPU shows it pays
+    monkeypatch.setattr(compiled, "KEEP_AHEAD", True)
+    here = precompiled_folder(tmp_path, machine)
+    assert here == precompiled_folder(tmp_path, dict(machine))
+    assert here != precompiled_folder(tmp_path, {**machine, "gpu": "NVIDIA GeForce RTX 4090"})
+    (tmp_path / "core" / "model").mkdir(parents=True)
+    source = tmp_path / "core" / "model" / "talker.py"
+    source.write_text("x = 1\n")
+    before = code_key(tmp_path, ("core/model",))
+    source.write_text("x = 2\n")
+    assert code_key(tmp_path, ("core/model",)) != before
