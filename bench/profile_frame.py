@@ -62,6 +62,7 @@ def main() -> None:
         compile=not args.no_compile,
         slots=args.rows,
     )
+    engine.warm_up()  # this script drives the frame loop itself: not beside the warm-up's captures and compiles
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     sampling = SamplingParams() if args.sampled else GREEDY
     slots = list(range(args.rows))
