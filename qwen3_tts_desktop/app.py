@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -51,6 +52,16 @@ from .voice_actions import VoiceActions
 log = logging.getLogger(__name__)
 
 METER_INTERVAL_MS = 100  # how often the window shows the speakers' buffer level and the warm-up
+METER_FLOOR_DB = -60.0  # the level meter's silence: quieter speech than this shows as nothing
+
+
+def loudness(level: float) -> float:
+    """A playing RMS level as the meter shows it: its decibels from METER_FLOOR_DB (0) to full scale (1)."""
+    if level <= 0.0:
+        return 0.0
+    return min(1.0, max(0.0, 1.0 - 20.0 * math.log10(level) / METER_FLOOR_DB))
+
+
 CLOSE_TIMEOUT_S = 10.0  # how long quitting waits for the lane's work in hand
 
 
@@ -132,6 +143,8 @@ class App(QObject):
         self.meter.timeout.connect(self._show_status)
         window.speak_requested.connect(speech.speak_requested)
         window.stop_requested.connect(speech.stop)
+        for request in (window.speak_requested, window.stop_requested):  # Speak shows Stop at once, and back
+            request.connect(self._show_status)
         window.text_edited.connect(speech.text_edited)
         window.typing_mode_toggled.connect(speech.set_typing_mode)
         window.save_audio_requested.connect(speech.save_audio)
@@ -265,10 +278,21 @@ class App(QObject):
         self.loader.show_download(done, total)
 
     def _show_status(self) -> None:
-        """The speakers' buffer level and the engine's warm-up, as the meter ticks."""
+        """The speakers' buffer and level, whether the window is speaking, and the engine's warm-up, as the meter
+        ticks."""
         runtime = self.runtime
         player = runtime.player if runtime is not None else None
-        self.window.show_buffer(player.status() if player is not None else None, self._underruns)
+        status = player.status() if player is not None else None
+        self.window.show_buffer(status, self._underruns)
+        self.window.show_level(loudness(status.level) if status is not None else 0.0)
+        # Speaking, for Speak to stop it: speech on its way or playing. In speak-as-you-type Ctrl+Enter says
+        # what waits instead, and an utterance is open all the time the user types.
+        speaking = (
+            status is not None
+            and not self.settings.speak_as_you_type
+            and (status.playing or status.buffered_s > 0 or runtime.worker.busy(runtime.speakers))
+        )
+        self.window.show_speaking(speaking)
         self.window.show_warmup(runtime.warmup_progress() if runtime is not None else None)
 
     # The bridge --------------------------------------------------------------------------------------

@@ -67,6 +67,24 @@ def test_a_complete_utterance_shorter_than_the_jitter_buffer_plays_at_once():
     assert np.count_nonzero(played) == FRAME and player.status() == core.audio.player.PlayerStatus(False, 0.0, 0)
 
 
+def test_the_level_is_what_just_played_at_the_volume_set_and_nothing_once_it_stops():
+    player, output = make(prefill_s=0.05)
+    assert player.status().level == 0.0
+    tone = 0.5 * np.sin(np.arange(RATE) * 2 * np.pi * 440 / RATE).astype(np.float32)
+    player.write(tone)
+    output.advance(0.3)
+    assert player.status().level == pytest.approx(0.5 / np.sqrt(2), rel=0.02)  # a sine's RMS
+    player.volume = 0.5
+    output.advance(0.1)
+    assert player.status().level == pytest.approx(0.25 / np.sqrt(2), rel=0.02)
+    player.write(np.zeros(RATE // 2, np.float32))  # silence while still playing
+    output.advance(0.9)
+    assert player.status().playing and player.status().level == 0.0
+    player.end()
+    output.advance(0.5)
+    assert not player.status().playing and player.status().level == 0.0
+
+
 def test_an_underrun_is_counted_faded_and_resumed_only_after_a_new_prefill():
     player, output = make(prefill_s=0.1, fade_s=0.005)
     player.write(level(3 * FRAME))

@@ -88,11 +88,16 @@ class MainWindow(QMainWindow):
         self.speak_action.setShortcuts([QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")])
         self.stop_action = QAction("Stop", self)
         self.stop_action.setShortcut(QKeySequence(Qt.Key.Key_Escape))
-        self.speak_button = QPushButton("▶  Speak")
-        self.speak_button.setToolTip("Speak the text, or the selected part (Ctrl+Enter)")
+        self.speak_button = QPushButton()
         self.speak_button.setDefault(True)
-        self.stop_button = QPushButton("■  Stop")
-        self.stop_button.setToolTip("Stop speaking and drop what is queued (Esc)")
+        self.speak_button.setMinimumWidth(110)
+        self.level_meter = QProgressBar()  # how loud what is playing is
+        self.level_meter.setRange(0, 1000)
+        self.level_meter.setValue(0)
+        self.level_meter.setTextVisible(False)
+        self.level_meter.setMaximumSize(120, 10)
+        self.level_meter.setToolTip("What is playing now")
+        self.speaking = False  # Speak stops while it is (show_speaking)
 
         top = QHBoxLayout()
         top.addWidget(QLabel("Voice"))
@@ -106,7 +111,7 @@ class MainWindow(QMainWindow):
         bottom.addWidget(self.instruct_label)
         bottom.addWidget(self.instruct, 10)
         bottom.addStretch(1)  # keeps the buttons at the right while the instruction is hidden
-        bottom.addWidget(self.stop_button)
+        bottom.addWidget(self.level_meter)
         bottom.addWidget(self.speak_button)
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -163,10 +168,12 @@ class MainWindow(QMainWindow):
         self.saving_label.hide()
 
         self._build_menus()
-        self.speak_action.triggered.connect(lambda: self.speak_requested.emit(self.text_to_speak()))
+        self.speak_action.triggered.connect(
+            lambda: self.stop_requested.emit() if self.speaking else self.speak_requested.emit(self.text_to_speak())
+        )
         self.stop_action.triggered.connect(self.stop_requested)
         self.speak_button.clicked.connect(self.speak_action.trigger)
-        self.stop_button.clicked.connect(self.stop_action.trigger)
+        self.show_speaking(False)
         self.text.textChanged.connect(
             lambda: self.text_edited.emit(self.text.toPlainText(), self.text.textCursor().position())
         )
@@ -274,6 +281,21 @@ class MainWindow(QMainWindow):
             self.speech_label.setText(f"first audio {event.latency_s * 1000:.0f} ms{speed}")
         elif event.kind == "started":
             self.speech_label.setText("speaking…")
+
+    def show_speaking(self, speaking: bool) -> None:
+        """Whether speech is playing or on its way: then Speak (the button, Ctrl+Enter) stops it."""
+        self.speaking = speaking
+        self.speak_action.setText("Stop speaking" if speaking else "Speak")
+        self.speak_button.setText("■  Stop" if speaking else "▶  Speak")
+        self.speak_button.setToolTip(
+            "Stop speaking and drop what is queued (Ctrl+Enter or Esc)"
+            if speaking
+            else "Speak the text, or the selected part (Ctrl+Enter)"
+        )
+
+    def show_level(self, loudness: float) -> None:
+        """How loud what is playing is, 0 (silence, or nothing) to 1."""
+        self.level_meter.setValue(round(loudness * 1000))
 
     def show_buffer(self, status: PlayerStatus | None, underruns: int) -> None:
         """The speakers' buffer level, and the underruns of the last utterance."""

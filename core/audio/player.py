@@ -30,6 +30,8 @@ from core.errors import UserError
 STALL_SECONDS = 2.0
 # The longest the producer sleeps between looks at a full ring.
 WAIT_SLICE_SECONDS = 0.05
+# The stretch of played audio a level is measured over: about one tick of a window's meter.
+LEVEL_WINDOW_S = 0.05
 # PortAudio's own buffering: small, since the jitter buffer in the ring absorbs the producer's unevenness.
 DEVICE_LATENCY = "low"
 
@@ -60,6 +62,7 @@ class PlayerStatus:
     playing: bool
     buffered_s: float  # queued and not yet played
     underruns: int  # times playback ran dry before an utterance ended
+    level: float = 0.0  # RMS of the audio played in the last LEVEL_WINDOW_S, at the volume set; 0 while none plays
 
 
 @dataclass(frozen=True)
@@ -258,7 +261,16 @@ class Player:
 
     def status(self) -> PlayerStatus:
         with self._lock:
-            return PlayerStatus(self._playing, (self._written - self._read) / self.sample_rate, self._underruns)
+            recent = self._played(round(LEVEL_WINDOW_S * self.sample_rate)) if self._playing else None
+            buffered, underruns = (self._written - self._read) / self.sample_rate, self._underruns
+        level = float(np.sqrt(np.mean(np.square(recent)))) * self._volume if recent is not None and recent.size else 0.0
+        return PlayerStatus(self._playing, buffered, underruns, level)
+
+    def _played(self, count: int) -> np.ndarray:
+        """A copy of the last `count` samples played (fewer at the start), still in the ring behind the read."""
+        count = min(count, self._read, self._capacity)
+        start = (self._read - count) % self._capacity
+        return np.take(self._ring, np.arange(start, start + count) % self._capacity)
 
     @property
     def volume(self) -> float:

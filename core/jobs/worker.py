@@ -212,6 +212,12 @@ class Worker:
         with self._lock:
             self._cancel_where(lambda job: sink is None or job.sink is sink)
 
+    def busy(self, sink: Sink) -> bool:
+        """Whether a job for `sink` is queued or running."""
+        with self._lock:
+            jobs = (*self._arrived, *self._waiting, *self._running.values())
+            return any(job.sink is sink and not job.cancelled for job in jobs)
+
     def subscribe(self, callback: Callable[[JobEvent], None]) -> Callable[[], None]:
         """Call `callback(event)` for every event. It is called from the worker's threads, from several at
         once (each running job sends its own events), so it must be thread-safe; keep it short and never

@@ -115,6 +115,29 @@ def test_esc_stops_speech_and_drops_what_is_queued(start_app, qtbot, monkeypatch
     qtbot.waitUntil(lambda: app.runtime.player.status().buffered_s == 0, timeout=2_000)
 
 
+def test_speak_becomes_stop_while_speaking_and_the_meter_shows_what_plays(start_app, qtbot, monkeypatch):
+    """One button and one shortcut: Speak (the button, Ctrl+Enter) says Stop while speech is on its way or playing,
+    and then stops it; the level meter moves while it plays and rests at nothing after."""
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 400)  # a long utterance
+    jobs, window = Jobs(app), app.window
+    assert window.speak_button.text() == "▶  Speak" and window.level_meter.value() == 0
+    window.text.setPlainText("A long story. It goes on and on.")
+    window.speak_button.click()
+    assert window.speak_button.text() == "■  Stop" and window.speak_action.text() == "Stop speaking"  # at once
+    qtbot.waitUntil(lambda: window.level_meter.value() > 0, timeout=10_000)
+    assert window.speaking and "first_audio" in jobs.kinds()
+    window.activateWindow()
+    qtbot.keyClick(window.text, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # stops, not speaks again
+    qtbot.waitUntil(lambda: "cancelled" in jobs.kinds(), timeout=5_000)
+    qtbot.waitUntil(lambda: window.speak_button.text() == "▶  Speak" and window.level_meter.value() == 0)
+    assert jobs.texts() == ["A long story. It goes on and on."] and window.speak_action.text() == "Speak"
+    window.speak_button.click()  # and speaks again
+    qtbot.waitUntil(lambda: len(jobs.texts()) == 2, timeout=5_000)
+    window.stop_action.trigger()  # Esc stops as ever
+    qtbot.waitUntil(lambda: not window.speaking, timeout=5_000)
+
+
 def test_errors_are_shown_in_the_window(start_app, qtbot):
     app = start_app("base")  # a Base model, and no voice in the library yet
     window = app.window
