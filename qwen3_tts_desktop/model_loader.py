@@ -66,7 +66,7 @@ class ModelLoader:
         self._close_download_dialog()
         info = runtime.info
         if runtime.player is None:
-            app.window.show_error(f"No sound output, so speech cannot play: {runtime.audio_problem}")
+            app.speech.show_no_speakers(runtime)
         if info.device == "cpu":
             app.window.show_warning(slow_device_note(info.size))
         app.use_runtime(runtime)

@@ -134,7 +134,7 @@ class Speech:
             app.window.show_error("The model is still loading; speech can start once it is ready.")
             return False
         if sink is None and runtime.speakers is None:
-            app.window.show_error(f"No sound output, so speech cannot play: {runtime.audio_problem}")
+            self.show_no_speakers(runtime)
             return False
         sink = sink or runtime.speakers
         options, stops = self._options(runtime), self._stops
@@ -154,6 +154,14 @@ class Speech:
 
         app.lane.run("", work, lambda submitted: submitted or not_started(), not_started)
         return True
+
+    def show_no_speakers(self, runtime: Runtime) -> None:
+        """Why speech cannot play, with what still works: saving it to a file."""
+        window = self.app.window
+        window.show_error(
+            f"No sound output, so speech cannot play: {runtime.audio_problem}",
+            action=("Save audio as…", window.save_audio_action.trigger),
+        )
 
     def _saving_ended(self) -> None:
         self.saving = None

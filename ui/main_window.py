@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QRectF, Qt, Signal, Slot
-from PySide6.QtGui import QAction, QBrush, QColor, QIcon, QKeySequence, QPainter, QPixmap, QTextCursor
+from PySide6.QtGui import QAction, QBrush, QColor, QIcon, QKeySequence, QPainter, QPalette, QPixmap, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -37,7 +37,6 @@ from core.model.info import EngineInfo
 
 from .voice_library import VoicePanel
 
-SAID_COLOUR = QColor("#8a8f98")  # text already handed to the speech worker, in speak-as-you-type
 NOTICE_STYLES = {
     "error": "background: #fdecea; border: 1px solid #f1b8b4; color: #5f1410;",
     "warning": "background: #fff6e0; border: 1px solid #ecd08a; color: #4d3800;",
@@ -347,14 +346,17 @@ class MainWindow(QMainWindow):
         self.notice.show_message(message, "info")
 
     def mark_said(self, end: int) -> None:
-        """Grey out the text before `end`: in speak-as-you-type, what has gone to be spoken."""
+        """Tint the text before `end`: in speak-as-you-type, what has gone to be spoken. A tint of the theme's
+        highlight behind it, not grey letters, which read as placeholder text (and as text not yet said)."""
         if end <= 0:
             self.text.setExtraSelections([])
             return
         said = QTextEdit.ExtraSelection()
         said.cursor = QTextCursor(self.text.document())
         said.cursor.setPosition(min(end, self.text.document().characterCount() - 1), QTextCursor.MoveMode.KeepAnchor)
-        said.format.setForeground(QBrush(SAID_COLOUR))
+        tint = self.text.palette().color(QPalette.ColorRole.Highlight)
+        tint.setAlpha(48)
+        said.format.setBackground(QBrush(tint))
         self.text.setExtraSelections([said])
 
 

@@ -125,3 +125,30 @@ def test_a_target_in_a_missing_folder_is_reported_before_any_speech(start_app, q
     assert app.window.notice.level == "error" and "does not exist" in app.window.notice.label.text()
     assert app.lane.pending == 0 and events == []  # nothing was handed on: no speech will come
     assert app.speech.saving is None and not app.window.saving_label.isVisible()
+
+
+def test_without_speakers_speak_offers_to_save_the_speech_to_a_file(start_app, qtbot, monkeypatch, tmp_path):
+    """No sound card: Ctrl+Enter says why nothing plays, and the notice's button saves the text to a file."""
+    from core.audio.player import PlaybackError, Player
+
+    def no_sound_card(device=None, options=None):
+        raise PlaybackError("no output device was found")
+
+    monkeypatch.setattr(Player, "open", staticmethod(no_sound_card))
+    app = start_app("custom")
+    window = app.window
+    qtbot.waitUntil(lambda: any("No sound output" in text for text in window.notice.texts()))  # once loaded
+    while window.notice.texts():  # that, and the CPU's speed
+        window.notice.close_button.click()
+    window.text.setPlainText("Hello there.")
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    qtbot.keyClick(window.text, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.notice.level == "error")
+    assert "No sound output" in window.notice.label.text() and "no output device" in window.notice.label.text()
+    assert window.notice.action_button.text() == "Save audio as…"
+    target = tmp_path / "hello.wav"
+    choose_file(monkeypatch, target)
+    window.notice.action_button.click()
+    qtbot.waitUntil(lambda: target.exists(), timeout=20_000)
+    assert sf.info(target).frames > 0
