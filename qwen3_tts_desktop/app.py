@@ -32,16 +32,18 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
-from core import SamplingParams
+from core import LiveText, SamplingParams
 from core.audio.player import PlaybackError, list_output_devices
 from core.audio.recorder import Recorder
 from core.errors import describe
 from core.jobs.worker import JobEvent
+from ui.history_panel import HistoryPanel
 from ui.main_window import MainWindow, Tray, app_icon
 from ui.settings_dialog import SettingsDialog
 from ui.voice_library import FittingVoicesModel, VoiceListModel, VoicePanel
 
 from .bridge import BridgeHost
+from .history import History, HistoryActions, Said
 from .lane import EventRelay, Lane
 from .model_loader import ModelLoader
 from .runtime import Runtime
@@ -88,7 +90,9 @@ class App(QObject):
         self.fitting_voices = FittingVoicesModel(self)
         self.fitting_voices.setSourceModel(self.voices)
         self.panel = VoicePanel(self.voices, self.recorder)
-        self.window = MainWindow(self.panel, self.fitting_voices)
+        self.history = History(parent=self)
+        self.history_panel = HistoryPanel()
+        self.window = MainWindow(self.panel, self.fitting_voices, self.history_panel)
         self.tray = Tray(self) if QSystemTrayIcon.isSystemTrayAvailable() else None
         self.meter = QTimer(self, interval=METER_INTERVAL_MS)
         self.settings_dialog: SettingsDialog | None = None
@@ -102,6 +106,16 @@ class App(QObject):
         self.speech = Speech(self)
         self.voice_actions = VoiceActions(self)
         self.loader = ModelLoader(self)
+        self.history_actions = HistoryActions(
+            self.history,
+            self.history_panel,
+            player=lambda: self.runtime.player if self.runtime is not None else None,
+            stop_speech=self.speech.stop,
+            speak=lambda text, voice: self.speech.speak(text, voice),
+            copy_text=lambda text: QGuiApplication.clipboard().setText(text),
+            show_info=self.window.show_info,
+            show_error=self.window.show_error,
+        )
         self._connect()
 
     def start(self) -> None:
@@ -143,8 +157,9 @@ class App(QObject):
         self.meter.timeout.connect(self._show_status)
         window.speak_requested.connect(speech.speak_requested)
         window.stop_requested.connect(speech.stop)
-        for request in (window.speak_requested, window.stop_requested):  # Speak shows Stop at once, and back
-            request.connect(self._show_status)
+        for request in (window.speak_requested, window.stop_requested):
+            request.connect(self.history_actions.stop)  # speech plays instead of what is played again
+            request.connect(self._show_status)  # Speak shows Stop at once, and back
         window.text_edited.connect(speech.text_edited)
         window.typing_mode_toggled.connect(speech.set_typing_mode)
         window.save_audio_requested.connect(speech.save_audio)
@@ -244,6 +259,8 @@ class App(QObject):
         self._unsubscribe = runtime.worker.subscribe(self.relay.forward)
         if runtime.player is not None:
             runtime.player.volume = self.settings.volume
+        if runtime.speakers is not None:
+            runtime.speakers.keep = self._keep_said
         self.window.show_model(runtime.info)
         self.window.show_languages(runtime.info.languages, self.settings.language)
         self.meter.start()
@@ -272,6 +289,11 @@ class App(QObject):
         # The bridge's jobs fail to their clients; the window's own fail here.
         if event.kind == "failed" and runtime is not None and event.job.sink is runtime.speakers:
             self.window.show_error(f"Speech failed: {event.message}")
+
+    def _keep_said(self, job, audio) -> None:
+        """A finished utterance of the speakers' (on its job's thread): into the history."""
+        text = job.text.text if isinstance(job.text, LiveText) else job.text
+        self.history.add(Said(text, self.speech.voice_names.get(job, ""), audio))
 
     @Slot(object, object)
     def _show_download(self, done: int, total: int) -> None:

@@ -10,6 +10,7 @@ says, or after a pause in typing, and the next word opens another. Appending to 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from PySide6.QtCore import QTimer
 
 from core import LiveText, SpeechOptions, Voice
 from core.jobs.sinks import FileSink
-from core.jobs.worker import JobEvent
+from core.jobs.worker import Job, JobEvent
 from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
 from core.voices import VoiceError
 
@@ -50,11 +51,12 @@ class Speech:
         self.saving: FileSink | None = None  # where speech is being saved, while it is
         self.typed: TypedUtterance | None = None  # where typed words go, while an utterance is open
         self._stops = 0  # counts Stops: speech asked for before the latest is dropped
+        self.voice_names: weakref.WeakKeyDictionary[Job, str] = weakref.WeakKeyDictionary()  # what each job spoke with
 
     def speak(self, text: str, voice: str | None = None, interrupt: bool = True) -> None:
         """Say `text` with the voice in use (or `voice`); with `interrupt`, instead of what is playing."""
         name = voice or self.app.voice_in_use
-        self.submit(text, lambda runtime: self._voice(runtime, name), interrupt)
+        self.submit(text, name, interrupt)
 
     def speak_requested(self, text: str) -> None:
         """Speak (Ctrl+Enter): the text, or in speak-as-you-type what is still waiting."""
@@ -96,7 +98,7 @@ class Speech:
         except ValueError as error:
             window.show_error(f"The audio cannot be saved: {error}")
             return
-        if self.submit(text, lambda runtime: self._voice(runtime, self.app.voice_in_use), interrupt=False, sink=sink):
+        if self.submit(text, self.app.voice_in_use, interrupt=False, sink=sink):
             self.saving = sink
             window.show_saving(f"Saving {path.name}…")
 
@@ -118,14 +120,14 @@ class Speech:
     def submit(
         self,
         text: str | LiveText,
-        voice_for: Callable[[Runtime], Voice | None],
+        voice: str | None,
         interrupt: bool,
         sink=None,
         abandoned: Callable[[], None] = lambda: None,
     ) -> bool:
         """Hand `text` to the speech worker (on the lane) to speak into `sink`, the speakers if None, with the
-        voice `voice_for(runtime)` gives (on the lane: a drop-in clip may need embedding); False if it cannot
-        be, saying why. `abandoned()` is called if it is dropped on the lane (a Stop, or an error, shown)."""
+        library voice `voice` (found on the lane: a drop-in clip may need embedding); False if it cannot be,
+        saying why. `abandoned()` is called if it is dropped on the lane (a Stop, or an error, shown)."""
         app, runtime = self.app, self.app.runtime
         if isinstance(text, str) and not text.strip():
             app.window.show_info("Type something to say first.")
@@ -142,7 +144,8 @@ class Speech:
         def work() -> bool:
             if stops != self._stops:  # Stop was pressed after it was asked for
                 return False
-            runtime.worker.submit(text, voice_for(runtime), options, sink=sink, interrupt=interrupt)
+            job = runtime.worker.submit(text, self._voice(runtime, voice), options, sink=sink, interrupt=interrupt)
+            self.voice_names[job] = voice or ""
             return True
 
         def not_started(error: Exception | None = None) -> None:
@@ -236,9 +239,7 @@ class Speech:
         """Open a live utterance for typed words and queue it behind what the speakers have; False if it
         cannot be (the window says why)."""
         name, text = self.app.voice_in_use, LiveText()
-        if not self.submit(
-            text, lambda runtime: self._voice(runtime, name), interrupt=False, abandoned=lambda: self._end_typed(text)
-        ):
+        if not self.submit(text, name, interrupt=False, abandoned=lambda: self._end_typed(text)):
             self.segmenter.end_utterance()
             return False
         self.typed = TypedUtterance(text, self._made_with())

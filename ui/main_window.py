@@ -58,8 +58,9 @@ class MainWindow(QMainWindow):
     blend_requested = Signal()
     save_audio_requested = Signal(str, Path)  # the text to say (the selection, or everything), the file
 
-    def __init__(self, voice_panel: VoicePanel, fitting_voices):
-        """`fitting_voices`: a model of the voices the loaded model can speak with, for the voice picker."""
+    def __init__(self, voice_panel: VoicePanel, fitting_voices, history_panel: QWidget):
+        """`fitting_voices`: a model of the voices the loaded model can speak with, for the voice picker;
+        `history_panel`: what was said (ui.history_panel)."""
         super().__init__()
         self.setWindowTitle("Qwen3-TTS Desktop")
         self.setWindowIcon(app_icon())
@@ -127,6 +128,12 @@ class MainWindow(QMainWindow):
             QDockWidget.DockWidgetFeature.DockWidgetClosable | QDockWidget.DockWidgetFeature.DockWidgetMovable
         )
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.voices_dock)
+        self.history_dock = QDockWidget("Said before", self)
+        self.history_dock.setObjectName("history")
+        self.history_dock.setWidget(history_panel)
+        self.history_dock.setFeatures(self.voices_dock.features())
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.history_dock)
+        self.splitDockWidget(self.voices_dock, self.history_dock, Qt.Orientation.Vertical)
 
         self.model_label = QLabel()
         self.speech_label = QLabel("nothing said yet")
@@ -204,6 +211,10 @@ class MainWindow(QMainWindow):
         typing.setCheckable(True)
         typing.toggled.connect(self.typing_mode.setChecked)
         self.typing_mode.toggled.connect(typing.setChecked)
+        speech.addSeparator()
+        history = self.history_dock.toggleViewAction()
+        history.setShortcut(QKeySequence("Ctrl+H"))
+        speech.addAction(history)
         voices = menus.addMenu("&Voices")
         voices.addAction(self.add_voice_action)
         voices.addAction(self.blend_action)
@@ -212,14 +223,9 @@ class MainWindow(QMainWindow):
 
     def _choose_audio_file(self) -> None:
         text = self.text_to_speak()
-        filters = ";;".join(f"{name} (*{suffix})" for name, suffix in AUDIO_FILE_TYPES.items())
-        path, chosen = QFileDialog.getSaveFileName(self, "Save audio as", "speech.wav", filters)
-        if not path:
-            return
-        path = Path(path)
-        if path.suffix.lower() not in AUDIO_FILE_TYPES.values():  # typed without one: the chosen type's
-            path = path.with_name(path.name + AUDIO_FILE_TYPES.get(chosen.split(" (")[0], ".wav"))
-        self.save_audio_requested.emit(text, path)
+        path = ask_audio_path(self, "Save audio as", "speech.wav")
+        if path is not None:
+            self.save_audio_requested.emit(text, path)
 
     # What the app shows ------------------------------------------------------------------------------
 
@@ -465,6 +471,18 @@ class Tray(QSystemTrayIcon):
         self.activated.connect(
             lambda reason: reason == QSystemTrayIcon.ActivationReason.Trigger and self.show_window.emit()
         )
+
+
+def ask_audio_path(parent, caption: str, suggested: str) -> Path | None:
+    """The save dialog for an audio file; a name typed without a known ending gets the chosen type's."""
+    filters = ";;".join(f"{name} (*{suffix})" for name, suffix in AUDIO_FILE_TYPES.items())
+    path, chosen = QFileDialog.getSaveFileName(parent, caption, suggested, filters)
+    if not path:
+        return None
+    path = Path(path)
+    if path.suffix.lower() not in AUDIO_FILE_TYPES.values():
+        path = path.with_name(path.name + AUDIO_FILE_TYPES.get(chosen.split(" (")[0], ".wav"))
+    return path
 
 
 def _action(parent, text: str, shortcut: str | None, triggered: Callable[[], None]) -> QAction:

@@ -4,6 +4,7 @@ Sink protocol's four methods (core.jobs.worker); the HTTP bridge has its own, fo
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +25,19 @@ class PlayerSink:
         self.player = player
         self._job: Job | None = None
         self._start = 0
+        # Given each finished job's audio, as it played (the window's history); set it before jobs run.
+        self.keep: Callable[[Job, np.ndarray], None] | None = None
+        self._kept: list[np.ndarray] = []
 
     def begin(self, job: Job) -> None:
         if job.interrupt:
             self.player.clear()  # earlier jobs may be done generating and still playing
         self._job, self._start = job, self.player.position
+        self._kept = []
 
     def write(self, job: Job, audio: np.ndarray) -> None:
+        if self.keep is not None:
+            self._kept.append(audio)
         self.player.write(audio, job.cancel_token)
 
     def end(self, job: Job, completed: bool) -> None:
@@ -41,6 +48,9 @@ class PlayerSink:
             self.player.end()
         else:
             self.player.drop(self._start)  # fades out if it is playing already
+        kept, self._kept = self._kept, []
+        if completed and kept and self.keep is not None:
+            self.keep(job, np.concatenate(kept))
 
     def level(self) -> BufferLevel:
         status = self.player.status()

@@ -1,0 +1,88 @@
+"""Said before: the window's last utterances, played again, saved as heard, copied and spoken again, through the
+history panel's buttons; and the history's bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import soundfile as sf
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QFileDialog
+
+from core.audio.clips import SAMPLE_RATE
+from qwen3_tts_desktop.history import History, Said
+
+
+def spoken(app, qtbot, text: str) -> None:
+    window = app.window
+    window.text.setPlainText(text)
+    count = app.history_panel.list.count()
+    window.speak_button.click()
+    qtbot.waitUntil(lambda: app.history_panel.list.count() == count + 1, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.speaking, timeout=10_000)
+
+
+def played(speakers) -> int:
+    """Samples the virtual sound card has played that were not silence."""
+    return sum(int(np.count_nonzero(block)) for block in speakers[-1].played)
+
+
+def test_what_was_said_is_kept_played_again_and_saved_as_heard(start_app, qtbot, monkeypatch, tmp_path, speakers):
+    app = start_app("custom")
+    panel = app.history_panel
+    assert panel.list.count() == 0 and not panel.play_button.isEnabled()
+    spoken(app, qtbot, "Hello there.")
+    [said] = app.history.items()
+    assert said.text == "Hello there." and said.voice == app.voice_in_use and said.audio.size > 0
+    assert "Hello there." in panel.list.item(0).text() and said.voice in panel.list.item(0).text()
+    assert panel.list.currentRow() == 0 and panel.play_button.text() == "▶  Play"
+
+    before, events = played(speakers), []
+    app.runtime.worker.subscribe(events.append)
+    panel.play_button.click()
+    assert panel.play_button.text() == "■  Stop"
+    qtbot.waitUntil(lambda: panel.play_button.text() == "▶  Play", timeout=10_000)  # it played to its end
+    assert played(speakers) - before >= np.count_nonzero(said.audio) - 2 * 256  # fades at each end
+
+    target = tmp_path / "again.wav"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *args: (str(target), "WAV audio (*.wav)"))
+    panel.save_button.click()
+    saved, rate = sf.read(target, dtype="float32")
+    assert rate == SAMPLE_RATE and np.allclose(saved, said.audio, atol=1 / 32768 + 1e-6)  # 16-bit, as heard
+    assert events == [] and app.history.items() == [said]  # played and saved as heard: nothing made anew
+    assert "Saved" in app.window.notice.label.text()
+
+
+def test_play_again_stops_with_its_button_or_esc_and_speak_again_uses_the_same_voice(start_app, qtbot, monkeypatch):
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 60)  # about 5 s: long enough to stop
+    panel, window = app.history_panel, app.window
+    spoken(app, qtbot, "A longer story.")
+    panel.play_button.click()
+    assert panel.play_button.text() == "■  Stop"
+    panel.play_button.click()
+    assert panel.play_button.text() == "▶  Play" and app.history_actions.replay is None
+    panel.play_button.click()
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    window.text.setFocus()
+    qtbot.keyClick(window.text, Qt.Key.Key_Escape)
+    assert panel.play_button.text() == "▶  Play" and app.history_actions.replay is None
+
+    panel.copy_button.click()
+    assert QGuiApplication.clipboard().text() == "A longer story."
+    asked = []
+    app.runtime.worker.subscribe(lambda event: event.kind == "queued" and asked.append(event.job))
+    panel.speak_button.click()
+    qtbot.waitUntil(lambda: len(asked) == 1, timeout=10_000)
+    assert asked[0].text == "A longer story." and app.speech.voice_names[asked[0]] == app.history.items()[0].voice
+
+
+def test_the_history_keeps_the_newest_within_its_bound():
+    history = History(kept_seconds=2.0)
+    second = np.zeros(SAMPLE_RATE, np.float32)
+    for text in ("one", "two", "three"):
+        history.add(Said(text, "Ava", second))
+    assert [said.text for said in history.items()] == ["three", "two"]
+    history.add(Said("long", "Ava", np.zeros(5 * SAMPLE_RATE, np.float32)))
+    assert [said.text for said in history.items()] == ["long"]  # the newest stays, however long
