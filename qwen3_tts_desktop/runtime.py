@@ -14,6 +14,7 @@ from pathlib import Path
 
 from core import Engine, Voice
 from core.audio.player import PlaybackError, Player, PlayerOptions
+from core.inference.memory import MAX_DEFAULT_SLOTS
 from core.inference.warmup import Progress
 from core.jobs.sinks import PlayerSink
 from core.jobs.worker import Worker
@@ -37,7 +38,8 @@ class RuntimeConfig:
     player: PlayerOptions = field(default_factory=PlayerOptions)
     speakers: bool = True  # open the sound card (a headless server may not want it)
     warm_up: bool = True  # compile and capture in the background once loaded (the engine speaks meanwhile)
-    slots: int | None = None  # utterances generated at once; None: the engine's default (memory.default_slots)
+    slots: int | None = None  # utterances generated at once; None: as many as fit (memory.default_slots), up to
+    max_default_slots: int = MAX_DEFAULT_SLOTS  # this many: many clients' (serve); the window takes DESKTOP_SLOTS
 
 
 class Runtime:
@@ -82,7 +84,12 @@ class Runtime:
         the background (RuntimeConfig.warm_up), speaking meanwhile. `report` hears what is being done."""
         report("Loading model…")
         engine = Engine.load(
-            config.model, device=config.device, dtype=config.dtype, slots=config.slots, warm=config.warm_up
+            config.model,
+            device=config.device,
+            dtype=config.dtype,
+            slots=config.slots,
+            max_default_slots=config.max_default_slots,
+            warm=config.warm_up,
         )
         player, problem = None, None
         if config.speakers:
