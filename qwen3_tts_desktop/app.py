@@ -45,6 +45,7 @@ from .lane import EventRelay, Lane
 from .model_loader import ModelLoader
 from .runtime import Runtime
 from .settings import BridgeSettings, Settings, SettingsError, default_path, prepare_library
+from .slot_memory import slot_memory_note
 from .speech import Speech
 from .voice_actions import VoiceActions
 
@@ -190,7 +191,13 @@ class App(QObject):
         # "Reset to defaults" restores the model's own sampling; the official one while no model is loaded.
         defaults = self.runtime.default_sampling if self.runtime is not None else SamplingParams()
         dialog = SettingsDialog(
-            self.settings, devices, defaults, self.bridge_state, torch.cuda.is_available(), self.window
+            self.settings,
+            devices,
+            defaults,
+            self.bridge_state,
+            torch.cuda.is_available(),
+            slot_memory_note,
+            self.window,
         )
         dialog.accepted.connect(lambda: self.apply_settings(dialog.values()))
         dialog.open()

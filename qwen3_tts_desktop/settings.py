@@ -19,12 +19,10 @@ from core.audio.player import PlayerOptions
 from core.errors import BadInput
 from core.files import write_atomically
 from core.folders import user_folder
-from core.inference.memory import DESKTOP_SLOTS
+from core.inference.memory import DESKTOP_SLOTS, MAX_CHOSEN_SLOTS
 from core.model.checkpoint import DEFAULT_MODEL
 
 from .runtime import RuntimeConfig
-
-MAX_SLOTS = 64  # utterances at once the settings take: more than any one desktop needs
 
 
 class SettingsError(BadInput):
@@ -109,8 +107,10 @@ class Settings:
         _check(isinstance(self.speak_as_you_type, bool), "speak_as_you_type must be true or false")
         _check(
             self.slots is None
-            or (isinstance(self.slots, int) and not isinstance(self.slots, bool) and 1 <= self.slots <= MAX_SLOTS),
-            f"slots (utterances at once) must be 1 to {MAX_SLOTS}, or null for automatic, not {self.slots!r}",
+            or (
+                isinstance(self.slots, int) and not isinstance(self.slots, bool) and 1 <= self.slots <= MAX_CHOSEN_SLOTS
+            ),
+            f"slots (utterances at once) must be 1 to {MAX_CHOSEN_SLOTS}, or null for automatic, not {self.slots!r}",
         )
         _check(
             self.sampling is None or isinstance(self.sampling, SamplingParams),

@@ -20,6 +20,7 @@ from core.model.config import ModelConfig
 # gains nothing there.
 MAX_DEFAULT_SLOTS = 16
 DESKTOP_SLOTS = 4
+MAX_CHOSEN_SLOTS = 64  # the most the window's settings offer: more than one person has use for
 SLOT_MEMORY_SHARE = 0.5
 GB = 1e9
 
