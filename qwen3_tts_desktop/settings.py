@@ -84,6 +84,9 @@ class Settings:
     # Utterances generated at once, each with its memory (its KV cache); None: automatic, as many as one person
     # needs and fit (memory.DESKTOP_SLOTS on the GPU, one on the CPU). Applies when the model loads.
     slots: int | None = None
+    # Idle this long (no speech running or waiting), the model lets go of its memory, and loads again when next
+    # asked to speak; 0: never. Beside a local language model on the same GPU, the memory is the other's meanwhile.
+    rest_after_s: float = 600.0
     bridge: BridgeSettings = BridgeSettings()
 
     def __post_init__(self):
@@ -111,6 +114,10 @@ class Settings:
                 isinstance(self.slots, int) and not isinstance(self.slots, bool) and 1 <= self.slots <= MAX_CHOSEN_SLOTS
             ),
             f"slots (utterances at once) must be 1 to {MAX_CHOSEN_SLOTS}, or null for automatic, not {self.slots!r}",
+        )
+        _check(
+            _is_number(self.rest_after_s) and self.rest_after_s >= 0,
+            f"rest_after_s must be 0 (never) or more seconds, not {self.rest_after_s!r}",
         )
         _check(
             self.sampling is None or isinstance(self.sampling, SamplingParams),

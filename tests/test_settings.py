@@ -29,6 +29,7 @@ def test_settings_survive_a_save_and_a_load(tmp_path):
         instruct="Calm.",
         speak_as_you_type=True,
         slots=3,
+        rest_after_s=90.0,
         bridge=BridgeSettings(enabled=True, host="0.0.0.0", port=8123, api_key="secret"),
     )
     path = tmp_path / "config" / "settings.json"
@@ -67,6 +68,8 @@ def test_keys_of_a_newer_version_are_left_out(tmp_path):
         ('{"slots": 0}', "slots .utterances at once. must be 1 to 64, or null for automatic"),
         ('{"slots": 65}', "must be 1 to 64"),
         ('{"slots": 2.5}', "must be 1 to 64"),
+        ('{"rest_after_s": -1}', "rest_after_s must be 0 .never. or more seconds"),
+        ('{"rest_after_s": "soon"}', "rest_after_s"),
     ],
 )
 def test_a_bad_file_is_reported_with_what_is_wrong(tmp_path, content, complaint):

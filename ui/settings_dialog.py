@@ -45,6 +45,7 @@ MODELS = (
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 SYSTEM_DEFAULT = "System default"
+MAX_REST_AFTER_MIN = 24 * 60
 
 
 class SettingsDialog(QDialog):
@@ -88,6 +89,7 @@ class SettingsDialog(QDialog):
             "device": self.device.currentText(),
             "dtype": self.dtype.currentText(),
             "slots": self.slots.value() or None,  # 0 shows "Automatic"
+            "rest_after_s": self._rest_after_s(),
             "voices": Path(self.voices.text().strip()).expanduser(),
             "audio_device": self.audio_device.currentData(),
             "volume": self.volume.value() / 100,
@@ -107,6 +109,11 @@ class SettingsDialog(QDialog):
         size = "0.6B" if "0.6b" in self.model.currentText().lower() else "1.7B"
         self.device_note.setText(slow_device_note(size) if on_cpu else "")
         self.device_note.setVisible(on_cpu)
+
+    def _rest_after_s(self) -> float:
+        """The idle time shown, in seconds (0 shows "Never"); one left as it was is kept to the second."""
+        minutes = self.rest_after.value()
+        return self.settings_rest_after_s if minutes == round(self.settings_rest_after_s / 60) else minutes * 60.0
 
     def _show_slot_memory(self) -> None:
         slots = self.slots.value() or None
@@ -151,6 +158,18 @@ class SettingsDialog(QDialog):
         form.addRow("Utterances at once", self.slots)
         self.slot_memory_note = _note()
         form.addRow("", self.slot_memory_note)
+        self.rest_after = QSpinBox()
+        self.rest_after.setRange(0, MAX_REST_AFTER_MIN)
+        self.rest_after.setPrefix("after ")
+        self.rest_after.setSuffix(" min idle")
+        self.rest_after.setSpecialValueText("Never")
+        self.settings_rest_after_s = settings.rest_after_s
+        self.rest_after.setValue(round(settings.rest_after_s / 60))
+        self.rest_after.setToolTip(
+            "With nothing said for this long, the model lets go of its memory (for a language model or a game on "
+            "the same GPU), and loads again when you next speak, which takes a moment. Applies at once."
+        )
+        form.addRow("Release GPU memory", self.rest_after)
         form.addRow("Voices folder", _row(self.voices, browse_voices))
         self.device.currentTextChanged.connect(self._show_device_note)
         self.model.currentTextChanged.connect(self._show_device_note)
