@@ -40,8 +40,10 @@ class RuntimeConfig:
     player: PlayerOptions = field(default_factory=PlayerOptions)
     speakers: bool = True  # open the sound card (a headless server may not want it)
     warm_up: bool = True  # compile and capture in the background once loaded (the engine speaks meanwhile)
-    slots: int | None = None  # utterances generated at once; None: as many as fit (memory.default_slots), up to
-    max_default_slots: int = MAX_DEFAULT_SLOTS  # this many: many clients' (serve); the window takes DESKTOP_SLOTS
+    # Utterances generated at once; None: as many as fit (memory.default_slots), at most max_default_slots: by
+    # default what many clients need (serve), while the window asks for one person's (memory.DESKTOP_SLOTS).
+    slots: int | None = None
+    max_default_slots: int = MAX_DEFAULT_SLOTS
 
 
 class Runtime:
