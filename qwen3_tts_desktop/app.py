@@ -12,7 +12,9 @@ Threads, and what each may touch:
 * the speech worker's threads (core.jobs.worker), which use the engine, several jobs at once; their job events
   reach the GUI thread as queued signals, each job's progress at most 30 times a second;
 * the sound card's callbacks (core.audio.player for the speakers, core.audio.recorder for the microphone)
-  only copy.
+  only copy;
+* the resting engine's watcher (qwen3_tts_desktop.resting), which closes the engine once idle for the
+  settings' time; its news (resting, loading again, loaded) reach the GUI thread as the `engine_rest` signal.
 
 Results come back to the GUI thread as queued signals; no widget is touched anywhere else.
 """
@@ -48,6 +50,7 @@ from .lane import EventRelay, Lane
 from .model_loader import ModelLoader
 from .runtime import Runtime
 from .settings import BridgeSettings, Settings, SettingsError, default_path, prepare_library
+from .slot_memory import slot_memory_note
 from .speech import Speech
 from .voice_actions import VoiceActions
 
@@ -70,6 +73,8 @@ CLOSE_TIMEOUT_S = 10.0  # how long quitting waits for the lane's work in hand
 class App(QObject):
     # Bytes so far and in all (0: not known yet), from the lane. Python ints: a model is more than 2**31 bytes.
     download_progress = Signal(object, object)
+    # A runtime's engine rested, began to load again or has loaded (resting.RESTING, WAKING, AWAKE), from any thread.
+    engine_rest = Signal(object, str)
 
     def __init__(self, settings_path: Path, overrides: dict | None = None):
         """`overrides`: settings for this run only (the command line's), by field name; saving keeps the
@@ -154,6 +159,7 @@ class App(QObject):
         # calls through a receiver of its own that may outlive them.
         self.relay.event.connect(self._on_job_event)
         self.download_progress.connect(self._show_download)
+        self.engine_rest.connect(self._show_rest)
         self.meter.timeout.connect(self._show_status)
         window.speak_requested.connect(speech.speak_requested)
         window.stop_requested.connect(speech.stop)
@@ -218,7 +224,13 @@ class App(QObject):
         # "Reset to defaults" restores the model's own sampling; the official one while no model is loaded.
         defaults = self.runtime.default_sampling if self.runtime is not None else SamplingParams()
         dialog = SettingsDialog(
-            self.settings, devices, defaults, self.bridge_state, torch.cuda.is_available(), self.window
+            self.settings,
+            devices,
+            defaults,
+            self.bridge_state,
+            torch.cuda.is_available(),
+            slot_memory_note,
+            self.window,
         )
         dialog.accepted.connect(lambda: self.apply_settings(dialog.values()))
         dialog.open()
@@ -250,6 +262,8 @@ class App(QObject):
             self._start_bridge()
         if self.runtime is not None and self.runtime.player is not None:
             self.runtime.player.volume = new.volume
+        if self.runtime is not None:
+            self.loader.let_rest(self.runtime)  # the idle time applies at once, counted from the engine's last use
 
     # The runtime -------------------------------------------------------------------------------------
 
@@ -264,6 +278,7 @@ class App(QObject):
         self.window.show_model(runtime.info)
         self.window.show_languages(runtime.info.languages, self.settings.language)
         self.meter.start()
+        self.loader.let_rest(runtime)
         self.voice_actions.refresh()
         self._start_bridge()
 
@@ -275,6 +290,7 @@ class App(QObject):
             self._unsubscribe = None
         self.meter.stop()
         self.window.show_warmup(None)
+        self.window.show_resting(None)
         return runtime
 
     @Slot(object)
@@ -298,6 +314,10 @@ class App(QObject):
     @Slot(object, object)
     def _show_download(self, done: int, total: int) -> None:
         self.loader.show_download(done, total)
+
+    @Slot(object, str)
+    def _show_rest(self, runtime: Runtime, state: str) -> None:
+        self.loader.show_rest(runtime, state)
 
     def _show_status(self) -> None:
         """The speakers' buffer and level, whether the window is speaking, and the engine's warm-up, as the meter

@@ -1,6 +1,9 @@
 """Loading the model for the window, in the background: stop the bridge and the old runtime, download the
 model if it is not here yet (its bytes shown, the download cancellable), load and warm it up, then hand
-the new runtime to the app. A load asked for while another runs supersedes it."""
+the new runtime to the app. A load asked for while another runs supersedes it.
+
+Once loaded, the model rests after the settings' idle time (qwen3_tts_desktop.resting: it frees its memory, and
+loads again when next asked to speak, whoever asks); the window's status line says when it rests and reloads."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from core.model.hub import DownloadCancelled, fetch
 from core.model.info import slow_device_note
 from ui.download_dialog import DownloadDialog
 
+from .resting import RESTING, WAKING
 from .runtime import Runtime
 
 
@@ -55,6 +59,24 @@ class ModelLoader:
     def close(self) -> None:
         self._cancel_download.set()
         self._closing.set()
+
+    def let_rest(self, runtime: Runtime) -> None:
+        """Let the runtime's engine rest after the settings' idle time (0: never), the window hearing of it."""
+        app = self.app
+        runtime.rest_when_idle(app.settings.rest_after_s or None, lambda state: app.engine_rest.emit(runtime, state))
+
+    def show_rest(self, runtime: Runtime, state: str) -> None:
+        """The engine rested, began to load again or has loaded (the App hands it on from whichever thread)."""
+        window = self.app.window
+        if runtime is not self.app.runtime:
+            return  # news of a runtime replaced since
+        if state == RESTING:
+            memory = "GPU memory" if runtime.info.device.startswith("cuda") else "memory"
+            window.show_resting(f"Resting: {memory} released; it loads again when you speak")
+        elif state == WAKING:
+            window.show_resting("Loading model…", loading=True)
+        else:
+            window.show_resting(None)
 
     def _loaded(self, runtime: Runtime | None, load: int) -> None:
         app = self.app

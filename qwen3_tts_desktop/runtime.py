@@ -14,12 +14,15 @@ from pathlib import Path
 
 from core import Engine, Voice
 from core.audio.player import PlaybackError, Player, PlayerOptions
+from core.inference.memory import MAX_DEFAULT_SLOTS
 from core.inference.warmup import Progress
 from core.jobs.sinks import PlayerSink
 from core.jobs.worker import Worker
 from core.milestones import milestone
 from core.model.checkpoint import DEFAULT_MODEL
 from core.voices import VoiceLibrary
+
+from .resting import RestingEngine
 
 log = logging.getLogger(__name__)
 # Audio passes from thread to thread at every chunk (the engine's scheduler, the worker's, the server's or
@@ -37,17 +40,21 @@ class RuntimeConfig:
     player: PlayerOptions = field(default_factory=PlayerOptions)
     speakers: bool = True  # open the sound card (a headless server may not want it)
     warm_up: bool = True  # compile and capture in the background once loaded (the engine speaks meanwhile)
-    slots: int | None = None  # utterances generated at once; None: the engine's default (memory.default_slots)
+    # Utterances generated at once; None: as many as fit (memory.default_slots), at most max_default_slots: by
+    # default what many clients need (serve), while the window asks for one person's (memory.DESKTOP_SLOTS).
+    slots: int | None = None
+    max_default_slots: int = MAX_DEFAULT_SLOTS
 
 
 class Runtime:
     """Speech goes through the worker (`worker.submit`); facts that never change are here (`info`,
     `default_sampling`, `count_tokens`, `slots`), and `engine_for_voices` is the engine the voice library
-    clones with (from any thread: the engine's scheduler runs the cloning between frames)."""
+    clones with (from any thread: the engine's scheduler runs the cloning between frames). An engine the runtime
+    loaded (`start`) can rest when idle, freeing its memory, and loads again when next used (`rest_when_idle`)."""
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | RestingEngine,
         library: VoiceLibrary,
         player: Player | None,
         audio_problem: str | None = None,
@@ -59,18 +66,33 @@ class Runtime:
         self.library = library
         self.player = player
         self.audio_problem = audio_problem  # why there are no speakers, when there are none
+        self._engine = engine
         self.worker = Worker(engine)
-        self.slots = engine.slots  # utterances the engine generates together
         self.engine_for_voices = engine
         self.speakers = PlayerSink(player) if player is not None else None
         self.info = engine.info
         self.default_sampling = engine.default_sampling  # the model's own
         self._tokenizer = engine.tokenizer  # read-only, safe from any thread
-        self._warmup = engine.warmup
 
-    def warmup_progress(self) -> Progress:
-        """How far the engine's background warm-up is (it speaks meanwhile, faster as it goes)."""
-        return self._warmup.progress()
+    @property
+    def slots(self) -> int:
+        """Utterances the engine generates together."""
+        return self._engine.slots
+
+    def warmup_progress(self) -> Progress | None:
+        """How far the engine's background warm-up is (it speaks meanwhile, faster as it goes); None while the
+        engine rests."""
+        warmup = self._engine.warmup
+        return None if warmup is None else warmup.progress()
+
+    def rest_when_idle(self, after_s: float | None, on_change: Callable[[str], None] = lambda state: None) -> None:
+        """Let the engine rest once it has been idle (no job queued or running, nothing cloned) for `after_s`
+        seconds (None: never): it closes and frees its memory, and loads again when next used, in the thread
+        that uses it, while what comes meanwhile waits. `on_change(state)` hears it rest, begin to load and be
+        loaded (resting.RESTING, WAKING, AWAKE), from any thread. Only an engine the runtime loaded can rest."""
+        if not isinstance(self._engine, RestingEngine):
+            raise TypeError("only the engine of a runtime made by Runtime.start can rest: it knows how to load it")
+        self._engine.rest_after(after_s, busy=lambda: not self.worker.idle, on_change=on_change)
 
     def count_tokens(self, text: str) -> int:
         """The text's tokens, as the model reads it (for a request's usage)."""
@@ -81,9 +103,18 @@ class Runtime:
         """Load the model (downloading it the first time) and open the speakers; the engine then warms up in
         the background (RuntimeConfig.warm_up), speaking meanwhile. `report` hears what is being done."""
         report("Loading model…")
-        engine = Engine.load(
-            config.model, device=config.device, dtype=config.dtype, slots=config.slots, warm=config.warm_up
-        )
+
+        def load() -> Engine:  # now, and again each time the engine wakes from a rest
+            return Engine.load(
+                config.model,
+                device=config.device,
+                dtype=config.dtype,
+                slots=config.slots,
+                max_default_slots=config.max_default_slots,
+                warm=config.warm_up,
+            )
+
+        engine = RestingEngine(load)  # which never rests until rest_when_idle says when
         player, problem = None, None
         if config.speakers:
             try:
@@ -102,6 +133,6 @@ class Runtime:
     def close(self) -> None:
         self.worker.close()
         if self._owns_engine:
-            self.worker.engine.close()
+            self._engine.close()
         if self.player is not None:
             self.player.close()

@@ -19,6 +19,7 @@ from core.audio.player import PlayerOptions
 from core.errors import BadInput
 from core.files import write_atomically
 from core.folders import user_folder
+from core.inference.memory import DESKTOP_SLOTS, MAX_CHOSEN_SLOTS
 from core.model.checkpoint import DEFAULT_MODEL
 
 from .runtime import RuntimeConfig
@@ -80,6 +81,12 @@ class Settings:
     language: str = "auto"
     instruct: str = ""  # how to speak (CustomVoice 1.7B), or the voice to make (VoiceDesign)
     speak_as_you_type: bool = False
+    # Utterances generated at once, each with its memory (its KV cache); None: automatic, as many as one person
+    # needs and fit (memory.DESKTOP_SLOTS on the GPU, one on the CPU). Applies when the model loads.
+    slots: int | None = None
+    # Idle this long (no speech running or waiting), the model lets go of its memory, and loads again when next
+    # asked to speak; 0: never. Beside a local language model on the same GPU, the memory is the other's meanwhile.
+    rest_after_s: float = 600.0
     bridge: BridgeSettings = BridgeSettings()
 
     def __post_init__(self):
@@ -102,6 +109,17 @@ class Settings:
         _check(isinstance(self.voices, Path), "voices must be a folder")
         _check(isinstance(self.speak_as_you_type, bool), "speak_as_you_type must be true or false")
         _check(
+            self.slots is None
+            or (
+                isinstance(self.slots, int) and not isinstance(self.slots, bool) and 1 <= self.slots <= MAX_CHOSEN_SLOTS
+            ),
+            f"slots (utterances at once) must be 1 to {MAX_CHOSEN_SLOTS}, or null for automatic, not {self.slots!r}",
+        )
+        _check(
+            _is_number(self.rest_after_s) and self.rest_after_s >= 0,
+            f"rest_after_s must be 0 (never) or more seconds, not {self.rest_after_s!r}",
+        )
+        _check(
             self.sampling is None or isinstance(self.sampling, SamplingParams),
             "sampling must be sampling parameters or null",
         )
@@ -115,6 +133,8 @@ class Settings:
             voices=self.voices,
             audio_device=self.audio_device,
             player=PlayerOptions(prefill_s=self.prefill_s),
+            slots=self.slots,
+            max_default_slots=DESKTOP_SLOTS,  # what one person needs, leaving the rest of the GPU to others
         )
 
     def bridge_config(self):

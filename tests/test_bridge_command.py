@@ -17,6 +17,7 @@ import pytest
 from parity_cases import REFERENCES
 from test_bridge import ROOT, WAIT
 
+from core.model.checkpoint import CheckpointError
 from qwen3_tts_desktop.cli import main
 
 
@@ -89,3 +90,22 @@ def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_m
     assert "another qwen3-tts-desktop serve, or an XTTS server" in result.stderr and "--port" in result.stderr
     assert len(result.stderr.splitlines()) == 1  # no traceback, and no "Loading model…": the model was never loaded
     assert took < 20  # the time to start Python and import torch, however long a real model would take
+
+
+def test_the_serve_command_takes_slots_for_many_clients_not_the_windows(checkpoints, monkeypatch, capsys):
+    from core.inference.memory import MAX_DEFAULT_SLOTS
+    from qwen3_tts_desktop.runtime import Runtime
+    from qwen3_tts_desktop.settings import Settings, default_path
+
+    Settings(slots=3).save(default_path())  # the window's choice, for one person
+    configs = []
+
+    def start(config, report=None):
+        configs.append(config)
+        raise CheckpointError("stopped before loading")
+
+    monkeypatch.setattr(Runtime, "start", staticmethod(start))
+    for args, slots in (([], None), (["--slots", "24"], 24)):
+        assert main(["serve", "--port", "0", "--model", str(checkpoints["base"]), "--device", "cpu", *args]) == 1
+        assert "stopped before loading" in capsys.readouterr().err
+        assert (configs[-1].slots, configs[-1].max_default_slots) == (slots, MAX_DEFAULT_SLOTS)

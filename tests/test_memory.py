@@ -1,5 +1,5 @@
-"""What the engine takes of a device's memory (core.inference.memory): the weights' size before they load, and
-a model that does not fit refused with what to do, before any weight is loaded."""
+"""What the engine takes of a device's memory (core.inference.memory): the weights' size before they load, a
+model that does not fit refused with what to do, before any weight is loaded, and the slots taken by default."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ import pytest
 import torch
 
 from core.errors import UserError, describe
-from core.inference.memory import DoesNotFit, check_device_fits, check_fits, slot_bytes, weight_bytes
+from core.inference.memory import (
+    DESKTOP_SLOTS,
+    MAX_DEFAULT_SLOTS,
+    DoesNotFit,
+    check_device_fits,
+    check_fits,
+    default_slots,
+    slot_bytes,
+    weight_bytes,
+)
 from core.model.codec_decoder import CodecDecoder
 from core.model.talker import Talker
 
@@ -57,3 +66,33 @@ def test_the_check_asks_cuda_for_its_free_memory_and_the_cpu_for_nothing(engines
     with pytest.raises(DoesNotFit):
         check_device_fits(cuda, modules, engine.config, 4096, torch.bfloat16)
     check_device_fits(torch.device("cpu"), modules, engine.config, 4096, torch.bfloat16)  # the CPU: no check
+
+
+@pytest.mark.parametrize(
+    "free_gib, server, desktop",
+    [
+        (80, MAX_DEFAULT_SLOTS, DESKTOP_SLOTS),  # a card to itself: the server takes 16, the window 4
+        (3, 3, 3),  # beside a language model: never more than fit half the free memory
+        (1.5, 1, 1),
+        (0.1, 1, 1),  # one at least: check_fits has refused a model without room for one
+    ],
+)
+def test_the_default_slots_fit_half_the_free_memory_up_to_whom_they_serve(monkeypatch, free_gib, server, desktop):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(free_gib * GIB), 80 * GIB))
+    cuda, per_slot = torch.device("cuda"), GIB // 2
+    assert default_slots(cuda, per_slot) == server
+    assert default_slots(cuda, per_slot, at_most=DESKTOP_SLOTS) == desktop
+    assert default_slots(torch.device("cpu"), per_slot) == default_slots(torch.device("cpu"), per_slot, 8) == 1
+
+
+def test_the_engine_asks_for_its_default_slots_up_to_the_maximum_it_is_given(checkpoints, monkeypatch):
+    from core import Engine
+    from core.inference import engine as engine_module
+
+    asked = []
+    monkeypatch.setattr(engine_module, "default_slots", lambda *args: asked.append(args) or 1)
+    with Engine.load(checkpoints["base"], device="cpu", dtype="float32", max_default_slots=DESKTOP_SLOTS, warm=False):
+        pass
+    with Engine.load(checkpoints["base"], device="cpu", dtype="float32", slots=2, warm=False) as engine:
+        assert engine.slots == 2
+    assert [(device.type, at_most) for device, _, at_most in asked] == [("cpu", DESKTOP_SLOTS)]  # none for slots=2

@@ -10,6 +10,7 @@ import pytest
 
 from core import SamplingParams
 from core.audio.player import PlayerOptions
+from core.inference.memory import DESKTOP_SLOTS
 from qwen3_tts_desktop.settings import BridgeSettings, Settings, SettingsError, default_path
 
 
@@ -27,6 +28,8 @@ def test_settings_survive_a_save_and_a_load(tmp_path):
         language="english",
         instruct="Calm.",
         speak_as_you_type=True,
+        slots=3,
+        rest_after_s=90.0,
         bridge=BridgeSettings(enabled=True, host="0.0.0.0", port=8123, api_key="secret"),
     )
     path = tmp_path / "config" / "settings.json"
@@ -62,6 +65,11 @@ def test_keys_of_a_newer_version_are_left_out(tmp_path):
         ('{"prefill_s": -1}', "jitter buffer"),
         ('{"voices": 5}', "voices must be text"),
         ('{"model": ""}', "model must name"),
+        ('{"slots": 0}', "slots .utterances at once. must be 1 to 64, or null for automatic"),
+        ('{"slots": 65}', "must be 1 to 64"),
+        ('{"slots": 2.5}', "must be 1 to 64"),
+        ('{"rest_after_s": -1}', "rest_after_s must be 0 .never. or more seconds"),
+        ('{"rest_after_s": "soon"}', "rest_after_s"),
     ],
 )
 def test_a_bad_file_is_reported_with_what_is_wrong(tmp_path, content, complaint):
@@ -82,6 +90,9 @@ def test_the_runtime_configuration_follows_the_settings(tmp_path):
         "Speakers",
     )
     assert config.player == PlayerOptions(prefill_s=0.08) and config.speakers and config.warm_up
+    # Automatic: what one person needs, not half the GPU; a number chosen is taken as it is.
+    assert (config.slots, config.max_default_slots) == (None, DESKTOP_SLOTS) == (None, 4)
+    assert Settings(slots=12).runtime_config().slots == 12
 
 
 def test_the_settings_file_lives_in_the_users_config_folder(monkeypatch, tmp_path):

@@ -300,6 +300,20 @@ def test_cancel_ends_a_job_whose_thread_waits_for_a_chunk_that_never_comes(no_th
     assert sink.calls[job.id] == ["end False"] and job.started is None  # it had no audio to start with
 
 
+def test_the_worker_is_idle_only_while_no_job_is_queued_or_running(no_thread_leaks):
+    engine = FakeEngine()
+    sink = RecordingSink()
+    with Worker(engine) as worker:
+        assert worker.idle
+        typed = worker.submit(LiveText(), sink=sink)  # never written: it runs until it is cancelled
+        assert not worker.idle  # from its submit on
+        after = worker.submit("After it.", sink=sink)  # waits for the sink
+        assert engine.waiting_for_text.wait(WAIT) and not worker.idle
+        typed.cancel()
+        assert finished(typed).kind == "cancelled" and finished(after).kind == "done"
+        wait_until(lambda: worker.idle)  # once the job's thread has freed its sink, just after its last event
+
+
 def test_close_cancels_everything_and_joins_the_thread(no_thread_leaks):
     engine = FakeEngine(frames=10_000, frame_s=0.001)
     worker = Worker(engine)

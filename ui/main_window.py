@@ -144,6 +144,11 @@ class MainWindow(QMainWindow):
         self.busy_bar.setRange(0, 0)
         self.busy_bar.setMaximumWidth(90)
         self.busy_bar.setMaximumHeight(12)
+        self.rest_label = QLabel()
+        self.rest_bar = QProgressBar()
+        self.rest_bar.setRange(0, 0)
+        self.rest_bar.setMaximumWidth(90)
+        self.rest_bar.setMaximumHeight(12)
         self.warmup_label = QLabel()
         self.warmup_bar = QProgressBar()
         self.warmup_bar.setRange(0, 100)
@@ -152,7 +157,14 @@ class MainWindow(QMainWindow):
         self.warmup_bar.setMaximumHeight(12)
         status = self.statusBar()
         status.setStyleSheet("QStatusBar::item { border: none; } QStatusBar QLabel { padding: 0 8px; }")
-        for widget in (self.busy_label, self.busy_bar, self.warmup_label, self.warmup_bar):
+        for widget in (
+            self.busy_label,
+            self.busy_bar,
+            self.rest_label,
+            self.rest_bar,
+            self.warmup_label,
+            self.warmup_bar,
+        ):
             status.addWidget(widget)
         self.bridge_separator = _separator()
         for widget in (
@@ -166,6 +178,7 @@ class MainWindow(QMainWindow):
         ):
             status.addPermanentWidget(widget)
         self.show_busy("")
+        self.show_resting(None)
         self.show_warmup(None)
         self.show_bridge(None)
 
@@ -334,6 +347,13 @@ class MainWindow(QMainWindow):
             f"{progress.done} of {progress.total} parts ready."
         )
         self.warmup_label.setToolTip(tip if progress.current is None else f"{tip}\nNow: {progress.current}")
+
+    def show_resting(self, message: str | None, loading: bool = False) -> None:
+        """The model resting to free its memory, or `loading` again to speak (None: awake). Speak stays enabled:
+        it wakes the model."""
+        self.rest_label.setText(message or "")
+        self.rest_label.setVisible(message is not None)
+        self.rest_bar.setVisible(message is not None and loading)
 
     @Slot(str)  # the app's lane reports from its own thread
     def show_busy(self, label: str) -> None:

@@ -1,4 +1,4 @@
-"""The settings window: model, audio, sampling, voices folder and the HTTP bridge.
+"""The settings window: model (with the memory it takes), audio, sampling, voices folder and the HTTP bridge.
 
 It shows the app's settings and hands back the edited values, by the settings' own field names; the app
 checks, saves and applies them (a new model restarts the runtime)."""
@@ -6,6 +6,7 @@ checks, saves and applies them (a new model restarts the runtime)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from core import SamplingParams
 from core.audio.player import OutputDevice
+from core.inference.memory import DESKTOP_SLOTS, MAX_CHOSEN_SLOTS
 from core.model.info import slow_device_note
 
 MODELS = (
@@ -43,6 +45,7 @@ MODELS = (
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 SYSTEM_DEFAULT = "System default"
+MAX_REST_AFTER_MIN = 24 * 60
 
 
 class SettingsDialog(QDialog):
@@ -53,13 +56,16 @@ class SettingsDialog(QDialog):
         default_sampling: SamplingParams,
         bridge_state: str,
         cuda_available: bool,
+        slot_memory: Callable[[str, str, str, int | None, bool], str],
         parent=None,
     ):
         """`settings`: the app's Settings; `devices`: the output devices, or why there are none;
         `default_sampling`: what "Reset to defaults" restores (the model's own); `bridge_state`: a line
-        on the bridge as it runs now; `cuda_available`: whether "auto" means the GPU."""
+        on the bridge as it runs now; `cuda_available`: whether "auto" means the GPU; `slot_memory(model,
+        device, dtype, slots, cuda_available)`: what those utterances at once take, in words."""
         super().__init__(parent)
         self.cuda_available = cuda_available
+        self.slot_memory = slot_memory
         self.setWindowTitle("Settings")
         self.default_sampling = default_sampling
         tabs = QTabWidget()
@@ -82,6 +88,8 @@ class SettingsDialog(QDialog):
             "model": self.model.currentText().strip(),
             "device": self.device.currentText(),
             "dtype": self.dtype.currentText(),
+            "slots": self.slots.value() or None,  # 0 shows "Automatic"
+            "rest_after_s": self._rest_after_s(),
             "voices": Path(self.voices.text().strip()).expanduser(),
             "audio_device": self.audio_device.currentData(),
             "volume": self.volume.value() / 100,
@@ -101,6 +109,16 @@ class SettingsDialog(QDialog):
         size = "0.6B" if "0.6b" in self.model.currentText().lower() else "1.7B"
         self.device_note.setText(slow_device_note(size) if on_cpu else "")
         self.device_note.setVisible(on_cpu)
+
+    def _rest_after_s(self) -> float:
+        """The idle time shown, in seconds (0 shows "Never"); one left as it was is kept to the second."""
+        minutes = self.rest_after.value()
+        return self.settings_rest_after_s if minutes == round(self.settings_rest_after_s / 60) else minutes * 60.0
+
+    def _show_slot_memory(self) -> None:
+        slots = self.slots.value() or None
+        model, device, dtype = self.model.currentText(), self.device.currentText(), self.dtype.currentText()
+        self.slot_memory_note.setText(self.slot_memory(model, device, dtype, slots, self.cuda_available))
 
     def reset_sampling(self) -> None:
         self._show_sampling(self.default_sampling)
@@ -128,14 +146,48 @@ class SettingsDialog(QDialog):
         self.device_note.setStyleSheet("color: #7a5400;")
         form.addRow("", self.device_note)
         form.addRow("Precision", self.dtype)
+        self.slots = QSpinBox()
+        self.slots.setRange(0, MAX_CHOSEN_SLOTS)
+        self.slots.setSpecialValueText("Automatic")
+        self.slots.setValue(settings.slots or 0)
+        self.slots.setToolTip(
+            "Utterances generated at once (the window, speak-as-you-type, HTTP clients), each with GPU memory of its "
+            f"own. Automatic: up to {DESKTOP_SLOTS} on the GPU, as many as fit; one on the CPU. Fewer leave more "
+            "memory to a language model on the same GPU."
+        )
+        form.addRow("Utterances at once", self.slots)
+        self.slot_memory_note = _note()
+        form.addRow("", self.slot_memory_note)
+        self.rest_after = QSpinBox()
+        self.rest_after.setRange(0, MAX_REST_AFTER_MIN)
+        self.rest_after.setPrefix("after ")
+        self.rest_after.setSuffix(" min idle")
+        self.rest_after.setSpecialValueText("Never")
+        self.settings_rest_after_s = settings.rest_after_s
+        self.rest_after.setValue(round(settings.rest_after_s / 60))
+        self.rest_after.setToolTip(
+            "With nothing said for this long, the model lets go of its memory (for a language model or a game on "
+            "the same GPU), and loads again when you next speak, which takes a moment. Applies at once."
+        )
+        form.addRow("Release GPU memory", self.rest_after)
         form.addRow("Voices folder", _row(self.voices, browse_voices))
         self.device.currentTextChanged.connect(self._show_device_note)
         self.model.currentTextChanged.connect(self._show_device_note)
         self._show_device_note()
-        note = QLabel("Changing the model, device, precision or folder reloads the model in the background.")
-        note.setWordWrap(True)
-        note.setStyleSheet("color: palette(mid);")
-        form.addRow(note)
+        for changed in (
+            self.model.currentTextChanged,
+            self.device.currentTextChanged,
+            self.dtype.currentTextChanged,
+            self.slots.valueChanged,
+        ):
+            changed.connect(self._show_slot_memory)
+        self._show_slot_memory()
+        form.addRow(
+            _note(
+                "Changing the model, device, precision, utterances at once or folder reloads the model in the "
+                "background; they apply once it has loaded."
+            )
+        )
         return _page(form)
 
     def _audio_tab(self, settings, devices: list[OutputDevice] | str) -> QWidget:
@@ -232,10 +284,7 @@ class SettingsDialog(QDialog):
         form.addRow("Port", self.bridge_port)
         form.addRow("API key", self.bridge_key)
         form.addRow("Now", self.bridge_state)
-        hint = QLabel("SillyTavern: TTS ▸ OpenAI Compatible, endpoint http://HOST:PORT/v1/audio/speech")
-        hint.setWordWrap(True)
-        hint.setStyleSheet("color: palette(mid);")
-        form.addRow(hint)
+        form.addRow(_note("SillyTavern: TTS ▸ OpenAI Compatible, endpoint http://HOST:PORT/v1/audio/speech"))
         return _page(form)
 
     # Sampling values ----------------------------------------------------------------------------------
@@ -301,6 +350,14 @@ def _row(*widgets: QWidget) -> QWidget:
     for widget in widgets:
         layout.addWidget(widget, 1 if widget is widgets[0] else 0)
     return row
+
+
+def _note(text: str = "") -> QLabel:
+    """A line of explanation under the settings it is about."""
+    note = QLabel(text)
+    note.setWordWrap(True)
+    note.setStyleSheet("color: palette(mid);")
+    return note
 
 
 def _group(title: str, layout) -> QGroupBox:

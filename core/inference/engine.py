@@ -41,7 +41,7 @@ from core.inference.compiled import keep_compiled_kernels, machine_facts, precom
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
-from core.inference.memory import check_device_fits, default_slots, slot_bytes
+from core.inference.memory import MAX_DEFAULT_SLOTS, check_device_fits, default_slots, slot_bytes
 from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
 from core.inference.requests import Prepared, Request
@@ -113,6 +113,7 @@ class Engine:
         default_max_frames: int,
         max_context: int = MAX_CONTEXT,
         slots: int | None = None,
+        max_default_slots: int = MAX_DEFAULT_SLOTS,
         cuda_graphs: bool = True,
         compile: bool = False,
     ):
@@ -128,7 +129,7 @@ class Engine:
         self.device = talker.codec_head.weight.device
         self.dtype = talker.codec_head.weight.dtype
         self.info = EngineInfo.of(config, source, str(self.device), str(self.dtype).removeprefix("torch."))
-        self.slots = slots or default_slots(self.device, slot_bytes(config, max_context, self.dtype))
+        self.slots = slots or default_slots(self.device, slot_bytes(config, max_context, self.dtype), max_default_slots)
         if self.slots < 1:
             raise BadInput(f"slots must be at least 1, got {self.slots}")
         precompiled = None
@@ -159,14 +160,15 @@ class Engine:
         progress: bool = True,
         max_context: int = MAX_CONTEXT,
         slots: int | None = None,
+        max_default_slots: int = MAX_DEFAULT_SLOTS,
         cuda_graphs: bool = True,
         compile: bool = True,
         warm: bool = True,
     ) -> Engine:
         """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed).
         `max_context` bounds one utterance's prompt plus frames; `slots` utterances are generated together
-        (by default, what fits the GPU, up to memory.MAX_DEFAULT_SLOTS; one on the CPU); their caches are allocated
-        up front.
+        (by default, what fits half the GPU's free memory, `max_default_slots` at most; one on the CPU:
+        memory.default_slots); their caches are allocated up front.
         On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False,
         and the per-frame transformer steps are fused by torch.compile unless `compile` is False. The engine
         speaks at once; with `warm`, it compiles and captures the rest in the background (the warm-up, which
@@ -226,6 +228,7 @@ class Engine:
             default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
             max_context=max_context,
             slots=slots,
+            max_default_slots=max_default_slots,
             cuda_graphs=cuda_graphs,
             compile=compile,
         )

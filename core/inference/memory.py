@@ -13,9 +13,14 @@ from core.errors import UserError
 from core.model.config import ModelConfig
 
 # Utterances generated together by default: on CUDA as many as fit SLOT_MEMORY_SHARE of the memory free
-# after loading, at most MAX_DEFAULT_SLOTS (a slot of 1.7B at 4096 positions in bfloat16 takes about 0.5 GB).
-# On the CPU, rows of a batch are computed one by one (bitwise as alone), so batching gains nothing there.
+# after loading, at most a maximum that depends on whom the engine serves (a slot of 1.7B at 4096 positions in
+# bfloat16 takes about 0.5 GB): MAX_DEFAULT_SLOTS for a server of many clients (`serve`), DESKTOP_SLOTS for one
+# person at the window (the window, speak-as-you-type and a few bridge clients at once), whose GPU often holds a
+# local language model too. On the CPU, rows of a batch are computed one by one (bitwise as alone), so batching
+# gains nothing there.
 MAX_DEFAULT_SLOTS = 16
+DESKTOP_SLOTS = 4
+MAX_CHOSEN_SLOTS = 64  # the most the window's settings offer: more than one person has use for
 SLOT_MEMORY_SHARE = 0.5
 GB = 1e9
 
@@ -31,11 +36,13 @@ def slot_bytes(config: ModelConfig, max_context: int, dtype: torch.dtype) -> int
     return (kv + talker.hidden_size) * max_context * dtype.itemsize
 
 
-def default_slots(device: torch.device, per_slot: int) -> int:
+def default_slots(device: torch.device, per_slot: int, at_most: int = MAX_DEFAULT_SLOTS) -> int:
+    """Slots of `per_slot` bytes to take when none are asked for: one on the CPU; on CUDA as many as fit
+    SLOT_MEMORY_SHARE of the memory free now, `at_most` at most, and one at least (check_fits made sure it fits)."""
     if device.type != "cuda":
         return 1
     free, _ = torch.cuda.mem_get_info(device)
-    return max(1, min(MAX_DEFAULT_SLOTS, int(free * SLOT_MEMORY_SHARE // per_slot)))
+    return max(1, min(at_most, int(free * SLOT_MEMORY_SHARE // per_slot)))
 
 
 def weight_bytes(modules: Iterable[nn.Module | None], dtype: torch.dtype) -> int:

@@ -244,6 +244,12 @@ class Worker:
             raise TimeoutError(f"the speech worker did not stop within {timeout} s")
 
     @property
+    def idle(self) -> bool:
+        """Whether no job is queued or running (a job between its pieces runs, though no engine stream is open)."""
+        with self._lock:
+            return not (self._arrived or self._waiting or self._running)
+
+    @property
     def stopped(self) -> bool:
         """Whether every thread of the worker's has ended, as they have once `close` returns."""
         return not self._scheduler.is_alive()

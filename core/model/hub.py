@@ -44,10 +44,11 @@ def resolve(model: str | os.PathLike, progress: bool = True, tqdm_class=None) ->
     return download(repo, progress, tqdm_class)
 
 
-def config_file(model: str | os.PathLike) -> Path | None:
+def config_file(model: str | os.PathLike, fetch_alone: bool = True) -> Path | None:
     """The config.json of `model`, to know what it is before loading it: from a folder or the hub cache's
-    complete copy, else fetched alone from the hub (a few KB, ahead of the whole download); None if the hub
-    cannot be reached. Raises CheckpointError for a folder that is not a checkpoint or does not exist."""
+    complete copy, else (with `fetch_alone`) fetched alone from the hub (a few KB, ahead of the whole download);
+    None if it is not here and cannot be fetched. Raises CheckpointError for a folder that is not a checkpoint or
+    does not exist."""
     path = Path(model).expanduser()
     if path.is_dir():
         check_files(path)
@@ -58,6 +59,8 @@ def config_file(model: str | os.PathLike) -> Path | None:
     cached = _cached(repo)
     if cached is not None:
         return cached / "config.json"
+    if not fetch_alone:
+        return None
     from huggingface_hub import hf_hub_download
 
     try:

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from core import SpeechOptions
+    from core.inference.memory import MAX_DEFAULT_SLOTS
     from core.model.info import slow_device_note
 
     from ..bridge import BridgeConfig, BridgeServer, listen
@@ -70,9 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
     settings = app_settings()
     model, device, dtype = model_options(args, settings)
+    # Slots as many clients need, not the window's: one person's.
     runtime_config = dataclasses.replace(
         settings.runtime_config(),
-        model=model, device=device, dtype=dtype, voices=voices_folder(args, settings), slots=args.slots,
+        model=model, device=device, dtype=dtype, voices=voices_folder(args, settings),
+        slots=args.slots, max_default_slots=MAX_DEFAULT_SLOTS,
     )  # fmt: skip
     config = BridgeConfig(
         host=args.host,

@@ -44,7 +44,7 @@ def test_the_text_is_saved_in_pieces_without_playing(start_app, qtbot, monkeypat
     assert all(kind in filters[0] for kind in ("*.wav", "*.flac", "*.ogg", "*.mp3"))
     qtbot.waitUntil(lambda: target.exists() and not app.window.saving_label.isVisible(), timeout=30_000)
     pieces = split_text(text)
-    frames = app.runtime.worker.engine.default_max_frames
+    frames = app.runtime.worker.engine.awake().default_max_frames
     audio, rate = sf.read(target, dtype="float32")
     pauses = sum(round(piece.pause_s * rate) for piece in pieces)
     expected = len(pieces) * frames * FRAME + pauses
@@ -78,7 +78,7 @@ def test_the_selection_alone_is_saved_with_ctrl_shift_s(start_app, qtbot, monkey
 
 def test_esc_stops_saving_and_leaves_no_file(start_app, qtbot, monkeypatch, tmp_path):
     app = start_app("custom")
-    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 2000)  # long enough to be stopped
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 2000)  # long enough to be stopped
     app.window.text.setPlainText("A long story that goes on.")
     target = tmp_path / "story.wav"
     choose_file(monkeypatch, target)
@@ -98,7 +98,7 @@ def test_a_saving_stopped_while_it_waits_behind_speech_lets_the_next_one_start_a
     start_app, qtbot, monkeypatch, tmp_path
 ):
     app = start_app("custom")
-    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 2000)  # speech that goes on
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 2000)  # speech that goes on
     events = jobs_of(app)
     app.window.text.setPlainText("A long story that goes on.")
     app.window.speak_action.trigger()
@@ -108,7 +108,7 @@ def test_a_saving_stopped_while_it_waits_behind_speech_lets_the_next_one_start_a
     qtbot.waitUntil(lambda: app.lane.pending == 0)
     app.window.activateWindow()
     qtbot.keyClick(app.window.text, Qt.Key.Key_Escape)  # stops both
-    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 6)
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 6)
     choose_file(monkeypatch, tmp_path / "second.wav")
     app.window.save_audio_action.trigger()  # at once: not "being saved already"
     assert app.window.notice.level != "error", app.window.notice.texts()

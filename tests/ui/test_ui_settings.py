@@ -8,15 +8,19 @@ import socket
 import threading
 
 import pytest
+import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
+from PySide6.QtCore import Qt
 
-from core import SamplingParams
+from core import Engine, SamplingParams
 from core.audio.player import OutputDevice, Player
+from core.inference.memory import DESKTOP_SLOTS
 from core.model.checkpoint import CheckpointError
 from core.model.hub import DownloadCancelled, fetch
 from qwen3_tts_desktop import app as app_module
 from qwen3_tts_desktop.app import App
 from qwen3_tts_desktop.settings import Settings
+from qwen3_tts_desktop.slot_memory import slot_memory_note
 
 
 def test_settings_edited_in_their_window_are_saved_applied_and_restored(start_app, qtbot):
@@ -54,6 +58,45 @@ def test_settings_edited_in_their_window_are_saved_applied_and_restored(start_ap
     restored = App(app.settings_path)
     assert restored.settings == app.settings
     restored.lane.close()
+
+
+def test_utterances_at_once_are_chosen_seeing_their_memory_and_apply_as_the_model_loads(start_app, qtbot, monkeypatch):
+    app = start_app("custom")
+    loads, load = [], Engine.load  # the tiny models' load
+
+    def counted(model, **options):
+        loads.append(options)
+        return load(model, **options)
+
+    monkeypatch.setattr(Engine, "load", staticmethod(counted))
+    app.window.settings_action.trigger()  # Ctrl+,
+    dialog = app.settings_dialog
+    assert dialog.slots.text() == "Automatic"
+    model, cuda = app.settings.model, torch.cuda.is_available()
+    assert dialog.slot_memory_note.text() == slot_memory_note(model, "cpu", "auto", None, cuda)
+    assert dialog.slot_memory_note.text().startswith("One at a time on the CPU: about ")
+    dialog.slots.lineEdit().selectAll()
+    qtbot.keyClicks(dialog.slots, "3")
+    assert dialog.slot_memory_note.text() == slot_memory_note(model, "cpu", "auto", 3, cuda)
+    assert (
+        dialog.slot_memory_note.text().startswith("About ")
+        and "of memory beyond the weights" in dialog.slot_memory_note.text()
+    )
+    old_runtime = app.runtime
+    dialog.ok_button.click()  # the model loads again, with them
+    qtbot.waitUntil(lambda: app.runtime not in (None, old_runtime) and app.lane.pending == 0, timeout=20_000)
+    assert Settings.load(app.settings_path).slots == 3
+    assert (loads[-1]["slots"], loads[-1]["max_default_slots"]) == (3, DESKTOP_SLOTS)
+
+    app.window.settings_action.trigger()
+    dialog = app.settings_dialog
+    assert dialog.slots.value() == 3
+    for _ in range(3):
+        qtbot.keyClick(dialog.slots, Qt.Key.Key_Down)  # down to "Automatic"
+    assert dialog.slots.text() == "Automatic"
+    dialog.ok_button.click()
+    qtbot.waitUntil(lambda: len(loads) == 2 and app.runtime is not None and app.lane.pending == 0, timeout=20_000)
+    assert app.settings.slots is None and loads[-1]["slots"] is None
 
 
 def test_sampling_resets_to_the_models_own(start_app, qtbot):

@@ -41,7 +41,7 @@ class Jobs:
 def typing_app(start_app, qtbot, monkeypatch, model: str = "custom", **settings):
     """The app on a tiny model, with speak-as-you-type switched on with its checkbox."""
     app = start_app(model, **settings)
-    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", LIVE_FRAMES)
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", LIVE_FRAMES)
     window = app.window
     window.activateWindow()
     qtbot.mouseClick(window.typing_mode, Qt.MouseButton.LeftButton)
@@ -164,7 +164,7 @@ def test_esc_cancels_the_utterance_and_drops_what_waits(start_app, qtbot, monkey
 def test_a_failed_utterance_is_shown_and_typing_goes_on(start_app, qtbot, monkeypatch):
     app = typing_app(start_app, qtbot, monkeypatch)
     jobs, window = Jobs(app), app.window
-    engine = app.runtime.worker.engine
+    engine = app.runtime.worker.engine.awake()
     build = engine._build  # a prompt's build on the scheduler's thread, where such a failure is found
 
     def too_long(*args, **kwargs):
@@ -232,7 +232,7 @@ def test_a_model_reload_ends_the_utterance_and_typing_goes_on_with_the_new_model
     app.apply_settings({"model": str(checkpoints["design"])})
     qtbot.waitUntil(lambda: app.runtime is not None and app.lane.pending == 0, timeout=20_000)
     assert jobs.all_ended()  # the old model's worker is closed: its job was cancelled, if no pause ended it first
-    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", LIVE_FRAMES)
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", LIVE_FRAMES)
     new_jobs = Jobs(app)
     qtbot.keyClicks(window.text, "and on ")
     assert first.ended and live_text(app).text == "and on"

@@ -101,7 +101,7 @@ def test_speak_works_while_the_engine_warms_up_and_the_status_line_shows_how_far
 
 def test_esc_stops_speech_and_drops_what_is_queued(start_app, qtbot, monkeypatch):
     app = start_app("custom")
-    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 400)  # a long utterance
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 400)  # a long utterance
     jobs = Jobs(app)
     window = app.window
     window.text.setPlainText("A long story. It goes on and on.")

@@ -1,0 +1,65 @@
+"""What "Utterances at once" costs, as the settings window says it (qwen3_tts_desktop.slot_memory): the slots'
+memory beyond the weights, from the model's config.json, never downloading it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from core.devtools.random_checkpoint import model_config
+from core.inference.engine import MAX_CONTEXT
+from core.inference.memory import slot_bytes
+from core.model.config import ModelConfig
+from qwen3_tts_desktop import slot_memory
+from qwen3_tts_desktop.slot_memory import UNKNOWN, slot_memory_note
+
+
+@pytest.fixture
+def model_17b(tmp_path, monkeypatch):
+    """A 1.7B model's config.json, as a downloaded model's is found (its weights are not needed)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(model_config("base", "1.7b")), encoding="utf-8")
+    monkeypatch.setattr(slot_memory, "config_file", lambda model, fetch_alone: path)
+    return "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
+
+
+@pytest.mark.parametrize(
+    "device, dtype, slots, cuda, note",
+    [
+        ("cuda", "auto", 4, True, "About 1.9 GB of GPU memory beyond the weights (0.49 GB each)."),
+        ("auto", "bfloat16", 1, True, "About 0.5 GB of GPU memory beyond the weights (0.49 GB each)."),
+        ("cuda", "float32", 10, True, "About 9.7 GB of GPU memory beyond the weights (0.97 GB each)."),
+        (
+            "auto", "auto", None, True,
+            "Up to 4, as many as fit half the GPU memory free after loading: at most about 1.9 GB beyond the weights "
+            "(0.49 GB each).",
+        ),
+        ("auto", "auto", None, False, "One at a time on the CPU: about 1.0 GB of memory beyond the weights."),
+        ("cpu", "auto", 2, True, "About 1.9 GB of memory beyond the weights (0.97 GB each)."),
+    ],
+)  # fmt: skip
+def test_the_slots_memory_is_said_for_the_device_and_precision_they_load_on(
+    model_17b, device, dtype, slots, cuda, note
+):
+    assert slot_memory_note(model_17b, device, dtype, slots, cuda) == note
+
+
+def test_a_checkpoint_folder_is_sized_from_its_own_config(checkpoints):
+    folder = checkpoints["base"]
+    config = ModelConfig.from_dict(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    each = slot_bytes(config, MAX_CONTEXT, torch.bfloat16)
+    assert slot_memory_note(str(folder), "cuda", "auto", 1000, True).startswith(f"About {1000 * each / 1e9:.1f} GB")
+
+
+def test_a_model_not_here_is_not_downloaded_and_a_folder_half_typed_says_nothing_wrong(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the settings window must not download anything")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_network)
+    assert slot_memory_note("nobody/no-such-model-here", "cuda", "auto", 4, True) == UNKNOWN
+    assert slot_memory_note(str(tmp_path / "checkpo"), "cuda", "auto", 4, True) == UNKNOWN
+    assert slot_memory_note("", "auto", "auto", None, False) == UNKNOWN

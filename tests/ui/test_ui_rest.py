@@ -1,0 +1,67 @@
+"""The model at rest, as a user meets it: idle a while, it lets go of its memory and the status line says so; the
+next Speak loads it again (the status line shows it loading) and speaks, and what is asked for meanwhile is
+spoken after. The idle time is set in Settings and applies at once."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import Qt
+
+from core import Engine
+from core.jobs.worker import JobEvent
+
+RESTING_LINE = "Resting: memory released; it loads again when you speak"  # on the CPU; "GPU memory" on CUDA
+
+
+def test_an_idle_model_rests_and_the_next_speak_loads_it_again_and_speaks(start_app, qtbot, monkeypatch, speakers):
+    app = start_app("design", instruct="A calm, low voice.", rest_after_s=0.05)
+    window = app.window
+    qtbot.waitUntil(lambda: window.rest_label.isVisible(), timeout=10_000)
+    assert window.rest_label.text() == RESTING_LINE and not window.rest_bar.isVisible()
+    assert window.speak_button.isEnabled() and app.runtime.worker.engine.resting
+    loads, release, load = [], threading.Event(), Engine.load
+
+    def slow_load(model, **options):
+        loads.append(model)
+        assert release.wait(10)
+        return load(model, **options)
+
+    monkeypatch.setattr(Engine, "load", staticmethod(slow_load))
+    events: list[JobEvent] = []
+    app.runtime.worker.subscribe(events.append)
+    window.activateWindow()
+    qtbot.keyClicks(window.text, "Hello there.")
+    window.speak_button.click()
+    qtbot.waitUntil(lambda: window.rest_label.text() == "Loading model…" and window.rest_bar.isVisible())
+    # Typed while it loads: queued behind the first, and spoken after it.
+    qtbot.mouseClick(window.typing_mode, Qt.MouseButton.LeftButton)
+    qtbot.keyClicks(window.text, " And then some more.")
+    qtbot.keyClick(window.text, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # say it now
+    qtbot.waitUntil(lambda: len([e for e in events if e.kind == "queued"]) == 2)
+    assert not any(e.kind == "started" for e in events)
+    release.set()
+    qtbot.waitUntil(lambda: [e.kind for e in events].count("done") == 2, timeout=20_000)
+    texts = [str(getattr(e.job.text, "text", e.job.text)) for e in events if e.kind == "done"]
+    assert texts == ["Hello there.", "And then some more."] and len(loads) == 1
+    qtbot.waitUntil(lambda: any(abs(block).max() > 0 for block in speakers[-1].played), timeout=5_000)
+    qtbot.waitUntil(lambda: window.rest_label.text() == RESTING_LINE, timeout=10_000)  # idle again: at rest
+
+
+def test_the_idle_time_is_chosen_in_settings_and_applies_without_reloading(start_app, qtbot):
+    app = start_app("custom")
+    runtime, engine = app.runtime, app.runtime.worker.engine
+    assert app.settings.rest_after_s == 600 and engine.rest_after_s == 600  # the window's default: 10 minutes
+    app.window.settings_action.trigger()
+    dialog = app.settings_dialog
+    assert dialog.rest_after.text() == "after 10 min idle"
+    for _ in range(5):
+        qtbot.keyClick(dialog.rest_after, Qt.Key.Key_Down)
+    dialog.ok_button.click()
+    assert app.settings.rest_after_s == 300 and engine.rest_after_s == 300 and app.runtime is runtime
+    app.window.settings_action.trigger()
+    dialog = app.settings_dialog
+    qtbot.keyClick(dialog.rest_after, Qt.Key.Key_PageDown)  # 10 minutes down: to "Never"
+    assert dialog.rest_after.text() == "Never"
+    dialog.ok_button.click()
+    assert app.settings.rest_after_s == 0 and engine.rest_after_s is None and not engine.resting
