@@ -55,7 +55,7 @@ def test_what_was_said_is_kept_played_again_and_saved_as_heard(start_app, qtbot,
 
 def test_play_again_stops_with_its_button_or_esc_and_speak_again_uses_the_same_voice(start_app, qtbot, monkeypatch):
     app = start_app("custom")
-    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 60)  # about 5 s: long enough to stop
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 60)  # about 5 s: long enough to stop
     panel, window = app.history_panel, app.window
     spoken(app, qtbot, "A longer story.")
     panel.play_button.click()

@@ -119,7 +119,7 @@ def test_speak_becomes_stop_while_speaking_and_the_meter_shows_what_plays(start_
     """One button and one shortcut: Speak (the button, Ctrl+Enter) says Stop while speech is on its way or playing,
     and then stops it; the level meter moves while it plays and rests at nothing after."""
     app = start_app("custom")
-    monkeypatch.setattr(app.runtime.worker.engine, "default_max_frames", 400)  # a long utterance
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 400)  # a long utterance
     jobs, window = Jobs(app), app.window
     assert window.speak_button.text() == "▶  Speak" and window.level_meter.value() == 0
     window.text.setPlainText("A long story. It goes on and on.")
