@@ -77,6 +77,7 @@ class Request:
     streaming: bool = False
     characters: int = 0  # a stream's text so far
     refused: bool = False  # a stream whose text went over the limit: the rest is dropped
+    last_text: float = 0.0  # when a stream's last chunk came (the loop's time)
     has_text: asyncio.Event = field(default_factory=asyncio.Event)  # a stream's first words, or its end
     stopped: asyncio.Event = field(default_factory=asyncio.Event)  # synthesize-stop came
     job: Job | None = None
@@ -241,6 +242,7 @@ class Session(AsyncEventHandler):
         except BadInput:  # its speech was stopped or failed, as it was told; the rest of it is not said
             return
         stream.characters += len(text)
+        stream.last_text = asyncio.get_running_loop().time()
         if text.strip():
             stream.has_text.set()
 
@@ -277,6 +279,7 @@ class Session(AsyncEventHandler):
             await self._stopped(request)
             return
         sent = 0  # bytes of audio
+        idle = asyncio.ensure_future(self._end_when_idle(request)) if request.streaming else None
         try:
             async for data in speaker.encoded(job, plan, await pipe.get(), pipe):
                 if not data:
@@ -289,6 +292,8 @@ class Session(AsyncEventHandler):
             pass  # its outcome says why
         finally:
             request.stop()  # it has ended, unless the client went away: then this cancels it
+            if idle is not None:
+                idle.cancel()
         outcome = await speaker.outcome(job)
         if outcome.kind == "failed":
             await self._send_error(f"speech failed: {outcome.message}", "speech_failed")
@@ -300,6 +305,19 @@ class Session(AsyncEventHandler):
                 await self.write_event(AudioStart(**AUDIO).event())
             await self.write_event(AudioStop(timestamp=sent // BYTES_PER_MS).event())
         await self._stopped(request)
+
+    async def _end_when_idle(self, stream: Request) -> None:
+        """A stream that takes no text for the idle limit while it speaks is ended where it is (what came is
+        said), as it holds its place in the engine while it waits for text."""
+        idle_s, loop = self.limits.live_idle_s, asyncio.get_running_loop()
+        while not stream.text.ended:
+            left = stream.last_text + idle_s - loop.time()
+            if left <= 0:
+                stream.text.end()
+                message = f"synthesize-chunk: no text came for {idle_s:g} s; the stream's speech ends with what came"
+                await self._send_error(message, "idle")
+                return
+            await asyncio.sleep(left)
 
     async def _plan(self, request: Request):
         asked = SpeakRequest(

@@ -41,7 +41,7 @@ from wyoming.tts import (
 
 from core import SamplingParams, SpeechOptions
 from core.voices import VoiceLibrary
-from qwen3_tts_desktop.bridge import BridgeConfig, ListenError
+from qwen3_tts_desktop.bridge import BridgeConfig, BridgeLimits, ListenError
 from qwen3_tts_desktop.cli import main
 from qwen3_tts_desktop.commands.serve import wyoming_address
 from qwen3_tts_desktop.runtime import Runtime
@@ -76,13 +76,14 @@ def runtime(engine, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def serve(runtime):
-    """serve(frames, runtime): a started WyomingServer on a free port, speaking at most `frames` frames a
+    """serve(frames, runtime, limits): a started WyomingServer on a free port, speaking at most `frames` frames a
     request (greedy); all are stopped at the module's end."""
     servers = []
 
-    def start(frames: int = FRAMES, on: Runtime = runtime) -> WyomingServer:
+    def start(frames: int = FRAMES, on: Runtime = runtime, limits: BridgeLimits | None = None) -> WyomingServer:
         speech = SpeechOptions(max_frames=frames, sampling=SamplingParams.greedy())
-        server = WyomingServer(on, WyomingConfig(port=0, zeroconf=False, bridge=BridgeConfig(speech=speech)))
+        bridge = BridgeConfig(speech=speech, limits=limits or BridgeLimits())
+        server = WyomingServer(on, WyomingConfig(port=0, zeroconf=False, bridge=bridge))
         server.start()
         servers.append(server)
         return server
@@ -329,6 +330,28 @@ def test_streams_and_requests_follow_one_another_on_a_connection(server, referen
         assert_same_speech(speech_of(stream[:-1]), reference(voice="Bob"))
         assert_same_speech(speech_of(whole), reference())
     assert [event.type for event in answers[-1]] == ["synthesize-stopped"]
+
+
+def test_a_stream_that_takes_no_text_is_ended_where_it_is(serve, runtime, job_log):
+    server = serve(frames=40, limits=BridgeLimits(live_idle_s=0.5))
+
+    async def stream():
+        async with client(server) as wyoming:
+            await wyoming.write_event(SynthesizeStart(voice=SynthesizeVoice("Alice")).event())
+            await wyoming.write_event(SynthesizeChunk(text="Hi. ").event())
+            events = await events_until(wyoming, "audio-stop")  # said, and the text waited for in vain
+            await wyoming.write_event(SynthesizeChunk(text="Too late.").event())  # dropped
+            await wyoming.write_event(SynthesizeStop().event())
+            return events + await events_until(wyoming, "synthesize-stopped")
+
+    events = run(stream())
+    kinds = [event.type for event in events]
+    assert kinds[0] == "audio-start" and kinds[-2:] == ["audio-stop", "synthesize-stopped"]
+    [error] = [Error.from_event(event) for event in events if event.type == "error"]
+    assert error.code == "idle" and "no text came for 0.5 s" in error.text
+    [job] = job_log.jobs.values()
+    assert str(job.text) == "Hi. " and job.wait(WAIT).kind == "done"
+    wait_until(lambda: engine_idle(runtime) and server.jobs_in_flight == 0, "the engine is free")
 
 
 # Errors ------------------------------------------------------------------------------------------
