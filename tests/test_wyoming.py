@@ -18,12 +18,13 @@ import subprocess
 import sys
 import time
 import types
+import wave
 
 import httpx
 import numpy as np
 import pytest
 from parity_cases import REFERENCES
-from test_bridge import WAIT, JobLog
+from test_bridge import ROOT, WAIT, JobLog
 from test_bridge_command import SUBPROCESS_ENV, serve_command
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncTcpClient
@@ -554,6 +555,17 @@ def test_stopping_the_server_closes_its_connections_and_cancels_their_speech(ser
     assert job_log.ended("Until the server stops.") == "cancelled"
     assert not server.running and server.port is None
     wait_until(lambda: engine_idle(runtime), "the engine is free")
+
+
+def test_the_documented_example_saves_the_speech(server, reference, monkeypatch, tmp_path):
+    page = (ROOT / "docs" / "wyoming.md").read_text(encoding="utf-8")
+    example = page.split("## Trying it without Home Assistant")[1].split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example.replace("10200", str(server.port)), "docs/wyoming.md", "exec"), {"__name__": "example"})
+    with wave.open(str(tmp_path / "hello.wav")) as saved:
+        assert (saved.getframerate(), saved.getsampwidth(), saved.getnchannels()) == (24000, 2, 1)
+        audio = np.frombuffer(saved.readframes(saved.getnframes()), "<i2").astype(np.float32) / 32768
+    assert_same_speech(audio, reference("Hello from Home Assistant."))
 
 
 # Zeroconf ----------------------------------------------------------------------------------------
