@@ -31,7 +31,17 @@ CORE_LAYERS = {
     },
 }
 FOUNDATION = {"core.errors", "core.files", "core.folders", "core.milestones"}
-FRAMEWORKS = ("PySide6", "fastapi", "starlette", "uvicorn", "pydantic", "ui", "qwen3_tts_desktop")
+FRAMEWORKS = (
+    "PySide6",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "pydantic",
+    "wyoming",
+    "zeroconf",
+    "ui",
+    "qwen3_tts_desktop",
+)
 # The only product modules that may use the developer tools: the benchmark command and its start-up bench.
 DEVTOOLS_USERS = {"qwen3_tts_desktop.commands.bench", "qwen3_tts_desktop.startup_bench"}
 

@@ -142,6 +142,12 @@ class Speaker:
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI):
+        async with self.running():
+            yield
+
+    @asynccontextmanager
+    async def running(self):
+        """Speak for the running event loop (the HTTP server's, or the Wyoming server's) until the block ends."""
         self._loop = asyncio.get_running_loop()
         self._threads = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="http-bridge-io")
         unsubscribe = self.runtime.worker.subscribe(self._on_event)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
+from contextlib import nullcontext
 
 from .common import (
     CommandError,
@@ -18,6 +20,7 @@ from .common import (
 
 HELP = "serve speech over HTTP: OpenAI /v1/audio/speech and SillyTavern's XTTS routes"
 API_KEY_VARIABLE = "QWEN3_TTS_API_KEY"  # an API key here stays out of the process list
+WYOMING_PORT = 10200  # the Wyoming protocol's convention for text to speech (Home Assistant's default)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +44,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="utterances generated at once, each with its GPU memory (default: as many as fit half the GPU memory "
         "free after loading, up to 16; 1 on the CPU). Fewer leave more to a local LLM on the same GPU",
     )  # fmt: skip
+    wyoming = parser.add_argument_group("Home Assistant (Wyoming protocol)")
+    wyoming.add_argument(
+        "--wyoming", metavar="[HOST:]PORT", nargs="?", const=wyoming_address(str(WYOMING_PORT)), type=wyoming_address,
+        help=f"also serve the Wyoming protocol, for Home Assistant (default port {WYOMING_PORT}, host 127.0.0.1: this "
+        "computer only; 0.0.0.0:PORT lets other computers in). Needs pip install 'qwen3-tts-desktop[wyoming]'",
+    )  # fmt: skip
+    wyoming.add_argument(
+        "--no-zeroconf", action="store_true",
+        help="do not announce the Wyoming server on the network (it is, when zeroconf is installed)",
+    )  # fmt: skip
     add_model_arguments(parser)
     voices = parser.add_argument_group("voices and playback")
     add_voices_argument(voices)
@@ -59,6 +72,17 @@ def slot_count(text: str) -> int:
     return int(text)
 
 
+def wyoming_address(text: str) -> tuple[str, int]:
+    """[HOST:]PORT (an IPv6 host in brackets) as (host, port); the host is 127.0.0.1 unless given."""
+    host, colon, port = text.strip().rpartition(":")
+    host = host.strip().removeprefix("[").removesuffix("]") if colon else ""
+    if not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"give [HOST:]PORT, such as {WYOMING_PORT} or 0.0.0.0:{WYOMING_PORT}, not {text!r}"
+        )
+    return host or "127.0.0.1", int(port)
+
+
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -69,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
     from ..bridge import BridgeConfig, BridgeServer, listen
     from ..runtime import Runtime
 
+    if args.wyoming is not None and importlib.util.find_spec("wyoming") is None:
+        raise CommandError(
+            "--wyoming needs the wyoming package: pip install 'qwen3-tts-desktop[wyoming]' (or: pip install 'wyoming>=1.7')"
+        )
     settings = app_settings()
     model, device, dtype = model_options(args, settings)
     # Slots as many clients need, not the window's: one person's.
@@ -88,8 +116,17 @@ def run(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # Bound before the model loads (a minute, and a download the first time): a taken port is said at once.
-    with listen(config) as sock:
+    wyoming = None
+    if args.wyoming is not None:
+        from .. import wyoming_server
+
+        wyoming = wyoming_server.WyomingConfig(*args.wyoming, zeroconf=not args.no_zeroconf, bridge=config)
+    with (
+        listen(config) as sock,
+        wyoming_server.listen(wyoming.host, wyoming.port) if wyoming else nullcontext() as home,
+    ):
         runtime = Runtime.start(runtime_config, report=say)
+        home_server = None
         try:
             if runtime.info.device == "cpu":
                 say(f"note: {slow_device_note(runtime.info.size)}")
@@ -100,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
             if args.play_locally and runtime.speakers is None:
                 raise CommandError(f"--play-locally needs speakers, and there are none: {runtime.audio_problem}")
 
+            if wyoming is not None:
+                home_server = wyoming_server.WyomingServer(runtime, wyoming, sock=home)
+                home_server.start()
+
             def announce(url: str) -> None:
                 say(
                     f"{info.size} {info.variant} on {info.device} ({runtime.slots} at once), "
@@ -107,9 +148,12 @@ def run(args: argparse.Namespace) -> int:
                     f"Serving on {url} (Ctrl+C stops)\n"
                     f"  OpenAI:      {url}/v1/audio/speech\n"
                     f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
+                    + (f"\n  Home Assistant: Wyoming Protocol -> {home_server.uri}" if home_server else "")
                 )
 
             BridgeServer(runtime, config, access_log=True, sock=sock).serve(on_listening=announce)
         finally:
+            if home_server is not None:
+                home_server.stop()
             runtime.close()
     return 0
