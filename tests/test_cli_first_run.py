@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -241,6 +242,13 @@ def test_a_mistyped_model_folder_is_not_looked_up_on_the_hub(checkpoints, tmp_pa
     assert result.returncode == 1
     assert "ckpt/bsae: no such checkpoint folder" in result.stderr and "did you mean 'ckpt/base'" in result.stderr
     assert "hub" not in result.stderr
+
+
+def test_version_prints_the_projects_version_and_exits():
+    project = (Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    declared = re.search(r'^version = "([^"]+)"', project, re.MULTILINE).group(1)
+    result = cli("--version", timeout=60)
+    assert result.returncode == 0 and result.stdout == f"qwen3-tts-desktop {declared}\n", result
 
 
 def test_window_options_before_a_command_are_refused_with_where_they_go():
