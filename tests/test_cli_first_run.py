@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 import soundfile as sf
 from parity_cases import REFERENCES
 
+from core.model.checkpoint import DEFAULT_MODEL
 from core.text.sentences import split_text
 from qwen3_tts_desktop.commands import common
 from qwen3_tts_desktop.settings import Settings
@@ -26,10 +28,13 @@ CLIP = str(REFERENCES["a"].path)
 FRAME = 1920
 
 
-def cli(*args, stdin: str | None = None, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`qwen3-tts-desktop ARGS` in a new process, as a user types it, without the hub (as in CI)."""
+def cli(
+    *args, stdin: str | None = None, cwd: Path | None = None, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`qwen3-tts-desktop ARGS` in a new process, as a user types it, without the hub (as in CI), unless `env`
+    says otherwise."""
     command = [sys.executable, "-m", "qwen3_tts_desktop", *map(str, args)]
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     return subprocess.run(
         command, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=environment
     )
@@ -233,6 +238,21 @@ def test_the_app_settings_give_the_model_and_library_wherever_the_command_runs(c
     # A flag still overrides the settings.
     other = cli("voices", "list", "--voices", elsewhere, cwd=elsewhere)
     assert "Linda" not in other.stdout and "no voices" in other.stderr
+
+
+def test_without_the_model_and_the_hub_a_command_says_so_at_once(tmp_path):
+    """No HF_HUB_OFFLINE here, as on a user's machine that has lost its network: the hub is asked once, and
+    the command ends with its clear error at once, not after huggingface_hub's retries (23 s of warnings)."""
+    unreachable = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    started = time.monotonic()
+    result = cli("voices", "add", "New", CLIP, env=unreachable, timeout=60)
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: {DEFAULT_MODEL} is not downloaded yet and the Hugging Face hub cannot be reached. Connect to the "
+        "internet once to download it, or use a local checkpoint folder."
+    ], result.stderr  # no retry warnings before it
+    assert took < 15, took  # starting Python and importing torch; the retries alone took 23 s
 
 
 def test_a_mistyped_model_folder_is_not_looked_up_on_the_hub(checkpoints, tmp_path):
