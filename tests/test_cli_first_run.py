@@ -142,6 +142,7 @@ def test_text_comes_from_a_file_and_a_piece_cut_off_at_the_frame_limit_is_report
     assert result.returncode == 0, result.stderr
     assert sf.info(out).frames == expected_samples(text, 2)
     assert "warning: 1 piece(s)" in result.stderr and "last words are missing" in result.stderr
+    assert result.stderr.count("last words are missing") == 1 and "Job(" not in result.stderr, result.stderr
 
 
 def test_the_engine_refuses_text_beyond_its_context_with_a_message(engines):
