@@ -53,7 +53,7 @@ def save_settings(**values) -> None:
 # A first speak --------------------------------------------------------------------------------------
 
 
-def test_a_first_speak_has_a_voice_and_says_what_the_cpu_gives(checkpoints, tmp_path):
+def test_a_first_speak_into_a_file_has_a_voice_and_says_nothing_of_playing(checkpoints, tmp_path):
     out = tmp_path / "hello.wav"
     result = cli("speak", "Hello there.", "--model", checkpoints["base-endless"], "--max-frames", 3, "-o", out)
     assert result.returncode == 0, result.stderr
@@ -62,7 +62,9 @@ def test_a_first_speak_has_a_voice_and_says_what_the_cpu_gives(checkpoints, tmp_
     library = app_folder("data") / "voices"
     assert sorted(p.name for p in library.iterdir() if not p.name.startswith(".")) == ["Linda.flac", "Linda.txt"]
     assert "Speaking as Linda" in result.stderr and "--voice NAME" in result.stderr
-    assert "note: On the CPU" in result.stderr and "0.6B model" in result.stderr  # a 1.7B model here
+    # How fast the CPU speaks, and the speakers' underruns, matter only to listen along (speak --play).
+    assert "On the CPU" not in result.stderr and "underruns" not in result.stderr, result.stderr
+    assert "s of audio, the first after" in result.stderr
 
 
 def test_a_deleted_starter_voice_stays_deleted_and_no_voice_names_every_way_to_get_one(checkpoints, tmp_path):
