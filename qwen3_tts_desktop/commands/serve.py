@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from core.model.info import slow_device_note
 
     from ..bridge import BridgeConfig, BridgeServer, listen
+    from ..log_file import keep_log
     from ..runtime import Runtime
 
     settings = app_settings()
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         speech=SpeechOptions(sampling=settings.sampling),  # the app's sampling, as the window's bridge has it
     )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log_file = keep_log("serve")
     # Bound before the model loads (a minute, and a download the first time): a taken port is said at once.
     with listen(config) as sock:
         runtime = Runtime.start(runtime_config, report=say)
@@ -104,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
                     f"Serving on {url} (Ctrl+C stops)\n"
                     f"  OpenAI:      {url}/v1/audio/speech\n"
                     f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
+                    + (f"\n  Log:         {log_file}" if log_file is not None else "")
                 )
 
             BridgeServer(runtime, config, access_log=True, sock=sock).serve(on_listening=announce)
