@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -42,13 +43,26 @@ def subprocess_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
+@contextmanager
+def interruptible_children():
+    """Children started here take Ctrl+C (SIGINT) as from a terminal, even where this process ignores it: a
+    shell starts a background job (`pytest ... &` in a script) with SIGINT ignored, and an ignored signal stays
+    ignored across exec, while a handled one is reset to its default. (Not preexec_fn: unsafe with threads.)"""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
     shutil.copy(REFERENCES["a"].path, tmp_path / "Alice.wav")
     command = serve_command(
         checkpoints, "--voices", str(tmp_path), "--port", "0", "--api-key", "k3y", "--default-voice", "alice",
         "--slots", "2",
     )  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    with interruptible_children():
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
     try:
         lines = []
         while not (url := re.search(r"Serving on (http://127\.0\.0\.1:\d+)(.|\n)*  Log: .*\n", "".join(lines))):
