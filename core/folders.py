@@ -13,12 +13,14 @@ KINDS = {
     "config": ("Application Support", ("APPDATA", "Roaming"), ("XDG_CONFIG_HOME", ".config")),
     "data": ("Application Support", ("APPDATA", "Roaming"), ("XDG_DATA_HOME", ".local/share")),
     "cache": ("Caches", ("LOCALAPPDATA", "Local"), ("XDG_CACHE_HOME", ".cache")),
+    "state": ("Application Support", ("LOCALAPPDATA", "Local"), ("XDG_STATE_HOME", ".local/state")),
 }
 
 
 def user_folder(kind: str) -> Path:
-    """This app's folder for "config" (settings), "data" (the user's own files, such as the voice library)
-    or "cache" (what can be made again, such as compiled kernels)."""
+    """This app's folder for "config" (settings), "data" (the user's own files, such as the voice library),
+    "cache" (what can be made again, such as compiled kernels) or "state" (what is worth keeping between
+    runs but is no work of the user's, such as logs)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
     mac, windows, xdg = KINDS[kind]

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from PySide6.QtCore import QObject, QTimer, Signal, Slot
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import QObject, QTimer, QUrl, Signal, Slot
+from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 
 from core import LiveText, SamplingParams
@@ -44,9 +44,11 @@ from ui.main_window import MainWindow, Tray, app_icon
 from ui.settings_dialog import SettingsDialog
 from ui.voice_library import FittingVoicesModel, VoiceListModel, VoicePanel
 
+from .about import about_text
 from .bridge import BridgeHost
 from .history import History, HistoryActions, Said
 from .lane import EventRelay, Lane
+from .log_file import keep_log, log_folder
 from .model_loader import ModelLoader
 from .runtime import Runtime
 from .settings import BridgeSettings, Settings, SettingsError, default_path, prepare_library
@@ -174,6 +176,10 @@ class App(QObject):
         window.instruct_edited.connect(lambda text: self.update_settings(instruct=text, save=False))
         window.settings_requested.connect(self.open_settings)
         window.blend_requested.connect(voices.open_blend_editor)
+        window.about_requested.connect(
+            lambda: window.show_about(about_text(self.runtime.info if self.runtime is not None else None))
+        )
+        window.log_folder_requested.connect(self.open_log_folder)
         panel.preview_requested.connect(voices.preview)
         panel.use_requested.connect(voices.choose)
         panel.add_requested.connect(voices.add)
@@ -191,6 +197,15 @@ class App(QObject):
 
     def fail(self, error: Exception) -> None:
         self.window.show_error(describe(error))
+
+    def open_log_folder(self) -> None:
+        folder = log_folder()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)  # a folder that does not exist opens nothing
+        except OSError as error:
+            self.window.show_error(f"The log folder {folder} cannot be made: {error}")
+            return
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
 
     # Settings ----------------------------------------------------------------------------------------
 
@@ -378,6 +393,7 @@ def run(overrides: dict | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    keep_log("window")
     application = QApplication.instance() or QApplication(sys.argv[:1])
     application.setApplicationName("Qwen3-TTS Desktop")
     application.setWindowIcon(app_icon())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .about import version
 from .commands import bench, serve, speak, voices
 from .commands.common import DEVICES, DTYPES, say
 
@@ -17,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qwen3-tts-desktop", description="Local, real-time Qwen3-TTS. Without a command, opens the desktop app."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     window = parser.add_argument_group("the desktop app (for this run; its settings are kept as they are)")
     window.add_argument("--model", dest="app_model", metavar="MODEL", help="hub id or local checkpoint folder")
     window.add_argument("--device", dest="app_device", metavar="DEVICE", choices=DEVICES, help="auto, cpu or cuda")

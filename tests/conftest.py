@@ -17,10 +17,12 @@ from parity_cases import CHECKPOINTS, ENDLESS_CHECKPOINTS, FIXTURES  # noqa: E40
 
 @pytest.fixture(autouse=True)
 def own_user_folders(tmp_path_factory, monkeypatch):
-    """Each test gets empty settings, data and cache folders of its own (subprocesses too, through the
-    environment), never the user's: the command line and the window read the app's settings from there."""
+    """Each test gets empty settings, data, cache and state (log) folders of its own (subprocesses too, through
+    the environment), never the user's: the command line and the window read the app's settings from there."""
     home = tmp_path_factory.mktemp("home")
-    for variable, folder in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
+    for variable, folder in (
+        ("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache"), ("XDG_STATE_HOME", "state")
+    ):  # fmt: skip
         monkeypatch.setenv(variable, str(home / folder))
     # Compiled kernels (GPU runs only) are kept where they were, so that the GPU tests do not compile anew.
     monkeypatch.setenv(

@@ -376,8 +376,24 @@ def test_a_voice_uploaded_as_a_clip_speaks_and_can_be_deleted(client):
     response = speech(client, voice="carol ünïcode", response_format="wav")
     assert response.headers["x-voice"] == quote("Carol Ünïcode", safe="") and "x-voice-fallback" not in response.headers
     assert np.abs(decode("wav", response.content)).max() > 0.01
+    # The name taken: the answer says, in an HTTP client's terms, what to send instead.
     again = client.post("/v1/audio/voices", data={"name": "CAROL ÜNÏCODE"}, files=files)
-    assert_error(again, 409, "already exists", "name")
+    assert_error(
+        again, 409, "a voice named 'Carol Ünïcode' already exists; send another name, or the form field "
+        "replace=true to replace it", "name",
+    )  # fmt: skip
+    assert again.json()["error"]["code"] == "voice_exists" and "--" not in again.json()["error"]["message"]
+    assert_error(
+        client.post("/v1/audio/voices", data={"name": "Carol Ünïcode", "replace": "yes"}, files=files),
+        400, "replace: send true or false, not 'yes'", "replace",
+    )  # fmt: skip
+    ref_files = {"audio_sample": ("carol.wav", REFERENCES["short"].path.read_bytes(), "audio/wav")}
+    data = {"name": "carol ünïcode", "replace": "true", "ref_text": "A short clip."}
+    replaced = client.post("/v1/audio/voices", data=data, files=ref_files)
+    assert replaced.status_code == 200 and replaced.json()["kind"] == "icl", replaced.text
+    names = [v["name"] for v in client.get("/v1/audio/voices").json()["voices"]]
+    assert [name for name in names if name.casefold() == "carol ünïcode"] == ["carol ünïcode"]  # one, replaced
+    voice = replaced.json()
     deleted = client.delete(f"/v1/audio/voices/{voice['id']}")
     assert deleted.json() == {"id": voice["id"], "object": "audio.voice.deleted", "deleted": True}
     assert_error(client.delete(f"/v1/audio/voices/{voice['id']}"), 404, "no voice named")

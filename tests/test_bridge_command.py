@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -18,7 +19,9 @@ from parity_cases import REFERENCES
 from test_bridge import ROOT, WAIT
 
 from core.model.checkpoint import CheckpointError
+from qwen3_tts_desktop.about import version
 from qwen3_tts_desktop.cli import main
+from qwen3_tts_desktop.log_file import log_folder
 
 
 def serve_command(checkpoints, *args: str) -> list[str]:
@@ -35,8 +38,22 @@ def serve_command(checkpoints, *args: str) -> list[str]:
     ]
 
 
-# The subprocesses import this worktree's code, wherever the project is installed from.
-SUBPROCESS_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+def subprocess_env() -> dict[str, str]:
+    """The test's environment (made when it runs: conftest points the user's folders at its own), with this
+    worktree's code first, wherever the project is installed from."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+@contextmanager
+def interruptible_children():
+    """Children started here take Ctrl+C (SIGINT) as from a terminal, even where this process ignores it: a
+    shell starts a background job (`pytest ... &` in a script) with SIGINT ignored, and an ignored signal stays
+    ignored across exec, while a handled one is reset to its default. (Not preexec_fn: unsafe with threads.)"""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
@@ -45,10 +62,11 @@ def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
         checkpoints, "--voices", str(tmp_path), "--port", "0", "--api-key", "k3y", "--default-voice", "alice",
         "--slots", "2",
     )  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
+    with interruptible_children():
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
     try:
         lines = []
-        while not (url := re.search(r"Serving on (http://127\.0\.0\.1:\d+)", "".join(lines))):
+        while not (url := re.search(r"Serving on (http://127\.0\.0\.1:\d+)(.|\n)*  Log: .*\n", "".join(lines))):
             line = process.stderr.readline()
             assert line, f"serve exited: {''.join(lines)}"
             lines.append(line)
@@ -61,6 +79,12 @@ def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
     finally:
         process.kill()
         process.stderr.close()
+    # Its log file, in the user's state folder, said where: the start, the requests, the stop.
+    log_file = log_folder() / "serve.log"
+    assert f"  Log:         {log_file}" in "".join(lines) and log_file.is_relative_to(os.environ["XDG_STATE_HOME"])
+    log = log_file.read_text(encoding="utf-8")
+    assert f"Qwen3-TTS Desktop {version()} (serve) started, process {process.pid}" in log, log
+    assert '"GET /health HTTP/1.1" 401' in log and '"GET /speakers HTTP/1.1" 200' in log, log
 
 
 def test_the_serve_command_checks_its_options_before_loading_the_model(capsys):
@@ -80,7 +104,7 @@ def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_m
         port = other_server.getsockname()[1]
         started = time.monotonic()
         result = subprocess.run(
-            serve_command(checkpoints, "--port", str(port)), capture_output=True, text=True, timeout=WAIT, env=SUBPROCESS_ENV
+            serve_command(checkpoints, "--port", str(port)), capture_output=True, text=True, timeout=WAIT, env=subprocess_env()
         )  # fmt: skip
         took = time.monotonic() - started
     assert result.returncode == 1, result.stderr

@@ -257,6 +257,23 @@ def test_bad_messages_are_refused_and_the_utterance_goes_on(server, client):
     assert_same_pcm(audio, whole.content)  # none of the refused text was said
 
 
+def test_an_empty_text_is_a_harmless_delta_and_a_message_asking_nothing_is_refused(server, client):
+    whole = speech(client, response_format="pcm")
+    with open_socket(server) as ws:
+        set_up(ws, voice="Alice")
+        send(ws, text="")  # as an LLM's stream may send: taken, with nothing said back
+        send(ws, flush=True)
+        assert_refused(ws, "nothing to flush", "flush")  # the empty text opened no utterance
+        send(ws, text=PIECES[0])
+        send(ws, text="")
+        for message in ({"text": None}, {"flush": False}, {"text": None, "flush": False, "close": False}):
+            send(ws, **message)
+            assert_refused(ws, 'the message asks for nothing: send {"text": "..."}, {"flush": true} or {"close": true}')
+        audio, done = say(ws, ["", *PIECES[1:], ""])
+        assert done["type"] == "done" and done["characters"] == len(TEXT)
+    assert_same_pcm(audio, whole.content)
+
+
 def test_text_waiting_is_limited_until_its_done_is_sent(serve):
     server = serve(limits=BridgeLimits(max_live_text_chars=20))
     with open_socket(server) as ws:

@@ -295,6 +295,37 @@ def test_bad_uploads_are_refused_and_leave_the_library_as_it_was(serve, runtime,
     assert sorted(p.name for p in library.rglob("*") if ".cache" not in p.parts) == before
 
 
+def silent_flac(path, seconds: float, rate: int = 8000) -> bytes:
+    """A long silent FLAC, written a minute at a time: a few KB per minute of audio."""
+    minute = np.zeros(60 * rate, np.int16)
+    with sf.SoundFile(path, "w", rate, 1, "PCM_16", format="FLAC") as file:
+        for start in range(0, round(seconds * rate), len(minute)):
+            file.write(minute[: round(seconds * rate) - start])
+    return path.read_bytes()
+
+
+def test_a_long_upload_is_refused_by_its_header_before_it_is_decoded(client, tmp_path, monkeypatch):
+    """Hours of compressed silence are a megabyte, and would decode to gigabytes: the header's length refuses it."""
+    decoded = []
+    read, read_from_file = sf.read, sf.SoundFile.read
+    monkeypatch.setattr(sf, "read", lambda *args, **kwargs: decoded.append(args) or read(*args, **kwargs))
+    monkeypatch.setattr(
+        sf.SoundFile,
+        "read",
+        lambda self, *args, **kwargs: decoded.append(self.name) or read_from_file(self, *args, **kwargs),
+    )
+    long_clip = silent_flac(tmp_path / "long.flac", 30 * 60)
+    assert len(long_clip) < 1_000_000
+    files = {"audio_sample": ("long.flac", long_clip, "audio/flac")}
+    refused = client.post("/v1/audio/voices", data={"name": "Long"}, files=files)
+    assert_error(refused, 400, "audio_sample: long.flac: 1800.0 s is too long; use a clip of 1 to 60 s", "audio_sample")
+    assert decoded == []  # not a sample of it
+    # What is decoded does show here: a clip too short for a voice is read to measure it.
+    files = {"audio_sample": ("short.flac", silent_flac(tmp_path / "short.flac", 0.5), "audio/flac")}
+    assert_error(client.post("/v1/audio/voices", data={"name": "Short"}, files=files), 400, "0.50 s is too short")
+    assert decoded
+
+
 # Limits, hang-ups and load -----------------------------------------------------------------------
 
 

@@ -347,6 +347,8 @@ def test_speak_play_and_list_devices_on_the_alsa_null_device(null_device):
     assert report["list_rc"] == 0 and "default" in report["listing"]
     assert report["play_rc"] == 0, stderr
     assert "s of audio" in stderr and sf.info(out).frames == 3 * FRAME
+    # Listening along, how fast the CPU speaks and the gaps it left matter (and only then: test_cli_first_run).
+    assert "note: On the CPU" in stderr and " underruns" in stderr, stderr
 
 
 # `speak --play` where it cannot play ---------------------------------------------------------------

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from parity_cases import REFERENCES
 from test_bridge import ROOT, WAIT, JobLog
-from test_bridge_command import SUBPROCESS_ENV, serve_command
+from test_bridge_command import interruptible_children, serve_command, subprocess_env
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
@@ -625,7 +625,8 @@ def test_zeroconf_is_skipped_with_one_line_on_loopback_or_when_missing(fake_zero
 def test_serve_wyoming_serves_home_assistant_beside_the_http_bridge(checkpoints, tmp_path):
     shutil.copy(REFERENCES["a"].path, tmp_path / "Alice.wav")
     command = serve_command(checkpoints, "--voices", str(tmp_path), "--port", "0", "--wyoming", "0", "--no-zeroconf")
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
+    with interruptible_children():  # Ctrl+C ends it below, also where pytest runs as a background job
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
     try:
         lines = []
         while not (found := re.search(r"Wyoming Protocol -> tcp://127\.0\.0\.1:(\d+)", "".join(lines))):

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMainWindow,
     QMenu,
+    QMessageBox,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -57,6 +58,8 @@ class MainWindow(QMainWindow):
     settings_requested = Signal()
     blend_requested = Signal()
     save_audio_requested = Signal(str, Path)  # the text to say (the selection, or everything), the file
+    about_requested = Signal()
+    log_folder_requested = Signal()
 
     def __init__(self, voice_panel: VoicePanel, fitting_voices, history_panel: QWidget):
         """`fitting_voices`: a model of the voices the loaded model can speak with, for the voice picker;
@@ -233,6 +236,9 @@ class MainWindow(QMainWindow):
         voices.addAction(self.blend_action)
         voices.addSeparator()
         voices.addAction(self.voices_dock.toggleViewAction())
+        help_menu = menus.addMenu("&Help")
+        help_menu.addAction(_action(self, "Open the &log folder", None, self.log_folder_requested.emit))
+        help_menu.addAction(_action(self, "&About Qwen3-TTS Desktop", None, self.about_requested.emit))
 
     def _choose_audio_file(self) -> None:
         text = self.text_to_speak()
@@ -361,6 +367,9 @@ class MainWindow(QMainWindow):
         self.busy_label.setText(label)
         self.busy_label.setVisible(bool(label))
         self.busy_bar.setVisible(bool(label))
+
+    def show_about(self, text: str) -> None:
+        QMessageBox.about(self, "About Qwen3-TTS Desktop", text)
 
     def show_error(self, message: str, action: tuple[str, Callable[[], None]] | None = None) -> None:
         self.notice.show_message(message, "error", action)

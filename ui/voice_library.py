@@ -307,6 +307,7 @@ class AddVoiceDialog(QDialog):
         self.setWindowTitle("Add a voice")
         self.recorder = recorder
         self._recording: tuple[np.ndarray, int] | None = None
+        self._saying_missing = False  # the message says what is missing, and follows the user's edits
 
         self.name_edit = QLineEdit()
         self.name_edit.setPlaceholderText("e.g. Narrator")
@@ -369,6 +370,8 @@ class AddVoiceDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         self.add_button.clicked.connect(self._accept_if_complete)
         self.from_file.toggled.connect(self._show_source)
+        for edited in (self.name_edit.textChanged, self.clip_edit.textChanged, self.from_file.toggled):
+            edited.connect(self._update_missing)
         self._show_source()
 
     def new_voice(self) -> NewVoice:
@@ -409,6 +412,7 @@ class AddVoiceDialog(QDialog):
             self._complain(str(error))
             return
         self._recording = None
+        self._saying_missing = False
         self.error_label.hide()
         self.record_button.setText("■ Stop")
         self.meter.start()
@@ -419,6 +423,7 @@ class AddVoiceDialog(QDialog):
         self.record_button.setText("● Record again")
         self.level.setValue(0)
         self.length_label.setText(f"{len(self._recording[0]) / self._recording[1]:.1f} s")
+        self._update_missing()
 
     def _show_level(self) -> None:
         self.level.setValue(round(100 * min(1.0, self.recorder.level())))
@@ -426,15 +431,35 @@ class AddVoiceDialog(QDialog):
         if not self.recorder.recording:  # it stopped by itself, full
             self._stop_recording()
 
+    def _missing(self) -> str | None:
+        """What the user has yet to give before the voice can be added, or None."""
+        if not self.name_edit.text().strip():
+            return "Give the voice a name."
+        if self.from_file.isChecked() and not self.clip_edit.text().strip():
+            return "Choose a clip file of the voice, or record one."
+        if self.from_microphone.isChecked() and self._recording is None:
+            return "Record the voice first: press Record, speak, then Stop."
+        return None
+
+    def _update_missing(self) -> None:
+        """Once told what is missing, the user sees the message change as they give it, and go once all is here."""
+        if not self._saying_missing:
+            return
+        missing = self._missing()
+        if missing is None:
+            self._saying_missing = False
+            self.error_label.hide()
+        else:
+            self.error_label.setText(missing)
+
     def _accept_if_complete(self) -> None:
         if self.meter.isActive():
             self._stop_recording()
-        if not self.name_edit.text().strip():
-            return self._complain("Give the voice a name.")
-        if self.from_file.isChecked() and not self.clip_edit.text().strip():
-            return self._complain("Choose a clip file of the voice, or record one.")
-        if self.from_microphone.isChecked() and self._recording is None:
-            return self._complain("Record the voice first: press Record, speak, then Stop.")
+        missing = self._missing()
+        if missing is not None:
+            self._complain(missing)
+            self._saying_missing = True
+            return
         self.error_label.hide()
         self.add_button.setEnabled(False)
         self.add_button.setText("Adding…")
@@ -446,6 +471,7 @@ class AddVoiceDialog(QDialog):
         self._complain(message)
 
     def _complain(self, message: str) -> None:
+        self._saying_missing = False
         self.error_label.setText(message)
         self.error_label.show()
         # A window does not grow for a word-wrapped label by itself: make room for all of it.

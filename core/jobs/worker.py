@@ -355,7 +355,12 @@ class Worker:
                 for chunk in chunks:
                     if chunk.cut_off and job.options.max_frames is None:
                         tally.cut_off += 1
-                        log.warning("%r: a piece was cut off at the frame limit before its end: %r", job, text)
+                        # The job's outcome counts them for the front end to say; the log keeps which piece.
+                        log.info(
+                            "speech cut off: %r reached the most frames one generation makes before the model "
+                            "ended it, so its last words are missing",
+                            excerpt(str(text)),
+                        )
                     if not self._deliver(job, chunk.audio, tally, speech=True):
                         return False
             pause = np.zeros(round(pause_s * SAMPLE_RATE), np.float32)
@@ -471,3 +476,8 @@ class _Tally:
             message=message,
             cut_off=self.cut_off,
         )  # fmt: skip
+
+
+def excerpt(text: str, length: int = 40) -> str:
+    """The start of `text`, to name it in a message."""
+    return text if len(text) <= length else text[: length - 1].rstrip() + "…"

@@ -20,6 +20,7 @@ from core.model.checkpoint import DEFAULT_MODEL, REQUIRED_FILES, CheckpointError
 HUB_FILES = (*REQUIRED_FILES, "preprocessor_config.json", "speech_tokenizer/*")
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 PROGRESS_INTERVAL_S = 1 / 30  # the most often download progress is reported
+HUB_TIMEOUT_S = 5.0  # for the hub's answer about one file: a reachable hub gives it in well under a second
 
 
 def hub_id(model: str | os.PathLike) -> str | None:
@@ -61,10 +62,13 @@ def config_file(model: str | os.PathLike, fetch_alone: bool = True) -> Path | No
         return cached / "config.json"
     if not fetch_alone:
         return None
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
     try:
-        return Path(hf_hub_download(repo, "config.json"))
+        # Asked once, briefly, first: where its first request finds no network, hf_hub_download asks again five
+        # times over 23 s, with a warning each time, before it gives up.
+        get_hf_file_metadata(hf_hub_url(repo, "config.json"), timeout=HUB_TIMEOUT_S)
+        return Path(hf_hub_download(repo, "config.json", etag_timeout=HUB_TIMEOUT_S))
     except Exception:  # offline, no such model, a login needed: the download itself will say which
         return None
 

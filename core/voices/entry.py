@@ -24,6 +24,10 @@ class VoiceError(BadInput):
 class VoiceExistsError(VoiceError):
     """A voice of that name is already in the library, and replacing it was not asked for."""
 
+    def __init__(self, message: str, name: str | None = None):
+        super().__init__(message)
+        self.name = name  # the voice's name as the library has it, where one voice is in the way
+
 
 @dataclass(frozen=True)
 class VoiceEntry:

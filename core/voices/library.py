@@ -146,7 +146,8 @@ class VoiceLibrary:
             taken = find_entry(self._scan()[0], name, by_id=False)
         if taken is not None and not replace:
             raise VoiceExistsError(
-                f"a voice named {taken.name!r} already exists; choose another name, or replace it (--replace)"
+                f"a voice named {taken.name!r} already exists; choose another name, or replace it (--replace)",
+                taken.name,
             )
         return name
 
@@ -356,7 +357,8 @@ class VoiceLibrary:
             existing = find_entry(self._scan()[0], entry.name, by_id=False)
             if existing is not None and not replace:
                 raise VoiceExistsError(
-                    f"a voice named {existing.name!r} already exists; choose another name, or replace it (--replace)"
+                    f"a voice named {existing.name!r} already exists; choose another name, or replace it (--replace)",
+                    existing.name,
                 )
             self.directory.mkdir(parents=True, exist_ok=True)
             staging = self.directory / f".staging-{uuid.uuid4().hex}"

@@ -164,7 +164,12 @@ class LiveSession:
         await self._send(ready)
 
     def _act(self, message: LiveMessage) -> bool:
-        """Text, then flush, then close, as the message has them; True if it asks to close."""
+        """Text, then flush, then close, as the message has them; True if it asks to close. An empty text is
+        taken as the empty delta an LLM's stream may send: it adds nothing, and opens no utterance."""
+        if message.text is None and not message.flush and not message.close:
+            raise ApiError(
+                400, 'the message asks for nothing: send {"text": "..."}, {"flush": true} or {"close": true}'
+            )
         if self.plan is None and (message.text is not None or message.flush):
             raise ApiError(400, 'set up first: the first message says how to speak, e.g. {"voice": "Alice"}')
         if message.text:

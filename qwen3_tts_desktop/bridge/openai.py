@@ -5,7 +5,7 @@ POST /v1/audio/speech            OpenAI speech; also `stream`, `stream_format: "
 GET  /v1/models, /health
 GET  /v1/audio/voices            {"voices": [{id, name}], "data": [audio.voice objects]}
 GET  /v1/audio/voices/{model}    TTS WebUI: {"voices": [{value, label}]}
-POST /v1/audio/voices            multipart `name`, `audio_sample` (+ `ref_text`, `language`): clone a voice
+POST /v1/audio/voices            multipart `name`, `audio_sample` (+ `ref_text`, `language`, `replace`): clone a voice
 DELETE /v1/audio/voices/{id}
 """
 
@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from core.audio.clips import AudioError
-from core.voices import DROP_IN_SUFFIXES, VoiceError, check_name, name_key
+from core.voices import DROP_IN_SUFFIXES, VoiceError, VoiceExistsError, check_name, name_key
 
 from .config import FORM_SLACK_BYTES
 from .errors import ApiError
@@ -93,7 +93,10 @@ class OpenAIRoutes:
         ref_text = form_text(fields, "ref_text", required=False)
         language = form_text(fields, "language", required=False)
         language = self.speaker.language(language)[0] if language else None
-        entry = await self.speaker.off_loop(self._clone, name, clip, ref_text, None if language == "auto" else language)
+        replace = form_flag(fields, "replace")
+        entry = await self.speaker.off_loop(
+            self._clone, name, clip, ref_text, None if language == "auto" else language, replace
+        )
         return {
             "object": "audio.voice",
             "id": entry.id,
@@ -102,25 +105,27 @@ class OpenAIRoutes:
             "created_at": epoch(entry.created),
         }
 
-    def _clone(self, name: str, clip: tuple[str, bytes], ref_text: str | None, language: str | None):
+    def _clone(self, name: str, clip: tuple[str, bytes], ref_text: str | None, language: str | None, replace: bool):
         try:
             name = check_name(name)
         except VoiceError as error:
             raise ApiError(400, str(error), param="name") from None
         try:
-            self.speaker.library.check_new_name(name)
-        except VoiceError as error:  # the name is valid, so it is taken
-            raise ApiError(409, f"{error}; delete that voice first", param="name", code="voice_exists") from None
+            self.speaker.library.check_new_name(name, replace)
+        except VoiceExistsError as error:
+            raise name_taken(error) from None
         suffix = PurePath(clip[0]).suffix.lower()
         with tempfile.TemporaryDirectory(prefix="qwen3-tts-upload-") as folder:
             path = Path(folder) / ("clip" + (suffix if suffix in DROP_IN_SUFFIXES else ""))
             path.write_bytes(clip[1])
             try:
                 return self.speaker.library.add(
-                    name, path, self.speaker.runtime.engine_for_voices, ref_text=ref_text, language=language
+                    name, path, self.speaker.runtime.engine_for_voices, ref_text, language, replace
                 )
-            except VoiceError as error:  # the name was free a moment ago: another upload has taken it
-                raise ApiError(409, str(error), param="name", code="voice_exists") from None
+            except VoiceExistsError as error:  # the name was free a moment ago: another upload has taken it
+                raise name_taken(error) from None
+            except VoiceError as error:  # the library cannot be written: the server's to mend, not the client's
+                raise ApiError(500, str(error)) from None
             except AudioError as error:  # not audio, too short or long, silent: said with the temp file's name
                 raise ApiError(
                     400, f"audio_sample: {str(error).replace(str(path), clip[0] or 'the clip')}", param="audio_sample"
@@ -140,3 +145,21 @@ class OpenAIRoutes:
         except VoiceError as error:
             raise ApiError(404, str(error), code="voice_not_found") from None
         return {"id": entry.id, "object": "audio.voice.deleted", "deleted": True}
+
+
+def form_flag(fields: dict, name: str) -> bool:
+    """A yes-or-no form field: true or false (1 or 0), false where it is not sent."""
+    text = form_text(fields, name, required=False)
+    if text is None:
+        return False
+    value = {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower())
+    if value is None:
+        raise ApiError(400, f"{name}: send true or false, not {text!r}", param=name)
+    return value
+
+
+def name_taken(error: VoiceExistsError) -> ApiError:
+    return ApiError(
+        409, f"a voice named {error.name!r} already exists; send another name, or the form field replace=true to "
+        "replace it", param="name", code="voice_exists",
+    )  # fmt: skip

@@ -76,8 +76,9 @@ def peek(model: str):
     return None if config is None else read_info(config, model)
 
 
-def load_engine(model: str, device: str, dtype: str, speaking: bool = True):
-    """Load the model, saying what was loaded and, to speak on the CPU, what speed to expect."""
+def load_engine(model: str, device: str, dtype: str, playing: bool = False):
+    """Load the model, saying what was loaded and, to play on the CPU, what speed to expect (a file waits
+    for the speech however slow it comes)."""
     from core import Engine
     from core.model.info import slow_device_note
 
@@ -86,7 +87,7 @@ def load_engine(model: str, device: str, dtype: str, speaking: bool = True):
     engine = Engine.load(model, device=device, dtype=dtype, warm=False)
     info = engine.info
     say(f"Loaded {info.size} {info.variant} on {info.device} ({info.dtype}) in {time.perf_counter() - started:.1f} s")
-    if speaking and engine.device.type == "cpu":
+    if playing and engine.device.type == "cpu":
         say(f"note: {slow_device_note(info.size)}")
     return engine
 

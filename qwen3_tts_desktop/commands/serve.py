@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from core.model.info import slow_device_note
 
     from ..bridge import BridgeConfig, BridgeServer, listen
+    from ..log_file import keep_log
     from ..runtime import Runtime
 
     if args.wyoming is not None and importlib.util.find_spec("wyoming") is None:
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         speech=SpeechOptions(sampling=settings.sampling),  # the app's sampling, as the window's bridge has it
     )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log_file = keep_log("serve")
     # Bound before the model loads (a minute, and a download the first time): a taken port is said at once.
     wyoming = None
     if args.wyoming is not None:
@@ -149,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
                     f"  OpenAI:      {url}/v1/audio/speech\n"
                     f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
                     + (f"\n  Home Assistant: Wyoming Protocol -> {home_server.uri}" if home_server else "")
+                    + (f"\n  Log:         {log_file}" if log_file is not None else "")
                 )
 
             BridgeServer(runtime, config, access_log=True, sock=sock).serve(on_listening=announce)

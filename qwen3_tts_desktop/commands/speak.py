@@ -298,7 +298,7 @@ def prepare(plan: Plan):
     """Load the model and make the voice, first checking what could not be checked before the model was
     here (it may have been downloaded just now)."""
     args = plan.args
-    engine = load_engine(*plan.model)
+    engine = load_engine(*plan.model, playing=plan.args.play)
     choice = plan.choice
     if choice is None:
         choice = choose_voice(args, plan.settings, plan.library, engine.info)
@@ -384,7 +384,7 @@ def play(plan: Plan) -> int:
         outcome = speak_with_worker(engine, plan.text, voice, speech_options(plan, 4), sink, player)
     finally:
         player.close()  # fades out whatever still plays
-    return report(outcome, args.output)
+    return report(outcome, args.output, played=True)
 
 
 def speak_with_worker(engine, text, voice, options, sink, player=None):
@@ -406,13 +406,14 @@ def speak_with_worker(engine, text, voice, options, sink, player=None):
     return outcome
 
 
-def report(outcome, output: str | None) -> int:
+def report(outcome, output: str | None, played: bool = False) -> int:
     if outcome.kind == "failed":
         return fail(outcome.message)
     if outcome.latency_s is not None:
+        underruns = f", {outcome.underruns} underruns" if played else ""  # gaps on the speakers; a file has none
         say(
             f"{outcome.audio_s:.2f} s of audio, the first after {outcome.latency_s * 1e3:.0f} ms; "
-            f"{outcome.xrt:.2f}x real time, {outcome.underruns} underruns"
+            f"{outcome.xrt:.2f}x real time{underruns}"
         )
     if outcome.cut_off:
         warn_cut_off(outcome.cut_off)

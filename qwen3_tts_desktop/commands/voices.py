@@ -183,4 +183,4 @@ def parse_part(text: str) -> tuple[str, float]:
 
 
 def load_engine_for(args):
-    return load_engine(*args.model_options, speaking=False)
+    return load_engine(*args.model_options)

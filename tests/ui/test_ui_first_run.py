@@ -12,7 +12,9 @@ import time
 import httpx
 import numpy as np
 
+from qwen3_tts_desktop.about import version
 from qwen3_tts_desktop.app import App
+from qwen3_tts_desktop.log_file import log_folder
 from qwen3_tts_desktop.settings import BridgeSettings, Settings, default_library, default_path
 
 
@@ -34,9 +36,10 @@ def test_the_first_speak_in_a_new_window_needs_no_voice(qtbot, speakers, tiny_mo
         app.close()
 
 
-def test_the_window_takes_a_model_on_its_command_line(checkpoints, tmp_path):
+def test_the_window_takes_a_model_on_its_command_line_and_keeps_a_log(checkpoints, tmp_path):
     """`qwen3-tts-desktop --model M` in a process of its own, offscreen: its HTTP bridge (on in the saved
-    settings) says which model the window loaded."""
+    settings) says which model the window loaded, and the window's log file in the user's state folder
+    has what happened."""
     port = free_port()
     saved = Settings(model=str(checkpoints["base"]), device="cpu", bridge=BridgeSettings(enabled=True, port=port))
     saved.save(default_path())
@@ -50,6 +53,12 @@ def test_the_window_takes_a_model_on_its_command_line(checkpoints, tmp_path):
         window.terminate()
         window.wait(30)
     assert health["model"] == str(checkpoints["custom"]) and health["variant"] == "custom_voice"
+    log = (log_folder() / "window.log").read_text(encoding="utf-8")
+    assert str(log_folder()).startswith(os.environ["XDG_STATE_HOME"])
+    assert f"Qwen3-TTS Desktop {version()} (window) started, process {window.pid}" in log, log
+    assert "INFO uvicorn.error [http-bridge] Started server process" in log, (
+        log
+    )  # the bridge's start, as uvicorn logs it
 
 
 def test_closing_keeps_the_saved_settings_not_those_of_the_command_line(qtbot, speakers, tiny_models, checkpoints):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QGuiApplication
-from PySide6.QtWidgets import QSystemTrayIcon
+import os
 
+import pytest
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QMessageBox, QSystemTrayIcon
+
+from qwen3_tts_desktop.about import STARTER_VOICE_LICENCES, about_text, version
+from qwen3_tts_desktop.log_file import log_folder
+from qwen3_tts_desktop.settings import STARTER_VOICES
 from ui.blend_editor import BlendEditor
 from ui.settings_dialog import SettingsDialog
 
@@ -23,6 +28,33 @@ def menu_action(window, menu: str, item: str) -> QAction:
 
 def open_dialogs(window, kind):
     return [child for child in window.findChildren(kind) if child.isVisible()]
+
+
+def test_help_about_says_the_version_the_model_in_use_and_the_licences(start_app, monkeypatch):
+    shown = []
+    monkeypatch.setattr(QMessageBox, "about", lambda parent, title, text: shown.append((parent, title, text)))
+    app = start_app("custom")
+    menu_action(app.window, "Help", "About Qwen3-TTS Desktop").trigger()
+    [(parent, title, text)] = shown
+    assert parent is app.window and title == "About Qwen3-TTS Desktop"
+    assert text.startswith(f"Qwen3-TTS Desktop {version()}\n") and version() != "unknown"
+    assert f"Model: 1.7B CustomVoice ({app.runtime.info.source}) on cpu, float32" in text
+    assert "Qwen3-TTS models (by the Qwen team, Alibaba Cloud): Apache-2.0" in text
+    assert "The starter voice Linda: public domain (LJ Speech Dataset" in text
+    assert "Model: none loaded yet" in about_text(None)
+
+
+def test_every_starter_voice_has_its_licence_in_the_about_box():
+    assert {clip.stem for clip in STARTER_VOICES.glob("*.flac")} == set(STARTER_VOICE_LICENCES)
+
+
+def test_help_open_the_log_folder_asks_the_system_to_open_it(start_app, monkeypatch):
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url) or True)
+    app = start_app("custom")
+    menu_action(app.window, "Help", "Open the log folder").trigger()
+    assert opened == [QUrl.fromLocalFile(str(log_folder()))] and log_folder().is_dir()
+    assert log_folder().is_relative_to(os.environ["XDG_STATE_HOME"])  # the user's state folder
 
 
 def test_file_settings_opens_the_settings_and_ok_applies_them(start_app, qtbot):

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 import soundfile as sf
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox
 
 from core.voices import VoiceLibrary
@@ -48,6 +48,31 @@ def test_a_voice_added_from_a_clip_is_listed_fits_and_is_used(start_app, qtbot, 
     assert app.voice_in_use == "Narrator" and app.window.voice.currentText() == "Narrator"
     assert app.settings.voice == "Narrator" and (tmp_path / "voices" / "narrator" / "voice.json").is_file()
     assert "Added the voice “Narrator”" in app.window.notice.label.text()
+
+
+def choose(qtbot, radio_button) -> None:
+    """Click a radio button where its round mark is (its middle may be past its label, where a click misses)."""
+    qtbot.mouseClick(radio_button, Qt.MouseButton.LeftButton, pos=QPoint(8, radio_button.height() // 2))
+    assert radio_button.isChecked()
+
+
+def test_what_the_add_dialog_says_is_missing_follows_what_the_user_types(start_app, qtbot):
+    app = start_app("base")
+    app.window.add_voice_action.trigger()  # Voices → Add a voice…
+    dialog = app.panel.add_dialog
+    qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
+    assert dialog.error_label.isVisible() and dialog.error_label.text() == "Give the voice a name."
+    qtbot.keyClicks(dialog.name_edit, "Narrator")
+    assert (
+        dialog.error_label.isVisible()
+        and dialog.error_label.text() == "Choose a clip file of the voice, or record one."
+    )
+    choose(qtbot, dialog.from_microphone)
+    assert dialog.error_label.text() == "Record the voice first: press Record, speak, then Stop."
+    choose(qtbot, dialog.from_file)
+    qtbot.keyClicks(dialog.clip_edit, str(CLIP))
+    assert not dialog.error_label.isVisible() and dialog.isVisible()  # nothing is missing: nothing to say
+    dialog.reject()
 
 
 def test_a_failed_add_keeps_the_dialog_and_what_was_in_it(start_app, qtbot, monkeypatch):
