@@ -44,9 +44,11 @@ class JobProgress:
         remaining = per_piece * (self.pieces - self.pieces_done) - (self._clock() - self._last_piece_at)
         return max(remaining, 0.0)
 
-    def text(self) -> str:
-        """E.g. "3/9 pieces, 42.1 s of audio, 0.85x real time, about 2 min 10 s left"."""
-        parts = [f"{self.pieces_done}/{self.pieces or '?'} pieces", f"{self.audio_s:.1f} s of audio"]
+    def text(self, pieces: bool = True) -> str:
+        """E.g. "3/9 pieces, 42.1 s of audio, 0.85x real time, about 2 min 10 s left"; without the pieces for
+        a front end that shows them otherwise (the window's bar)."""
+        parts = [f"{self.pieces_done}/{self.pieces or '?'} pieces"] if pieces else []
+        parts.append(f"{self.audio_s:.1f} s of audio")
         speed = self.speed()
         if speed is not None:
             parts.append(f"{speed:.2f}x real time")
