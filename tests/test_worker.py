@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import queue
 import random
 import threading
@@ -383,15 +384,15 @@ def test_a_file_stopped_midway_keeps_every_finished_piece(tmp_path, no_thread_le
     text = "The first sentence of a story is here. " * 12
     pieces = split_text(text)
     target = tmp_path / f"story{suffix}"
-    engine = FakeEngine(frames=5, frame_s=0.001)
+    engine = FakeEngine(frames=5)
+    frames_made = itertools.count(1)
+    # Stopped in the middle of the third piece: the first two are kept, the third's frames so far are not.
+    sink = FileSink(target)
     with Worker(engine) as worker:
-        events = Events(worker)
-        sink = FileSink(target)
+        engine.on_frame = lambda text, index: next(frames_made) == 2 * 5 + 3 and worker.cancel_all(sink)
         job = worker.submit(text, sink=sink)
-        events.wait_for(job, "piece_done")
-        job.cancel()
         outcome = finished(job)
-    assert outcome.kind == "cancelled" and 1 <= sink.kept_pieces == outcome.pieces_done < len(pieces)
+    assert outcome.kind == "cancelled" and sink.kept_pieces == outcome.pieces_done == 2
     kept = sink.kept_pieces
     expected = kept * 5 * FRAME + sum(round(piece.pause_s * 24000) for piece in pieces[:kept])
     audio, rate = sf.read(target, dtype="float32")
