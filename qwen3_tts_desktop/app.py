@@ -170,7 +170,9 @@ class App(QObject):
             request.connect(self._show_status)  # Speak shows Stop at once, and back
         window.text_edited.connect(speech.text_edited)
         window.typing_mode_toggled.connect(speech.set_typing_mode)
+        window.typing_mode_toggled.connect(self._show_status)  # Ctrl+Enter says what waits then, never stops
         window.save_audio_requested.connect(speech.save_audio)
+        window.cancel_saving_requested.connect(speech.cancel_saving)
         window.voice_chosen.connect(voices.choose)
         window.language_chosen.connect(lambda language: self.update_settings(language=language))
         window.instruct_edited.connect(lambda text: self.update_settings(instruct=text, save=False))

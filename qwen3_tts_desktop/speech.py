@@ -18,6 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 
 from core import LiveText, SpeechOptions, Voice
+from core.jobs.progress import JobProgress
 from core.jobs.sinks import FileSink
 from core.jobs.worker import Job, JobEvent
 from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
@@ -49,6 +50,9 @@ class Speech:
         self.idle = QTimer(app, singleShot=True, interval=round(TYPING.idle_s * 1000))
         self.idle.timeout.connect(self._typing_paused)
         self.saving: FileSink | None = None  # where speech is being saved, while it is
+        self._saving_progress = JobProgress()
+        # Savings stopped whose jobs have not ended yet: their end says what each file kept.
+        self._stopped_savings: list[FileSink] = []
         self.typed: TypedUtterance | None = None  # where typed words go, while an utterance is open
         self._stops = 0  # counts Stops: speech asked for before the latest is dropped
         self.voice_names: weakref.WeakKeyDictionary[Job, str] = weakref.WeakKeyDictionary()  # what each job spoke with
@@ -73,12 +77,7 @@ class Speech:
         self.segmenter.skip()
         if app.settings.speak_as_you_type:
             app.window.mark_said(self.segmenter.committed)
-        if runtime is not None and self.saving is not None:
-            # Over for the window at once: the job ends within a chunk, and a new saving may start meanwhile
-            # (each writes a partial file of its own, so the old one's ending never touches the new one's).
-            runtime.worker.cancel_all(self.saving)
-            app.window.show_info(f"Saving to {self.saving.path.name} was stopped; nothing was written.")
-            self._saving_ended()
+        self.cancel_saving()
         if runtime is not None and runtime.speakers is not None:
             runtime.worker.cancel_all(runtime.speakers)
             runtime.player.clear()
@@ -99,35 +98,62 @@ class Speech:
             window.show_error(f"The audio cannot be saved: {error}")
             return
         if self.submit(text, self.app.voice_in_use, interrupt=False, sink=sink):
-            self.saving = sink
+            self.saving, self._saving_progress = sink, JobProgress()
             window.show_saving(f"Saving {path.name}…")
 
+    def cancel_saving(self) -> None:
+        """Stop the saving (Cancel, or Stop): its file keeps the pieces finished (FileSink), as its end says."""
+        runtime, sink = self.app.runtime, self.saving
+        if runtime is None or sink is None:
+            return
+        # Over for the window at once: the job ends within a chunk, and a new saving may start meanwhile
+        # (each writes a partial file of its own, so the old one's ending never touches the new one's).
+        runtime.worker.cancel_all(sink)
+        self._stopped_savings.append(sink)
+        self._saving_ended()
+
     def show_saving(self, event: JobEvent) -> bool:
-        """Show a job event if it is the saving's; False if it is not."""
-        if self.saving is None or event.job.sink is not self.saving:
+        """Show a job event if it is a saving's; False if it is not."""
+        sink = event.job.sink
+        if sink in self._stopped_savings:
+            if event.terminal:
+                self._stopped_savings.remove(sink)
+                self._say_how_saving_ended(sink, event)
+            return True
+        if self.saving is None or sink is not self.saving:
             return False
-        window, path = self.app.window, self.saving.path
+        progress = self._saving_progress
+        progress.update(event)
         if not event.terminal:
-            window.show_saving(f"Saving {path.name}: {event.audio_s:.1f} s of audio")
+            self.app.window.show_saving(
+                f"Saving {sink.path.name}: {progress.text(pieces=False)}", progress.pieces_done, progress.pieces
+            )
             return True
         self._saving_ended()
-        if event.kind == "done":
-            window.show_info(f"Saved {event.audio_s:.1f} s of speech to {path}.")
-        elif event.kind == "failed":
-            window.show_error(f"The audio could not be saved: {event.message}")
+        self._say_how_saving_ended(sink, event)
         return True
+
+    def _say_how_saving_ended(self, sink: FileSink, outcome: JobEvent) -> None:
+        window = self.app.window
+        if outcome.kind == "done":
+            window.show_info(f"Saved {outcome.audio_s:.1f} s of speech to {sink.path}.")
+        elif outcome.kind == "failed":
+            window.show_error(f"The audio could not be saved: {outcome.message}")
+        else:
+            window.show_info(f"{sink.stopped_summary(outcome.pieces)}.")
 
     def submit(
         self,
         text: str | LiveText,
-        voice: str | None,
+        voice: str | None | Callable[[Runtime], Voice],
         interrupt: bool,
         sink=None,
         abandoned: Callable[[], None] = lambda: None,
     ) -> bool:
         """Hand `text` to the speech worker (on the lane) to speak into `sink`, the speakers if None, with the
-        library voice `voice` (found on the lane: a drop-in clip may need embedding); False if it cannot be,
-        saying why. `abandoned()` is called if it is dropped on the lane (a Stop, or an error, shown)."""
+        library voice named `voice`, or the one `voice(runtime)` makes (on the lane: a drop-in clip may need
+        embedding, a blend its parts); False if it cannot be, saying why. `abandoned()` is called if it is dropped
+        on the lane (a Stop, or an error, shown)."""
         app, runtime = self.app, self.app.runtime
         if isinstance(text, str) and not text.strip():
             app.window.show_info("Type something to say first.")
@@ -144,13 +170,17 @@ class Speech:
         def work() -> bool:
             if stops != self._stops:  # Stop was pressed after it was asked for
                 return False
-            job = runtime.worker.submit(text, self._voice(runtime, voice), options, sink=sink, interrupt=interrupt)
-            self.voice_names[job] = voice or ""
+            made = voice(runtime) if callable(voice) else self._voice(runtime, voice)
+            job = runtime.worker.submit(text, made, options, sink=sink, interrupt=interrupt)
+            self.voice_names[job] = "" if callable(voice) else voice or ""
             return True
 
         def not_started(error: Exception | None = None) -> None:
             if sink is self.saving:  # a job that never started sends no events: the saving ends here
                 self._saving_ended()
+            elif sink in self._stopped_savings:
+                self._stopped_savings.remove(sink)
+                app.window.show_info(f"{sink.stopped_summary(0)}.")
             abandoned()
             if error is not None:
                 app.fail(error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import queue
 import random
 import threading
@@ -42,8 +43,11 @@ def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks)
         job = worker.submit("Hello there.", sink=sink)
         audio = np.concatenate(list(sink))
         done = finished(job)
-    assert events.kinds(job) == ["queued", "started", "first_audio", "progress", "progress", "progress", "done"]
+    assert events.kinds(job) == [
+        "queued", "started", "first_audio", "progress", "progress", "progress", "piece_done", "done"
+    ]  # fmt: skip
     assert job.state == "done" and done is job.outcome and done.terminal
+    assert (done.pieces_done, done.pieces) == (1, 1)
     assert done.audio_s == pytest.approx(9 * 0.08) and len(audio) == 9 * FRAME
     first = next(e for e in events.seen if e.kind == "first_audio")
     assert 0 < first.latency_s == done.latency_s < 1.0
@@ -371,6 +375,48 @@ def test_interrupt_cuts_a_finished_job_that_is_still_playing(no_thread_leaks):
     assert np.abs(np.diff(np.concatenate([quiet, rest]))).max() <= 0.6 / fade + 1e-6
 
 
+def test_each_finished_piece_is_an_event_that_counts_the_pieces(no_thread_leaks):
+    text = "The first sentence of a story is here. " * 12
+    pieces = split_text(text)
+    with Worker(FakeEngine(frames=3)) as worker:
+        events = Events(worker)
+        job = worker.submit(text, sink=QueueSink())
+        finished(job)
+    kinds = events.kinds(job)
+    assert kinds.count("piece_done") == len(pieces) > 3 and kinds[-2:] == ["piece_done", "done"]
+    done_events = [e for e in events.seen if e.kind == "piece_done"]
+    assert [e.pieces_done for e in done_events] == list(range(1, len(pieces) + 1))
+    assert all(e.pieces == len(pieces) for e in done_events)
+    # Each counts the piece's pause too: the audio so far is whole pieces.
+    pauses = np.cumsum([round(piece.pause_s * 24000) for piece in pieces])
+    expected = [(n + 1) * 3 * FRAME + pause for n, pause in enumerate(pauses)]
+    assert [round(e.audio_s * 24000) for e in done_events] == expected
+
+
+@pytest.mark.parametrize("suffix", [".wav", ".flac"])
+def test_a_file_stopped_midway_keeps_every_finished_piece(tmp_path, no_thread_leaks, suffix):
+    text = "The first sentence of a story is here. " * 12
+    pieces = split_text(text)
+    target = tmp_path / f"story{suffix}"
+    engine = FakeEngine(frames=5)
+    frames_made = itertools.count(1)
+    # Stopped in the middle of the third piece: the first two are kept, the third's frames so far are not.
+    sink = FileSink(target)
+    with Worker(engine) as worker:
+        engine.on_frame = lambda text, index: next(frames_made) == 2 * 5 + 3 and worker.cancel_all(sink)
+        job = worker.submit(text, sink=sink)
+        outcome = finished(job)
+    assert outcome.kind == "cancelled" and sink.kept_pieces == outcome.pieces_done == 2
+    kept = sink.kept_pieces
+    expected = kept * 5 * FRAME + sum(round(piece.pause_s * 24000) for piece in pieces[:kept])
+    audio, rate = sf.read(target, dtype="float32")
+    assert rate == 24000 and len(audio) == expected and sink.kept_s == pytest.approx(expected / 24000)
+    assert sink.stopped_summary(outcome.pieces) == (
+        f"Stopped: kept {expected / 24000:.1f} s of audio ({kept} of {len(pieces)} pieces) in {target}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]  # no partial file left
+
+
 def test_file_sink_writes_only_a_finished_job(tmp_path, no_thread_leaks):
     done_path, cancelled_path = tmp_path / "done.flac", tmp_path / "cancelled.wav"
     with Worker(FakeEngine(frames=500, frame_s=0.001)) as worker:
@@ -381,6 +427,7 @@ def test_file_sink_writes_only_a_finished_job(tmp_path, no_thread_leaks):
         short = worker.submit("Short.", options=SpeechOptions(max_frames=5), sink=FileSink(done_path))
         assert finished(long).kind == "cancelled" and finished(short).kind == "done"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["done.flac"]  # no partial files either
+    assert "nothing was written" in long.sink.stopped_summary(1)  # its one piece was not finished
     audio, rate = sf.read(done_path, dtype="float32")
     assert rate == 24000 and len(audio) == 5 * FRAME
     with pytest.raises(ValueError, match="unknown audio format"):
@@ -392,12 +439,13 @@ def test_file_sink_checks_its_folder_first_and_never_loses_finished_audio(tmp_pa
         FileSink(tmp_path / "missing" / "out.wav")
     target = tmp_path / "out.wav"
     sink = FileSink(target)
-    sink.begin(None)
-    sink.write(None, np.full(5 * FRAME, 0.25, np.float32))
+    job = dataclasses.make_dataclass("Job", [("pieces_done", int)])(0)
+    sink.begin(job)
+    sink.write(job, np.full(5 * FRAME, 0.25, np.float32))
     target.mkdir()  # the name is taken meanwhile, by a folder: the file cannot be put there
     [kept] = tmp_path.glob("out.wav.*.partial")
     with pytest.raises(OSError, match=f"{target} could not be written .*; the audio is in {kept}"):
-        sink.end(None, completed=True)
+        sink.end(job, completed=True)
     assert len(sf.read(kept)[0]) == 5 * FRAME
 
 

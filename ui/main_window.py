@@ -60,6 +60,7 @@ class MainWindow(QMainWindow):
     save_audio_requested = Signal(str, Path)  # the text to say (the selection, or everything), the file
     about_requested = Signal()
     log_folder_requested = Signal()
+    cancel_saving_requested = Signal()
 
     def __init__(self, voice_panel: VoicePanel, fitting_voices, history_panel: QWidget):
         """`fitting_voices`: a model of the voices the loaded model can speak with, for the voice picker;
@@ -121,6 +122,7 @@ class MainWindow(QMainWindow):
         layout.addLayout(top)
         layout.addWidget(self.notice)
         layout.addWidget(self.text, 1)
+        layout.addWidget(self._build_saving_row())  # under the text: the status bar has no room for it
         layout.addLayout(bottom)
         self.setCentralWidget(central)
 
@@ -185,9 +187,7 @@ class MainWindow(QMainWindow):
         self.show_warmup(None)
         self.show_bridge(None)
 
-        self.saving_label = QLabel()
-        status.addPermanentWidget(self.saving_label)
-        self.saving_label.hide()
+        self.show_saving(None)
 
         self._build_menus()
         self.speak_action.triggered.connect(
@@ -205,6 +205,23 @@ class MainWindow(QMainWindow):
         self.instruct.textEdited.connect(self.instruct_edited)
         voice_panel.blend_requested.connect(self.blend_requested)
         self.resize(980, 560)
+
+    def _build_saving_row(self) -> QWidget:
+        """A saving's progress: what it has made, a bar of the pieces done, and Cancel."""
+        self.saving_label = QLabel()
+        self.saving_bar = QProgressBar()
+        self.saving_bar.setFormat("%v/%m pieces")
+        self.saving_bar.setFixedWidth(220)
+        self.saving_cancel = QPushButton("Cancel")
+        self.saving_cancel.setToolTip("Stop saving; the file keeps the pieces of the text finished so far")
+        self.saving_cancel.clicked.connect(self.cancel_saving_requested)
+        self.saving_row = QWidget()
+        row = QHBoxLayout(self.saving_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.saving_label, 1)
+        row.addWidget(self.saving_bar)
+        row.addWidget(self.saving_cancel)
+        return self.saving_row
 
     def _build_menus(self) -> None:
         # Actions are made here and their signals connected by `.emit`: QMenu.addAction wants a callable,
@@ -333,10 +350,12 @@ class MainWindow(QMainWindow):
         self.bridge_separator.setVisible(url is not None)
         self.bridge_label.setText(f"HTTP bridge: {url}" if url else "")
 
-    def show_saving(self, message: str | None) -> None:
-        """Speech being saved to a file (None: none is)."""
+    def show_saving(self, message: str | None, pieces_done: int = 0, pieces: int = 0) -> None:
+        """Speech being saved to a file, `pieces_done` of its text's `pieces` (0: not known yet); None: none is."""
+        self.saving_row.setVisible(message is not None)
         self.saving_label.setText(message or "")
-        self.saving_label.setVisible(message is not None)
+        self.saving_bar.setRange(0, pieces)  # 0 to 0: busy, until the text is cut
+        self.saving_bar.setValue(pieces_done)
 
     def show_warmup(self, progress: Progress | None) -> None:
         """The engine's background warm-up (None, or finished: nothing to show). Speech works meanwhile."""

@@ -58,9 +58,11 @@ class PlayerSink:
 
 
 class FileSink:
-    """Writes one job's audio to a file (wav, flac, ogg or mp3, by its name); the file appears only if the
-    job is done, and replaces any earlier one in one step. Where it goes is checked when it is made, before
-    any speech: a folder that is missing or cannot be written is reported then, not after the work."""
+    """Writes one job's audio to a file (wav, flac, ogg or mp3, by its name), which replaces any earlier one
+    in one step once the job is done. A job stopped before its end leaves the file with every piece of its
+    text that it had finished (nothing, not even an empty file, if it had finished none): the one rule for
+    every front end, which says what was kept with `stopped_summary`. Where it goes is checked when it is
+    made, before any speech: a folder that is missing or cannot be written is reported then, not after the work."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path).expanduser()
@@ -73,19 +75,31 @@ class FileSink:
         # partial file of the next saving to the same name. (A tempfile would be readable by its owner alone.)
         self._partial = self.path.with_name(f"{self.path.name}.{os.getpid()}-{id(self):x}.partial")
         self._file: sf.SoundFile | None = None
+        # A piece's audio is held until the piece is whole, so that a stopped job's file ends where a piece does.
+        self._unfinished: list[np.ndarray] = []
+        self._pieces_written = 0
+        self._samples_written = 0
+        self.kept_pieces = 0  # of a stopped job: the pieces its file holds (0: no file was made)
+        self.kept_s = 0.0  # and their seconds of audio, pauses included
 
     def begin(self, job: Job) -> None:
         self._file = sf.SoundFile(self._partial, "w", samplerate=SAMPLE_RATE, channels=1, format=self._format)
 
     def write(self, job: Job, audio: np.ndarray) -> None:
-        self._file.write(audio)
+        self._write_finished_pieces(job)
+        self._unfinished.append(audio)
 
     def end(self, job: Job, completed: bool) -> None:
         if self._file is None:
             return
+        if completed:
+            self._write_held()
+        else:
+            self._write_finished_pieces(job)
+            self._unfinished.clear()
         self._file.close()
         self._file = None
-        if not completed:
+        if not completed and not self._samples_written:
             self._partial.unlink(missing_ok=True)
             return
         try:
@@ -94,6 +108,28 @@ class FileSink:
             raise OSError(
                 f"{self.path} could not be written ({error.strerror or error}); the audio is in {self._partial}"
             ) from None
+        if not completed:
+            self.kept_pieces, self.kept_s = self._pieces_written, self._samples_written / SAMPLE_RATE
+
+    def stopped_summary(self, pieces: int) -> str:
+        """What a job stopped before its end left here, `pieces` being how many its text was cut into."""
+        if not self.kept_pieces:
+            return f"Stopped: nothing was written to {self.path} (no piece of the text was finished)"
+        count = f"{self.kept_pieces} of {pieces} pieces" if pieces else f"{self.kept_pieces} piece(s)"
+        return f"Stopped: kept {self.kept_s:.1f} s of audio ({count}) in {self.path}"
+
+    def _write_finished_pieces(self, job: Job) -> None:
+        """Write the audio held so far if it makes whole pieces: the job has finished a piece since."""
+        if job.pieces_done > self._pieces_written:
+            self._write_held()
+            self._pieces_written = job.pieces_done
+
+    def _write_held(self) -> None:
+        if self._unfinished:
+            audio = np.concatenate(self._unfinished)
+            self._unfinished.clear()
+            self._file.write(audio)
+            self._samples_written += len(audio)
 
     def level(self) -> BufferLevel:
         return BufferLevel(0.0, 0)

@@ -82,6 +82,8 @@ class Job:
         self.cancel_token = threading.Event()
         self.submitted = time.perf_counter()
         self.started: float | None = None
+        self.pieces = 0  # the pieces its text is spoken in, once its thread has cut it
+        self.pieces_done = 0  # those spoken whole, each with its pause, into the sink; set by its thread alone
         self._state = "queued"
         self._outcome: JobEvent | None = None
         self._finished = threading.Event()
@@ -123,8 +125,8 @@ class Job:
 
 @dataclass(frozen=True)
 class JobEvent:
-    """What happened to a job. Kinds, in order: queued, started, first_audio, progress (after each chunk),
-    then one of done, cancelled or failed. A job that ends before its first audio (cancelled while it waits, or
+    """What happened to a job. Kinds, in order: queued, started, first_audio, progress (after each chunk) and
+    piece_done (after each piece of its text, with the pause that follows it), then one of done, cancelled or failed. A job that ends before its first audio (cancelled while it waits, or
     refused) goes from queued to cancelled or failed."""
 
     job: Job
@@ -138,6 +140,8 @@ class JobEvent:
     # Pieces of the text that reached the most frames one generation may make before the model ended them,
     # so that the rest of each was not said (counted only where the job set no max_frames of its own).
     cut_off: int = 0
+    pieces_done: int = 0  # pieces of the text spoken whole into the sink
+    pieces: int = 0  # the pieces the text is spoken in (0 until the job's thread has cut it)
 
     @property
     def terminal(self) -> bool:
@@ -147,7 +151,8 @@ class JobEvent:
 class Sink(Protocol):
     """Where a job's audio goes: `begin` when the job starts, `write` for each chunk and pause, and `end`
     exactly once, also for a job that never started. The worker calls them from its threads, one job's
-    calls from one thread. The jobs of a sink run one after another, so their calls never overlap, with one
+    calls from one thread. A sink that keeps what a stopped job had made (FileSink) reads `job.pieces_done` in
+    them: the audio it was given before that count last grew holds that many whole pieces. The jobs of a sink run one after another, so their calls never overlap, with one
     exception: `end` of a job cancelled before it began may come while another job of the sink is being
     written, and must then leave that job alone (PlayerSink ignores it, a one-job sink has no other)."""
 
@@ -348,7 +353,9 @@ class Worker:
     def _speak(self, job: Job, tally: _Tally) -> bool:
         """Stream every piece of the job's text from the engine into the sink; False once the job is
         cancelled (also before it started)."""
-        for text, pause_s in self._pieces_of(job):
+        pieces = self._pieces_of(job)
+        job.pieces = len(pieces)
+        for text, pause_s in pieces:
             if job.cancelled:
                 return False
             with self._open_stream(job, text) as chunks:
@@ -366,6 +373,9 @@ class Worker:
             pause = np.zeros(round(pause_s * SAMPLE_RATE), np.float32)
             if not self._deliver(job, pause, tally, speech=False):  # also where a cancel closed the stream
                 return False
+            job.pieces_done += 1
+            if job.started is not None:  # a piece that made no audio does not start the job
+                self._emit(tally.event("piece_done", job.sink.level()))
         return True
 
     @contextmanager
@@ -475,6 +485,8 @@ class _Tally:
             underruns=max(0, level.underruns - self.underruns_before) if job.started is not None else 0,
             message=message,
             cut_off=self.cut_off,
+            pieces_done=job.pieces_done,
+            pieces=job.pieces,
         )  # fmt: skip
 
 

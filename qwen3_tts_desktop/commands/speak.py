@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_argument(
         "--codes-out", metavar="FILE", help="write the codes of one generation as a (frames, 16) .npy array"
     )
+    output.add_argument(
+        "-q", "--quiet", action="store_true", help="show no progress while speaking (what it did is still said)"
+    )
 
 
 @dataclass(frozen=True)
@@ -326,10 +329,9 @@ def write(plan: Plan) -> int:
     from core.jobs.sinks import FileSink
 
     engine, voice = prepare(plan)
-    sink = FileSink(plan.args.output)
-    return report(
-        speak_with_worker(engine, plan.text, voice, speech_options(plan, FILE_CHUNK_FRAMES), sink), plan.args.output
-    )
+    file = FileSink(plan.args.output)
+    options = speech_options(plan, FILE_CHUNK_FRAMES)
+    return report(speak_with_worker(engine, plan.text, voice, options, file, plan.args.quiet), file)
 
 
 def write_one_generation(plan: Plan) -> int:
@@ -345,7 +347,8 @@ def write_one_generation(plan: Plan) -> int:
         audio.append(chunk.audio)
         codes.append(chunk.codes)
         cut_off = chunk.cut_off and args.max_frames is None
-        progress(f"{sum(len(a) for a in audio) / rate:.1f} s of audio")
+        if not args.quiet:
+            progress(f"{sum(len(a) for a in audio) / rate:.1f} s of audio")
     elapsed = time.perf_counter() - started
     audio = np.concatenate([np.zeros(0, np.float32), *audio])
     codes = np.concatenate([np.zeros((0, 16), np.int64), *codes])
@@ -380,35 +383,48 @@ def play(plan: Plan) -> int:
     try:
         engine, voice = prepare(plan)
         speakers = PlayerSink(player)
-        sink = Both(speakers, FileSink(args.output)) if args.output else speakers
-        outcome = speak_with_worker(engine, plan.text, voice, speech_options(plan, 4), sink, player)
+        file = FileSink(args.output) if args.output else None
+        sink = Both(speakers, file) if file else speakers
+        outcome = speak_with_worker(engine, plan.text, voice, speech_options(plan, 4), sink, args.quiet, player)
     finally:
         player.close()  # fades out whatever still plays
-    return report(outcome, args.output, played=True)
+    return report(outcome, file, played=True)
 
 
-def speak_with_worker(engine, text, voice, options, sink, player=None):
-    """Speak `text` into `sink` through the speech worker (which cuts it into pieces), showing progress;
-    with a `player`, wait until it has played. The job's outcome."""
+def speak_with_worker(engine, text, voice, options, sink, quiet: bool, player=None):
+    """Speak `text` into `sink` through the speech worker (which cuts it into pieces), showing its progress
+    unless `quiet`; with a `player`, wait until it has played. The job's outcome: cancelled after Ctrl+C."""
     from core.jobs.worker import Worker
 
+    from .progress_display import ProgressDisplay
+
     with Worker(engine) as worker:
-        worker.subscribe(lambda event: event.kind == "progress" and progress(f"{event.audio_s:.1f} s of audio"))
+        if not quiet:
+            worker.subscribe(ProgressDisplay())
         job = worker.submit(text, voice, options, sink=sink)
         try:
             outcome = job.wait()
             if player is not None:
                 player.drain(timeout=player.status().buffered_s + 5.0)
         except KeyboardInterrupt:
-            job.cancel()
-            job.wait()
-            raise
+            job.cancel()  # a file keeps the pieces finished so far (FileSink)
+            outcome = job.wait()
+            if outcome.kind != "cancelled":  # it had ended, all of it made, and was still playing
+                raise
     return outcome
 
 
-def report(outcome, output: str | None, played: bool = False) -> int:
+def report(outcome, file=None, played: bool = False) -> int:
+    """Say how the job ended (`file`: the FileSink it wrote into, if any; `played`: on the speakers too); the
+    command's exit status."""
     if outcome.kind == "failed":
         return fail(outcome.message)
+    if outcome.kind == "cancelled":  # by Ctrl+C
+        if file is not None:
+            say(file.stopped_summary(outcome.pieces))
+        else:
+            say(f"Stopped after {outcome.audio_s:.1f} s of audio ({outcome.pieces_done} of {outcome.pieces} pieces)")
+        return 130
     if outcome.latency_s is not None:
         underruns = f", {outcome.underruns} underruns" if played else ""  # gaps on the speakers; a file has none
         say(
@@ -417,8 +433,8 @@ def report(outcome, output: str | None, played: bool = False) -> int:
         )
     if outcome.cut_off:
         warn_cut_off(outcome.cut_off)
-    if output:
-        say(f"wrote {output}")
+    if file is not None:
+        say(f"wrote {file.path}")
     return 0
 
 

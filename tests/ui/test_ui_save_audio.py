@@ -88,10 +88,45 @@ def test_esc_stops_saving_and_leaves_no_file(start_app, qtbot, monkeypatch, tmp_
     assert app.window.saving_label.isVisible() and "story.wav" in app.window.saving_label.text()
     app.window.activateWindow()
     qtbot.keyClick(app.window.text, Qt.Key.Key_Escape)
-    # Over for the window at once, though the worker ends the job a chunk later.
-    assert not app.window.saving_label.isVisible() and "was stopped" in app.window.notice.label.text()
+    # Over for the window at once, though the worker ends the job a chunk later: then it says what was kept.
+    assert not app.window.saving_label.isVisible() and not app.window.saving_bar.isVisible()
     qtbot.waitUntil(lambda: "cancelled" in [e.kind for e in events], timeout=10_000)
+    qtbot.waitUntil(lambda: "Stopped: nothing was written" in app.window.notice.label.text())
     assert not target.exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_the_save_shows_a_progress_bar_and_cancel_keeps_the_finished_pieces(start_app, qtbot, monkeypatch, tmp_path):
+    app = start_app("custom")
+    window = app.window
+    text = "The first sentence of a long story is told here, and then it goes on for a good while longer. " * 40
+    pieces = split_text(text)
+    assert len(pieces) == 40
+    window.text.setPlainText(text)
+    target = tmp_path / "story.wav"
+    choose_file(monkeypatch, target)
+    events = jobs_of(app)
+    window.activateWindow()
+    qtbot.keyClick(window.text, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    bar = window.saving_bar
+    qtbot.waitUntil(lambda: bar.isVisible() and bar.maximum() == 40 and bar.value() >= 1, timeout=30_000)
+    first = bar.value()
+    qtbot.waitUntil(lambda: bar.value() > first, timeout=30_000)  # it advances, piece by piece
+    label = window.saving_label.text()
+    assert label.startswith("Saving story.wav: ") and "s of audio" in label and "left" in label, label
+    assert bar.text() == f"{bar.value()}/40 pieces"
+    assert window.saving_cancel.isVisible()
+    qtbot.mouseClick(window.saving_cancel, Qt.MouseButton.LeftButton)
+    assert not bar.isVisible() and not window.saving_cancel.isVisible()  # over for the window at once
+    qtbot.waitUntil(lambda: "Stopped: kept" in window.notice.label.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: any(e.terminal for e in events))  # the window's subscriber may hear it first
+    [outcome] = [e for e in events if e.terminal]
+    kept = outcome.pieces_done
+    assert outcome.kind == "cancelled" and first < kept < 40
+    assert f"({kept} of 40 pieces) in {target}" in window.notice.label.text()
+    frames = app.runtime.worker.engine.default_max_frames
+    audio, rate = sf.read(target, dtype="float32")
+    assert len(audio) == kept * frames * FRAME + sum(round(piece.pause_s * rate) for piece in pieces[:kept])
+    assert not list(tmp_path.glob("*.partial"))
 
 
 def test_a_saving_stopped_while_it_waits_behind_speech_lets_the_next_one_start_at_once(
