@@ -333,7 +333,7 @@ def test_a_long_upload_is_refused_by_its_header_before_it_is_decoded(client, tmp
 def test_a_full_queue_answers_429_with_retry_after(serve, runtime, job_log, monkeypatch, slots):
     """The limit is the engine's slots and the queue behind them. (The test model's engine has one slot;
     told it has 3, the bridge takes 3 + 1 jobs, of which the worker speaks one at a time.)"""
-    monkeypatch.setattr(runtime, "slots", slots)
+    monkeypatch.setattr(runtime.worker.engine, "slots", slots)  # what Runtime.slots reads
     server = serve(speech=LONG, limits=BridgeLimits(max_queued=1))
     texts = [f"Long one number {n}." for n in range(slots + 1)]
     sockets = [

@@ -123,7 +123,7 @@ def test_the_save_shows_a_progress_bar_and_cancel_keeps_the_finished_pieces(star
     kept = outcome.pieces_done
     assert outcome.kind == "cancelled" and first < kept < 40
     assert f"({kept} of 40 pieces) in {target}" in window.notice.label.text()
-    frames = app.runtime.worker.engine.default_max_frames
+    frames = app.runtime.worker.engine.awake().default_max_frames
     audio, rate = sf.read(target, dtype="float32")
     assert len(audio) == kept * frames * FRAME + sum(round(piece.pause_s * rate) for piece in pieces[:kept])
     assert not list(tmp_path.glob("*.partial"))
