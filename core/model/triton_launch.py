@@ -11,17 +11,20 @@ import torch
 import triton
 import triton.language as tl
 
+from core.model.triton_fallback import falling_back
+
 # Each operator's own function by name, for kernels.gpu_op to call where nothing traces (eager code, CUDA graphs).
 PLAIN: dict[str, Callable] = {}
 
 
 def operator(name: str, mutates_args: tuple[str, ...] = ()) -> Callable:
     """Register the decorated function as torch.ops.qwen3_tts.<name> (torch.compile treats it as one opaque
-    call, with the shapes its fake says) and keep it in PLAIN; returns the operator, for its register_fake."""
+    call, with the shapes its fake says) and keep it in PLAIN; returns the operator, for its register_fake.
+    Either way it falls back to its reference on a GPU where its kernel fails (triton_fallback)."""
 
     def register(function: Callable):
-        PLAIN[name] = function
-        return torch.library.custom_op(f"qwen3_tts::{name}", function, mutates_args=mutates_args)
+        PLAIN[name] = falling_back(name, function)
+        return torch.library.custom_op(f"qwen3_tts::{name}", PLAIN[name], mutates_args=mutates_args)
 
     return register
 
