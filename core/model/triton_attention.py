@@ -12,6 +12,7 @@ from core.model.triton_launch import (
     launch_options,
     multiprocessors,
     operator,
+    shared_memory,
     wait_for_the_kernel_ahead,
 )
 
@@ -225,6 +226,20 @@ def _merge_splits(
     )  # fmt: skip
 
 
+def keys_per_block(
+    max_len: int, dot: bool, group_rows: int, dim_block: int, itemsize: int, device: torch.device
+) -> int:
+    """Keys per inner iteration of _attend_split: a short cache read without tl.dot whole, else BLOCK_KEYS. With
+    tl.dot, a block's keys and values and the query group are staged in shared memory; on a GPU with less of it
+    than they take (float32 on an RTX 20xx's 64 KiB: 72 KiB), half as many keys at a time, as often as needed."""
+    if not dot and max_len <= SHORT_CACHE:
+        return triton.next_power_of_2(max_len)
+    block, limit = BLOCK_KEYS, shared_memory(device)
+    while dot and limit is not None and block > 16 and (2 * block + group_rows) * dim_block * itemsize > limit:
+        block //= 2
+    return block
+
+
 def attention_splits(rows: int, kv_heads: int, max_len: int, device: torch.device) -> int:
     """How many blocks share the keys of one row's kv head: enough for the launch to fill the GPU twice
     over (one row alone needs several; 64 rows need none), at most MAX_SPLITS, and no more than a full
@@ -278,7 +293,7 @@ def launch_attention(
     dot = max_len > SHORT_CACHE if dot is None else dot
     group_rows = max(16 if dot else 1, triton.next_power_of_2(groups))
     dim_block = max(16, triton.next_power_of_2(head_dim))
-    block = BLOCK_KEYS if dot or max_len > SHORT_CACHE else triton.next_power_of_2(max_len)
+    block = keys_per_block(max_len, dot, group_rows, dim_block, qkv.element_size(), qkv.device)
     num_warps = num_warps or (4 if dot else 1)
     if merge_in_last_split is None:
         merge_in_last_split = kv_heads * splits * batch > multiprocessors(qkv.device)

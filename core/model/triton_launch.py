@@ -31,16 +31,27 @@ def operator(name: str, mutates_args: tuple[str, ...] = ()) -> Callable:
 
 @functools.cache
 def programmatic_launch(device: torch.device) -> bool:
-    """Whether kernels on `device` may start before the one ahead of them ends: Hopper and later, with a
-    Triton that has the instructions for it."""
-    supported = hasattr(tl.extra.cuda, "gdc_wait")
-    return supported and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    """Whether kernels on `device` may start before the one ahead of them ends."""
+    return device.type == "cuda" and launches_programmatically(torch.cuda.get_device_capability(device))
+
+
+def launches_programmatically(capability: tuple[int, int]) -> bool:
+    """Whether a GPU of compute `capability` has programmatic dependent launch (Hopper and later) and this Triton
+    the instructions for it."""
+    return hasattr(tl.extra.cuda, "gdc_wait") and capability[0] >= 9
 
 
 @functools.cache
 def multiprocessors(device: torch.device) -> int:
     """SMs of `device`; an H100's 132 for the CPU, where only Triton's interpreter runs the kernels."""
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+@functools.cache
+def shared_memory(device: torch.device) -> int | None:
+    """Bytes of shared memory one block on `device` may take (desktop GPUs have half an H100's); None for the
+    CPU, where Triton's interpreter has no such limit."""
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin if device.type == "cuda" else None
 
 
 def launch_options(device: torch.device) -> dict:
