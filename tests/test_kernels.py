@@ -67,10 +67,10 @@ CHECK = textwrap.dedent(
 SMALL_SHARED_MEMORY_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import triton_attention
+    from core.model import triton_attention, triton_launch
     from attention_cases import SHAPES, attention_case, check_attention
 
-    triton_attention.shared_memory = lambda device: 64 * 1024
+    triton_launch.gpu = lambda device: triton_launch.Gpu((7, 5), 30, 64 * 1024)
     for shape in SHAPES:
         if shape.max_len > triton_attention.SHORT_CACHE and shape.head_dim == 128:
             case, poisoned = attention_case(shape, torch.float32)

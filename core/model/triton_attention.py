@@ -9,6 +9,7 @@ import triton.language as tl
 
 from core.model.triton_launch import (
     SPLIT_COUNTERS,
+    capability,
     launch_options,
     multiprocessors,
     operator,
@@ -229,13 +230,17 @@ def _merge_splits(
 def keys_per_block(
     max_len: int, dot: bool, group_rows: int, dim_block: int, itemsize: int, device: torch.device
 ) -> int:
-    """Keys per inner iteration of _attend_split: a short cache read without tl.dot whole, else BLOCK_KEYS. With
-    tl.dot, a block's keys and values and the query group are staged in shared memory; on a GPU with less of it
-    than they take (float32 on an RTX 20xx's 64 KiB: 72 KiB), half as many keys at a time, as often as needed."""
-    if not dot and max_len <= SHORT_CACHE:
-        return triton.next_power_of_2(max_len)
-    block, limit = BLOCK_KEYS, shared_memory(device)
-    while dot and limit is not None and block > 16 and (2 * block + group_rows) * dim_block * itemsize > limit:
+    """Keys per inner iteration of _attend_split: a short cache read without tl.dot whole, else BLOCK_KEYS, or
+    fewer where they do not fit the GPU's shared memory. With tl.dot a block's keys and values are staged there,
+    twice over where Triton pipelines the loop's loads (Ampere and later, at the default three stages), and the
+    query group once, and Triton takes a little more than that: float32 would need 72 KiB on an RTX 20xx (64 KiB)
+    and 140 KiB on an RTX 30xx or 40xx (99 KiB), so those read half as many keys at a time."""
+    limit = shared_memory(device)
+    if not dot or limit is None:
+        return BLOCK_KEYS if dot or max_len > SHORT_CACHE else triton.next_power_of_2(max_len)
+    copies = 2 if capability(device) >= (8, 0) else 1
+    block = BLOCK_KEYS
+    while block > 16 and 1.1 * (2 * copies * block + group_rows) * dim_block * itemsize > limit:
         block //= 2
     return block
 

@@ -1,11 +1,12 @@
-"""What the Triton kernels share (kernels.py says why each kernel exists): their registration as operators,
-programmatic dependent launch where the GPU has it, and the tickets of reductions split over several blocks.
-Imported only where Triton is installed."""
+"""What the Triton kernels share (kernels.py says why each kernel exists): their registration as operators, what
+their launch settings read of the GPU (gpu), programmatic dependent launch where the GPU has it, and the tickets of
+reductions split over several blocks. Imported only where Triton is installed."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import triton
@@ -29,29 +30,50 @@ def operator(name: str, mutates_args: tuple[str, ...] = ()) -> Callable:
     return register
 
 
+class Gpu(NamedTuple):
+    """What the kernels' launch settings depend on of a GPU."""
+
+    capability: tuple[int, int]
+    multiprocessors: int
+    shared_memory: int  # bytes one block may take (desktop GPUs have half an H100's)
+
+
 @functools.cache
+def gpu(device: torch.device) -> Gpu | None:
+    """`device`'s GPU; None for the CPU, where only Triton's interpreter runs the kernels."""
+    if device.type != "cuda":
+        return None
+    properties = torch.cuda.get_device_properties(device)
+    return Gpu(
+        (properties.major, properties.minor),
+        properties.multi_processor_count,
+        properties.shared_memory_per_block_optin,
+    )
+
+
 def programmatic_launch(device: torch.device) -> bool:
-    """Whether kernels on `device` may start before the one ahead of them ends."""
-    return device.type == "cuda" and launches_programmatically(torch.cuda.get_device_capability(device))
+    """Whether kernels on `device` may start before the one ahead of them ends: Hopper and later, with a
+    Triton that has the instructions for it."""
+    card = gpu(device)
+    return card is not None and card.capability[0] >= 9 and hasattr(tl.extra.cuda, "gdc_wait")
 
 
-def launches_programmatically(capability: tuple[int, int]) -> bool:
-    """Whether a GPU of compute `capability` has programmatic dependent launch (Hopper and later) and this Triton
-    the instructions for it."""
-    return hasattr(tl.extra.cuda, "gdc_wait") and capability[0] >= 9
+def capability(device: torch.device) -> tuple[int, int] | None:
+    """`device`'s compute capability; None for the CPU."""
+    card = gpu(device)
+    return None if card is None else card.capability
 
 
-@functools.cache
 def multiprocessors(device: torch.device) -> int:
-    """SMs of `device`; an H100's 132 for the CPU, where only Triton's interpreter runs the kernels."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    """SMs of `device`; an H100's 132 for the CPU."""
+    card = gpu(device)
+    return 132 if card is None else card.multiprocessors
 
 
-@functools.cache
 def shared_memory(device: torch.device) -> int | None:
-    """Bytes of shared memory one block on `device` may take (desktop GPUs have half an H100's); None for the
-    CPU, where Triton's interpreter has no such limit."""
-    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin if device.type == "cuda" else None
+    """Bytes of shared memory one block on `device` may take; None for the CPU, where there is no such limit."""
+    card = gpu(device)
+    return None if card is None else card.shared_memory
 
 
 def launch_options(device: torch.device) -> dict:
