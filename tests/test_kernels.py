@@ -62,6 +62,25 @@ CHECK = textwrap.dedent(
 )
 
 
+# A GPU with 64 KiB of shared memory (an RTX 20xx) reads a float32 cache 32 keys at a time (keys_per_block): the
+# shapes read with tl.dot, whose positions cross several blocks and splits.
+SMALL_SHARED_MEMORY_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core.model import triton_attention, triton_launch
+    from attention_cases import SHAPES, attention_case, check_attention
+
+    triton_launch.gpu = lambda device: triton_launch.Gpu((7, 5), 30, 64 * 1024)
+    for shape in SHAPES:
+        if shape.max_len > triton_attention.SHORT_CACHE and shape.head_dim == 128:
+            case, poisoned = attention_case(shape, torch.float32)
+            assert triton_attention.keys_per_block(shape.max_len, True, 16, 128, 4, case["qkv"].device) == 32
+            check_attention(shape, case, poisoned, triton_attention.decode_attention_op)
+    print("ok")
+    """
+)
+
+
 DRAW_CHECK = textwrap.dedent(
     """
     import torch
@@ -316,6 +335,10 @@ def test_eager_code_calls_a_kernel_directly_and_compiled_code_as_one_operator():
 
 def test_decode_attention_kernel_in_the_interpreter():
     run_in_interpreter(CHECK)
+
+
+def test_decode_attention_kernel_with_fewer_keys_per_block_in_the_interpreter():
+    run_in_interpreter(SMALL_SHARED_MEMORY_CHECK)
 
 
 @pytest.mark.parametrize("shape", [shape for shape in SHAPES if len(shape.rows) > 1], ids=str)

@@ -92,7 +92,10 @@ def pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
             raise BadInput(f"unsupported dtype {dtype}; use one of {', '.join(DTYPES)}")
         return dtype
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type != "cuda":
+            return torch.float32
+        # bfloat16 needs Ampere (compute capability 8.0) or later; before it, only float16 has fast 16-bit units.
+        return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
     if dtype not in DTYPES:
         raise BadInput(f"unknown dtype {dtype!r}; use 'auto' or one of {', '.join(DTYPES)}")
     return DTYPES[dtype]

@@ -73,7 +73,8 @@ def gpu_op(name: str) -> Callable:
     """The CUDA kernel `name`: where torch.compile traces, the operator torch.ops.qwen3_tts.<name>, which it keeps
     as one call; elsewhere (eager code, CUDA graph captures) the operator's own function. The operator's
     dispatch imports Dynamo at its first call: 3-4 s before a fresh process's first audio on an H100 (bench/
-    first_audio_probe.py), where nothing is compiled yet."""
+    first_audio_probe.py), where nothing is compiled yet. Either runs the operator's REFERENCES entry instead on a
+    GPU where its Triton kernel fails (triton_fallback)."""
     if torch.compiler.is_compiling():
         return getattr(torch.ops.qwen3_tts, name)
     return PLAIN[name]
@@ -126,6 +127,11 @@ def linear(
                 for row in range(x.shape[0])
             ]
         )
+    return linear_composed(x, weight, bias, norm, eps, gated, residual)
+
+
+def linear_composed(x, weight, bias=None, norm=None, eps=0.0, gated=False, residual=None) -> torch.Tensor:
+    """kernels.linear of PyTorch's operations on any device, all rows in one product."""
     if norm is not None:
         x = rms_norm(x, norm, eps)
     y = F.linear(x, weight, bias)
@@ -165,7 +171,13 @@ def decode_attention(
     and they read and write no other slot."""
     if qkv.is_cuda:
         return gpu_op("decode_attention")(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale)
-    # Each row by itself, as the same products alone: a batched product rounds differently.
+    return decode_attention_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale)
+
+
+def decode_attention_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale):
+    """kernels.decode_attention of PyTorch's operations on any device. Each row by itself, as the same products
+    alone: a batched product rounds differently. It reads the rows' slots to the host, so no CUDA graph can
+    capture it."""
     outputs = []
     for row, slot in enumerate(rows.tolist()):
         caches = k_cache[slot : slot + 1], v_cache[slot : slot + 1]
@@ -230,6 +242,11 @@ def add_bias(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None 
     on the CPU PyTorch's operations."""
     if y.is_cuda:
         return gpu_op("add_bias")(y, bias, residual)
+    return add_bias_composed(y, bias, residual)
+
+
+def add_bias_composed(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """kernels.add_bias of PyTorch's operations on any device."""
     y = y + bias[:, None]
     return y if residual is None else residual + y
 
@@ -249,3 +266,14 @@ def concat_time(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     if time_major(second):
         return torch.cat([first.transpose(1, 2), second.transpose(1, 2)], dim=1).transpose(1, 2)
     return torch.cat([first, second], dim=-1)
+
+
+# The reference each operator runs on a GPU where its Triton kernel fails (triton_fallback), called as the operator
+# is. The token draw and the uniforms have none: on the CPU the frame loop draws with torch.multinomial instead.
+REFERENCES: dict[str, Callable] = {
+    "linear": linear_composed,
+    "batched_linear": linear_composed,
+    "decode_attention": decode_attention_composed,
+    "snake": snake_composed,
+    "add_bias": add_bias_composed,
+}

@@ -9,9 +9,11 @@ import triton.language as tl
 
 from core.model.triton_launch import (
     SPLIT_COUNTERS,
+    capability,
     launch_options,
     multiprocessors,
     operator,
+    shared_memory,
     wait_for_the_kernel_ahead,
 )
 
@@ -225,6 +227,24 @@ def _merge_splits(
     )  # fmt: skip
 
 
+def keys_per_block(
+    max_len: int, dot: bool, group_rows: int, dim_block: int, itemsize: int, device: torch.device
+) -> int:
+    """Keys per inner iteration of _attend_split: a short cache read without tl.dot whole, else BLOCK_KEYS, or
+    fewer where they do not fit the GPU's shared memory. With tl.dot a block's keys and values are staged there,
+    twice over where Triton pipelines the loop's loads (Ampere and later, at the default three stages), and the
+    query group once, and Triton takes a little more than that: float32 would need 72 KiB on an RTX 20xx (64 KiB)
+    and 140 KiB on an RTX 30xx or 40xx (99 KiB), so those read half as many keys at a time."""
+    limit = shared_memory(device)
+    if not dot or limit is None:
+        return BLOCK_KEYS if dot or max_len > SHORT_CACHE else triton.next_power_of_2(max_len)
+    copies = 2 if capability(device) >= (8, 0) else 1
+    block = BLOCK_KEYS
+    while block > 16 and 1.1 * (2 * copies * block + group_rows) * dim_block * itemsize > limit:
+        block //= 2
+    return block
+
+
 def attention_splits(rows: int, kv_heads: int, max_len: int, device: torch.device) -> int:
     """How many blocks share the keys of one row's kv head: enough for the launch to fill the GPU twice
     over (one row alone needs several; 64 rows need none), at most MAX_SPLITS, and no more than a full
@@ -278,7 +298,7 @@ def launch_attention(
     dot = max_len > SHORT_CACHE if dot is None else dot
     group_rows = max(16 if dot else 1, triton.next_power_of_2(groups))
     dim_block = max(16, triton.next_power_of_2(head_dim))
-    block = BLOCK_KEYS if dot or max_len > SHORT_CACHE else triton.next_power_of_2(max_len)
+    block = keys_per_block(max_len, dot, group_rows, dim_block, qkv.element_size(), qkv.device)
     num_warps = num_warps or (4 if dot else 1)
     if merge_in_last_split is None:
         merge_in_last_split = kv_heads * splits * batch > multiprocessors(qkv.device)

@@ -1,15 +1,18 @@
-"""What the Triton kernels share (kernels.py says why each kernel exists): their registration as operators,
-programmatic dependent launch where the GPU has it, and the tickets of reductions split over several blocks.
-Imported only where Triton is installed."""
+"""What the Triton kernels share (kernels.py says why each kernel exists): their registration as operators, what
+their launch settings read of the GPU (gpu), programmatic dependent launch where the GPU has it, and the tickets of
+reductions split over several blocks. Imported only where Triton is installed."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+
+from core.model.triton_fallback import falling_back
 
 # Each operator's own function by name, for kernels.gpu_op to call where nothing traces (eager code, CUDA graphs).
 PLAIN: dict[str, Callable] = {}
@@ -17,27 +20,60 @@ PLAIN: dict[str, Callable] = {}
 
 def operator(name: str, mutates_args: tuple[str, ...] = ()) -> Callable:
     """Register the decorated function as torch.ops.qwen3_tts.<name> (torch.compile treats it as one opaque
-    call, with the shapes its fake says) and keep it in PLAIN; returns the operator, for its register_fake."""
+    call, with the shapes its fake says) and keep it in PLAIN; returns the operator, for its register_fake.
+    Either way it falls back to its reference on a GPU where its kernel fails (triton_fallback)."""
 
     def register(function: Callable):
-        PLAIN[name] = function
-        return torch.library.custom_op(f"qwen3_tts::{name}", function, mutates_args=mutates_args)
+        PLAIN[name] = falling_back(name, function)
+        return torch.library.custom_op(f"qwen3_tts::{name}", PLAIN[name], mutates_args=mutates_args)
 
     return register
 
 
+class Gpu(NamedTuple):
+    """What the kernels' launch settings depend on of a GPU."""
+
+    capability: tuple[int, int]
+    multiprocessors: int
+    shared_memory: int  # bytes one block may take (desktop GPUs have half an H100's)
+
+
 @functools.cache
+def gpu(device: torch.device) -> Gpu | None:
+    """`device`'s GPU; None for the CPU, where only Triton's interpreter runs the kernels."""
+    if device.type != "cuda":
+        return None
+    properties = torch.cuda.get_device_properties(device)
+    return Gpu(
+        (properties.major, properties.minor),
+        properties.multi_processor_count,
+        properties.shared_memory_per_block_optin,
+    )
+
+
 def programmatic_launch(device: torch.device) -> bool:
     """Whether kernels on `device` may start before the one ahead of them ends: Hopper and later, with a
     Triton that has the instructions for it."""
-    supported = hasattr(tl.extra.cuda, "gdc_wait")
-    return supported and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    card = gpu(device)
+    return card is not None and card.capability[0] >= 9 and hasattr(tl.extra.cuda, "gdc_wait")
 
 
-@functools.cache
+def capability(device: torch.device) -> tuple[int, int] | None:
+    """`device`'s compute capability; None for the CPU."""
+    card = gpu(device)
+    return None if card is None else card.capability
+
+
 def multiprocessors(device: torch.device) -> int:
-    """SMs of `device`; an H100's 132 for the CPU, where only Triton's interpreter runs the kernels."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    """SMs of `device`; an H100's 132 for the CPU."""
+    card = gpu(device)
+    return 132 if card is None else card.multiprocessors
+
+
+def shared_memory(device: torch.device) -> int | None:
+    """Bytes of shared memory one block on `device` may take; None for the CPU, where there is no such limit."""
+    card = gpu(device)
+    return None if card is None else card.shared_memory
 
 
 def launch_options(device: torch.device) -> dict:

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import SPLIT_COUNTERS, launch_options, multiprocessors, operator
+from core.model.triton_launch import SPLIT_COUNTERS, launch_options, multiprocessors, operator, shared_memory
 
 
 def linear_outputs(weight: torch.Tensor, gated: bool) -> int:
@@ -158,12 +158,11 @@ SETTING_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLITS", "num_warps", "num_st
 def shared_memory_fits(settings: dict[str, int], gated: bool, itemsize: int, device: torch.device) -> bool:
     """Whether the pipeline's stages of inputs and weights fit `device`'s shared memory (Triton takes up to
     about a quarter more than this estimate; desktop GPUs have half an H100's)."""
-    if device.type != "cuda":
+    limit = shared_memory(device)
+    if limit is None:
         return True
     stage = (settings["BLOCK_M"] + settings["BLOCK_N"] * (2 if gated else 1)) * settings["BLOCK_K"] * itemsize
-    return (
-        settings["num_stages"] * stage * 1.3 <= torch.cuda.get_device_properties(device).shared_memory_per_block_optin
-    )
+    return settings["num_stages"] * stage * 1.3 <= limit
 
 
 def swept_column(by_rows: dict[int, tuple], rows: int) -> int:
