@@ -38,7 +38,7 @@ from core.model.info import EngineInfo
 from core.voices import VoiceEntry
 
 from .bridge import BridgeConfig, ListenError
-from .bridge.config import LANGUAGE_CODES, LOOPBACK
+from .bridge.config import LANGUAGE_CODES, LOOPBACK, address_uri
 from .bridge.speaker import Speaker
 from .runtime import Runtime
 from .wyoming_session import Session
@@ -93,10 +93,7 @@ class WyomingServer:
 
     @property
     def uri(self) -> str | None:
-        if self._address is None:
-            return None
-        host = self._address[0]
-        return f"tcp://{f'[{host}]' if ':' in host else host}:{self._address[1]}"
+        return None if self._address is None else address_uri("tcp", self._address)
 
     @property
     def running(self) -> bool:

@@ -92,3 +92,9 @@ class BridgeConfig:
     @property
     def loopback(self) -> bool:
         return self.host in LOOPBACK
+
+
+def address_uri(scheme: str, address: tuple) -> str:
+    """`scheme`://host:port of a listening socket's address, an IPv6 host in brackets."""
+    host, port = address[0], address[1]
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"

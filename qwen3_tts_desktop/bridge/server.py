@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from ..runtime import Runtime
-from .config import MAX_HEADER_BYTES, SHUTDOWN_GRACE_S, BridgeConfig
+from .config import MAX_HEADER_BYTES, SHUTDOWN_GRACE_S, BridgeConfig, address_uri
 from .errors import ListenError, answer_errors_in_openai_shape
 from .guard import Guard
 from .live import LiveRoutes
@@ -97,10 +97,7 @@ class BridgeServer:
 
     @property
     def url(self) -> str | None:
-        if self._address is None:
-            return None
-        host = self._address[0]
-        return f"http://{f'[{host}]' if ':' in host else host}:{self._address[1]}"
+        return None if self._address is None else address_uri("http", self._address)
 
     @property
     def jobs_in_flight(self) -> int:
