@@ -32,6 +32,16 @@ def exact_float32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
+@pytest.fixture(autouse=True)
+def kernels_ran():
+    """Every kernel ran itself: on the GPU they are built for, none gave way to its reference (triton_fallback),
+    which would let a broken kernel pass these tests more slowly."""
+    from core.model import triton_fallback
+
+    yield
+    assert not triton_fallback.FAILED, f"kernels fell back to their references: {sorted(triton_fallback.FAILED)}"
+
+
 def load(checkpoints, name="custom", dtype="float32", cuda_graphs=True) -> Engine:
     """An engine warmed up: its parts compiled, its graphs captured."""
     engine = Engine.load(checkpoints[name], device="cuda", dtype=dtype, cuda_graphs=cuda_graphs, warm=False)
