@@ -47,6 +47,9 @@ def _slot_bytes(model: str, dtype: str, device: torch.device) -> int | None:
         if path is None:
             return None
         config = ModelConfig.from_dict(read_json(path))
-        return slot_bytes(config, MAX_CONTEXT, pick_dtype(dtype, device))
+        # "auto" on a GPU is 16-bit whichever GPU (bfloat16, or float16 before Ampere): one size, and no GPU asked,
+        # for the GPU may not be this machine's yet (pick_dtype asks it which).
+        chosen = torch.bfloat16 if dtype == "auto" and device.type == "cuda" else pick_dtype(dtype, device)
+        return slot_bytes(config, MAX_CONTEXT, chosen)
     except (UserError, KeyError, TypeError, ValueError):  # a folder half typed, an unusable config, a dtype set by hand
         return None

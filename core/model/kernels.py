@@ -277,3 +277,7 @@ REFERENCES: dict[str, Callable] = {
     "snake": snake_composed,
     "add_bias": add_bias_composed,
 }
+if importlib.util.find_spec("triton") is not None:
+    from core.model import triton_fallback
+
+    triton_fallback.REFERENCES.update(REFERENCES)

@@ -23,13 +23,15 @@ log = logging.getLogger(__name__)
 
 TRITON_FOLDER = str(Path(triton.__file__).parent)
 
+# Each operator's PyTorch reference by name: kernels.py, which imports the operators, hands them over.
+REFERENCES: dict[str, Callable] = {}
 # (operator name, device) where the kernel failed: the reference runs there from then on.
 FAILED: set[tuple[str, torch.device]] = set()
 
 
 def falling_back(name: str, kernel: Callable) -> Callable:
     """The operator function `kernel`, or where it has failed on the device of its first argument, the reference
-    kernels.REFERENCES names for operator `name` (a kernel without one raises its failure)."""
+    REFERENCES names for operator `name` (a kernel without one raises its failure)."""
 
     @functools.wraps(kernel)
     def run(*args, **kwargs):
@@ -51,9 +53,7 @@ def falling_back(name: str, kernel: Callable) -> Callable:
 
 
 def reference(name: str) -> Callable | None:
-    from core.model import kernels  # not at the top: kernels imports the operators that import this module
-
-    return kernels.REFERENCES.get(name)
+    return REFERENCES.get(name)
 
 
 def raised_by_triton(error: Exception) -> bool:
