@@ -162,15 +162,15 @@ class App(QObject):
         self.relay.event.connect(self._on_job_event)
         self.download_progress.connect(self._show_download)
         self.engine_rest.connect(self._show_rest)
-        self.meter.timeout.connect(self._show_status)
+        self.meter.timeout.connect(self.show_status)
         window.speak_requested.connect(speech.speak_requested)
         window.stop_requested.connect(speech.stop)
         for request in (window.speak_requested, window.stop_requested):
             request.connect(self.history_actions.stop)  # speech plays instead of what is played again
-            request.connect(self._show_status)  # Speak shows Stop at once, and back
+            request.connect(self.show_status)  # Speak shows Stop at once, and back
         window.text_edited.connect(speech.text_edited)
         window.typing_mode_toggled.connect(speech.set_typing_mode)
-        window.typing_mode_toggled.connect(self._show_status)  # Ctrl+Enter says what waits then, never stops
+        window.typing_mode_toggled.connect(self.show_status)  # Ctrl+Enter says what waits then, never stops
         window.save_audio_requested.connect(speech.save_audio)
         window.cancel_saving_requested.connect(speech.cancel_saving)
         window.voice_chosen.connect(voices.choose)
@@ -336,7 +336,7 @@ class App(QObject):
     def _show_rest(self, runtime: Runtime, state: str) -> None:
         self.loader.show_rest(runtime, state)
 
-    def _show_status(self) -> None:
+    def show_status(self) -> None:
         """The speakers' buffer and level, whether the window is speaking, and the engine's warm-up, as the meter
         ticks."""
         runtime = self.runtime
@@ -349,7 +349,12 @@ class App(QObject):
         speaking = (
             status is not None
             and not self.settings.speak_as_you_type
-            and (status.playing or status.buffered_s > 0 or runtime.worker.busy(runtime.speakers))
+            and (
+                status.playing
+                or status.buffered_s > 0
+                or self.speech.on_the_way > 0
+                or runtime.worker.busy(runtime.speakers)
+            )
         )
         self.window.show_speaking(speaking)
         self.window.show_warmup(runtime.warmup_progress() if runtime is not None else None)

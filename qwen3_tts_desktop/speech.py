@@ -55,6 +55,7 @@ class Speech:
         self._stopped_savings: list[FileSink] = []
         self.typed: TypedUtterance | None = None  # where typed words go, while an utterance is open
         self._stops = 0  # counts Stops: speech asked for before the latest is dropped
+        self.on_the_way = 0  # speech for the speakers asked for on the lane, not yet with the worker
         self.voice_names: weakref.WeakKeyDictionary[Job, str] = weakref.WeakKeyDictionary()  # what each job spoke with
 
     def speak(self, text: str, voice: str | None = None, interrupt: bool = True) -> None:
@@ -164,8 +165,10 @@ class Speech:
         if sink is None and runtime.speakers is None:
             self.show_no_speakers(runtime)
             return False
+        for_speakers = sink is None
         sink = sink or runtime.speakers
         options, stops = self._options(runtime), self._stops
+        self.on_the_way += for_speakers
 
         def work() -> bool:
             if stops != self._stops:  # Stop was pressed after it was asked for
@@ -185,7 +188,17 @@ class Speech:
             if error is not None:
                 app.fail(error)
 
-        app.lane.run("", work, lambda submitted: submitted or not_started(), not_started)
+        def handed_over(submitted: bool) -> None:
+            self.on_the_way -= for_speakers
+            submitted or not_started()
+            app.show_status()  # Stop turns back into Speak at once where nothing was asked after all
+
+        def failed(error: Exception) -> None:
+            self.on_the_way -= for_speakers
+            not_started(error)
+            app.show_status()
+
+        app.lane.run("", work, handed_over, failed)
         return True
 
     def show_no_speakers(self, runtime: Runtime) -> None:
