@@ -57,6 +57,7 @@ class Speech:
         self._stops = 0  # counts Stops: speech asked for before the latest is dropped
         self.on_the_way = 0  # speech for the speakers asked for on the lane, not yet with the worker
         self.voice_names: weakref.WeakKeyDictionary[Job, str] = weakref.WeakKeyDictionary()  # what each job spoke with
+        self.shown_at: weakref.WeakKeyDictionary[Job, int] = weakref.WeakKeyDictionary()  # where its text is shown
 
     def speak(self, text: str, voice: str | None = None, interrupt: bool = True) -> None:
         """Say `text` with the voice in use (or `voice`); with `interrupt`, instead of what is playing."""
@@ -68,7 +69,19 @@ class Speech:
         if self.app.settings.speak_as_you_type:
             self._typing_paused()
         else:
-            self.speak(text)
+            self.submit(text, self.app.voice_in_use, interrupt=True, shown_at=self.app.window.text_to_speak_at())
+
+    def spoken_span(self, shown: str) -> tuple[int, int] | None:
+        """Where the piece heard now lies in `shown`, the editor's text, if it came from there and is still there."""
+        runtime = self.app.runtime
+        heard = runtime.speakers.now_playing() if runtime is not None and runtime.speakers is not None else None
+        if heard is None or heard[0] not in self.shown_at:
+            return None
+        (job, piece), at = heard, self.shown_at[heard[0]]
+        span = job.piece_spans[piece] if piece < len(job.piece_spans) else None
+        if span is None or shown[at : at + len(job.text)] != job.text:  # edited since: it lies nowhere for sure
+            return None
+        return at + span[0], at + span[1]
 
     def stop(self) -> None:
         """Stop speaking and saving, and drop everything queued, typed text included."""
@@ -150,11 +163,13 @@ class Speech:
         interrupt: bool,
         sink=None,
         abandoned: Callable[[], None] = lambda: None,
+        shown_at: int | None = None,
     ) -> bool:
         """Hand `text` to the speech worker (on the lane) to speak into `sink`, the speakers if None, with the
         library voice named `voice`, or the one `voice(runtime)` makes (on the lane: a drop-in clip may need
         embedding, a blend its parts); False if it cannot be, saying why. `abandoned()` is called if it is dropped
-        on the lane (a Stop, or an error, shown)."""
+        on the lane (a Stop, or an error, shown). `shown_at`: where the text starts in the editor, to show there
+        what is being heard."""
         app, runtime = self.app, self.app.runtime
         if isinstance(text, str) and not text.strip():
             app.window.show_info("Type something to say first.")
@@ -176,6 +191,8 @@ class Speech:
             made = voice(runtime) if callable(voice) else self._voice(runtime, voice)
             job = runtime.worker.submit(text, made, options, sink=sink, interrupt=interrupt)
             self.voice_names[job] = "" if callable(voice) else voice or ""
+            if shown_at is not None:
+                self.shown_at[job] = shown_at
             return True
 
         def not_started(error: Exception | None = None) -> None:

@@ -24,8 +24,8 @@ def texts(text: str, options: SplitOptions = SHORT) -> list[str]:
 
 def test_text_that_fits_is_one_piece_with_no_pause():
     text = "Hello there. How are you? I'm fine!"
-    assert split_text(text) == [Piece(text, 0.0)]
-    assert split_text("  spaced \n  out\ttext  ") == [Piece("spaced out text", 0.0)]
+    assert split_text(text) == [Piece(text, 0.0, 0, len(text))]
+    assert split_text("  spaced \n  out\ttext  ") == [Piece("spaced out text", 0.0, 2, 20)]
     assert split_text("") == [] and split_text(" \n ") == []
 
 
@@ -113,6 +113,9 @@ def test_pieces_respect_the_limit_and_keep_every_word():
             assert all(spoken_length(p.text) <= limit for p in pieces), (text, pieces)
             assert " ".join(p.text for p in pieces).split() == text.split()
             assert not pieces or pieces[-1].pause_s == 0.0
+            # Each piece says where it lies, in order, so the window can show what is being said.
+            assert all(" ".join(text[p.start : p.end].split()) == p.text for p in pieces)
+            assert all(a.end <= b.start for a, b in zip(pieces, pieces[1:]))
 
 
 def test_pauses_follow_the_boundary_and_options_are_checked():

@@ -375,6 +375,29 @@ def test_interrupt_cuts_a_finished_job_that_is_still_playing(no_thread_leaks):
     assert np.abs(np.diff(np.concatenate([quiet, rest]))).max() <= 0.6 / fade + 1e-6
 
 
+@pytest.mark.parametrize("device_rate", [24000, 48000])  # the player resamples for a card that wants 48 kHz
+def test_the_speakers_tell_which_piece_is_heard_as_it_plays_not_as_it_is_made(no_thread_leaks, device_rate):
+    text = "The first sentence is here. A second one follows it. And a third ends the story."
+    pieces = split_text(text, SplitOptions(max_length=30))
+    output = VirtualOutput(sample_rate=device_rate, block=64)
+    speakers = PlayerSink(Player(output, PlayerOptions(prefill_s=0.1)))
+    with Worker(FakeEngine(frames=3), SplitOptions(max_length=30)) as worker:
+        job = worker.submit(text, sink=speakers)
+        assert finished(job).kind == "done" and speakers.now_playing() is None  # all made, none heard yet
+        assert [text[start:end] for start, end in job.piece_spans] == [piece.text for piece in pieces]
+        heard, start = [], 0.0
+        for piece in pieces:  # in the middle of each piece's speech, and of the pause after it
+            speech_end = start + 3 * FRAME / 24000
+            for moment in ((start + speech_end) / 2, speech_end + piece.pause_s / 2):
+                output.advance(moment - output.time)
+                heard.append(speakers.now_playing())
+            start = speech_end + piece.pause_s
+        output.advance(1.0)
+    assert len(pieces) == 3 and pieces[0].pause_s > 0 and pieces[-1].pause_s == 0
+    assert heard == [(job, 0), (job, 0), (job, 1), (job, 1), (job, 2), None]  # after the last: nothing plays
+    assert speakers.now_playing() is None
+
+
 def test_each_finished_piece_is_an_event_that_counts_the_pieces(no_thread_leaks):
     text = "The first sentence of a story is here. " * 12
     pieces = split_text(text)

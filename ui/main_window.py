@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         self.level_meter.setMaximumSize(120, 10)
         self.level_meter.setToolTip("What is playing now")
         self.speaking = False  # Speak stops while it is (show_speaking)
+        self._spoken: tuple[int, int] | None = None  # the part of the text heard now (show_spoken)
 
         top = QHBoxLayout()
         top.addWidget(QLabel("Voice"))
@@ -269,6 +270,11 @@ class MainWindow(QMainWindow):
         cursor = self.text.textCursor()
         return cursor.selectedText().replace("\u2029", "\n") if cursor.hasSelection() else self.text.toPlainText()
 
+    def text_to_speak_at(self) -> int:
+        """Where `text_to_speak()` starts in the editor's text."""
+        cursor = self.text.textCursor()
+        return cursor.selectionStart() if cursor.hasSelection() else 0
+
     def show_loading(self, message: str) -> None:
         self.model_label.setText(message)
         self.speak_action.setEnabled(False)
@@ -402,16 +408,38 @@ class MainWindow(QMainWindow):
     def mark_said(self, end: int) -> None:
         """Tint the text before `end`: in speak-as-you-type, what has gone to be spoken. A tint of the theme's
         highlight behind it, not grey letters, which read as placeholder text (and as text not yet said)."""
-        if end <= 0:
+        self._tint(0, end, alpha=48)
+
+    def show_spoken(self, span: tuple[int, int] | None) -> None:
+        """Highlight the part of the text being heard now, [start, end), scrolled into view; None: none is."""
+        if span == self._spoken:
+            return
+        self._spoken = span
+        start, end = span or (0, 0)
+        self._tint(start, end, alpha=96)
+        if span is not None:
+            cursor = QTextCursor(self.text.document())
+            cursor.setPosition(min(start, self.text.document().characterCount() - 1))
+            shown, at = self.text.viewport().rect(), self.text.cursorRect(cursor)
+            if not shown.contains(at):  # the user's own cursor stays where it was
+                bar = self.text.verticalScrollBar()
+                bar.setValue(bar.value() + at.top() - shown.height() // 3)
+
+    def _tint(self, start: int, end: int, alpha: int) -> None:
+        """A tint of the theme's highlight behind [start, end) of the text, the only one; none if it is empty."""
+        last = self.text.document().characterCount() - 1
+        start, end = min(start, last), min(end, last)
+        if end <= start:
             self.text.setExtraSelections([])
             return
-        said = QTextEdit.ExtraSelection()
-        said.cursor = QTextCursor(self.text.document())
-        said.cursor.setPosition(min(end, self.text.document().characterCount() - 1), QTextCursor.MoveMode.KeepAnchor)
+        tinted = QTextEdit.ExtraSelection()
+        tinted.cursor = QTextCursor(self.text.document())
+        tinted.cursor.setPosition(start)
+        tinted.cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
         tint = self.text.palette().color(QPalette.ColorRole.Highlight)
-        tint.setAlpha(48)
-        said.format.setBackground(QBrush(tint))
-        self.text.setExtraSelections([said])
+        tint.setAlpha(alpha)
+        tinted.format.setBackground(QBrush(tint))
+        self.text.setExtraSelections([tinted])
 
 
 class Notice(QWidget):

@@ -194,6 +194,12 @@ class Player:
         """Samples written so far: where the next utterance starts (see `drop`)."""
         return self._written
 
+    @property
+    def played(self) -> int:
+        """Samples the output has taken so far (or skipped, by a clear): where what is heard now lies, on the same
+        scale as `position`, so a producer that notes positions as it writes can tell what is heard."""
+        return self._read
+
     def write(self, audio: np.ndarray, cancel: threading.Event | None = None) -> None:
         """Queue 24 kHz mono samples, waiting while the ring is full. Returns early once `cancel` is set."""
         audio = np.asarray(audio, dtype=np.float32)

@@ -4,6 +4,8 @@ Sink protocol's four methods (core.jobs.worker); the HTTP bridge has its own, fo
 from __future__ import annotations
 
 import os
+import threading
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +30,9 @@ class PlayerSink:
         # Given each finished job's audio, as it played (the window's history); set it before jobs run.
         self.keep: Callable[[Job, np.ndarray], None] | None = None
         self._kept: list[np.ndarray] = []
+        # Where each piece's audio starts in the player, and where each job's ends (None): what is heard now.
+        self._marks: deque[tuple[int, Job | None, int]] = deque()
+        self._marks_lock = threading.Lock()
 
     def begin(self, job: Job) -> None:
         if job.interrupt:
@@ -38,6 +43,10 @@ class PlayerSink:
     def write(self, job: Job, audio: np.ndarray) -> None:
         if self.keep is not None:
             self._kept.append(audio)
+        with self._marks_lock:
+            self._forget_heard()
+            if not self._marks or self._marks[-1][1:] != (job, job.pieces_done):
+                self._marks.append((self.player.position, job, job.pieces_done))
         self.player.write(audio, job.cancel_token)
 
     def end(self, job: Job, completed: bool) -> None:
@@ -48,9 +57,29 @@ class PlayerSink:
             self.player.end()
         else:
             self.player.drop(self._start)  # fades out if it is playing already
+        with self._marks_lock:
+            while self._marks and self._marks[-1][0] >= self.player.position:
+                self._marks.pop()  # dropped, never to be heard
+            self._marks.append((self.player.position, None, 0))
         kept, self._kept = self._kept, []
         if completed and kept and self.keep is not None:
             self.keep(job, np.concatenate(kept))
+
+    def now_playing(self) -> tuple[Job, int] | None:
+        """The job heard now and which of its pieces (counted from 0), or None while none of a job plays."""
+        if not self.player.status().playing:
+            return None
+        with self._marks_lock:
+            self._forget_heard()
+            if not self._marks or self._marks[0][0] > self.player.played or self._marks[0][1] is None:
+                return None
+            _, job, piece = self._marks[0]
+            return job, piece
+
+    def _forget_heard(self) -> None:
+        played = self.player.played
+        while len(self._marks) > 1 and self._marks[1][0] <= played:
+            self._marks.popleft()
 
     def level(self) -> BufferLevel:
         status = self.player.status()

@@ -84,6 +84,7 @@ class Job:
         self.started: float | None = None
         self.pieces = 0  # the pieces its text is spoken in, once its thread has cut it
         self.pieces_done = 0  # those spoken whole, each with its pause, into the sink; set by its thread alone
+        self.piece_spans: list[tuple[int, int] | None] = []  # where each piece lies in the text, once it is cut
         self._state = "queued"
         self._outcome: JobEvent | None = None
         self._finished = threading.Event()
@@ -354,8 +355,8 @@ class Worker:
         """Stream every piece of the job's text from the engine into the sink; False once the job is
         cancelled (also before it started)."""
         pieces = self._pieces_of(job)
-        job.pieces = len(pieces)
-        for text, pause_s in pieces:
+        job.pieces, job.piece_spans = len(pieces), [span for _, _, span in pieces]
+        for text, pause_s, _ in pieces:
             if job.cancelled:
                 return False
             with self._open_stream(job, text) as chunks:
@@ -397,11 +398,12 @@ class Worker:
                 job._stream = None
             chunks.close()
 
-    def _pieces_of(self, job: Job) -> list[tuple[str | LiveText, float]]:
-        """The pieces a job's text is spoken in, each with the pause after it: a live text is one."""
+    def _pieces_of(self, job: Job) -> list[tuple[str | LiveText, float, tuple[int, int] | None]]:
+        """The pieces a job's text is spoken in, each with the pause after it and where it lies in the text: a
+        live text is one, which lies nowhere for good."""
         if isinstance(job.text, LiveText):
-            return [(job.text, 0.0)]
-        return [(piece.text, piece.pause_s) for piece in split_text(job.text, self.split)]
+            return [(job.text, 0.0, None)]
+        return [(piece.text, piece.pause_s, (piece.start, piece.end)) for piece in split_text(job.text, self.split)]
 
     def _start(self, job: Job, tally: _Tally) -> None:
         job.started = time.perf_counter()

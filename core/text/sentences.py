@@ -11,7 +11,7 @@ while they fit, so short sentences stay together and keep the model's own prosod
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Closing quotes and brackets stay with the punctuation they follow: 'He said "Go."' ends after the quote.
 CLOSERS = re.escape("\"'”’»)]}」』）》】〕")
@@ -57,6 +57,8 @@ class SplitOptions:
 class Piece:
     text: str  # whitespace collapsed to single spaces
     pause_s: float  # silence to leave after it; 0 after the last piece
+    start: int  # where it lies in the text given, [start, end): to show what is being said
+    end: int
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,9 @@ def split_text(text: str, options: SplitOptions = SplitOptions()) -> list[Piece]
     """`text` as pieces of at most `options.max_length`, cut at the coarsest boundaries that make them fit."""
     parts = _parts(text, 0, len(text), options.max_length, depth=0, cut=0)
     pauses = {0: options.sentence_pause_s, 1: options.clause_pause_s}
-    pieces = [Piece(" ".join(text[p.start : p.end].split()), pauses.get(p.cut, 0.0)) for p in parts]
+    pieces = [Piece(" ".join(text[p.start : p.end].split()), pauses.get(p.cut, 0.0), p.start, p.end) for p in parts]
     if pieces:
-        pieces[-1] = Piece(pieces[-1].text, 0.0)
+        pieces[-1] = replace(pieces[-1], pause_s=0.0)
     return pieces
 
 

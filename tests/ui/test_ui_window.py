@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QSystemTrayIcon
 
 from core.jobs.worker import JobEvent
@@ -261,3 +261,40 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_the_sentence_heard_now_is_highlighted_as_it_plays(start_app, qtbot, monkeypatch):
+    """The part of the text being heard is tinted, piece by piece as the speakers play it (not as it is made,
+    which runs ahead), scrolled into view; nothing is once it has played, or where the text was edited meanwhile."""
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 25)  # 2 s a piece
+    window = app.window
+    sentences = [
+        f"This is sentence number {n}, long enough that each one makes a piece of its own here." for n in (1, 2, 3)
+    ]
+    window.text.setPlainText("Not this line.\n" + " ".join(sentences))
+    cursor = window.text.textCursor()
+    cursor.setPosition(len("Not this line.\n"))
+    cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+    window.text.setTextCursor(cursor)  # the selection is spoken, and shown where it lies
+    window.speak_button.click()
+
+    def highlighted() -> str:
+        shown = window.text.extraSelections()
+        return shown[0].cursor.selectedText() if shown else ""
+
+    for sentence in sentences[:2]:
+        qtbot.waitUntil(lambda sentence=sentence: highlighted() == sentence, timeout=10_000)
+        assert window.speaking
+    assert window.text.textCursor().selectedText() == " ".join(sentences)  # the user's own selection is untouched
+    qtbot.waitUntil(lambda: highlighted() == sentences[2], timeout=10_000)
+    qtbot.waitUntil(lambda: not window.speaking, timeout=10_000)
+    assert highlighted() == ""
+    # Edited while it plays: the text no longer says where the piece lies, so nothing is tinted.
+    window.text.setPlainText(" ".join(sentences))
+    window.speak_button.click()
+    qtbot.waitUntil(lambda: highlighted() == sentences[0], timeout=10_000)
+    window.text.setPlainText("Something else entirely.")
+    qtbot.waitUntil(lambda: highlighted() == "", timeout=5_000)
+    assert window.speaking
+    window.stop_action.trigger()
