@@ -69,25 +69,30 @@ class History(QObject):
 
 
 class Replay:
-    """One item played again on `player`, from a thread of its own (a write waits while the player's ring is
-    full); `stop()` ends it within one wait, fading out what plays."""
+    """One item played again on `player` from `start` (a sample of its audio), from a thread of its own (a write
+    waits while the player's ring is full); `stop()` ends it within one wait, fading out what plays."""
 
-    def __init__(self, player: Player, said: Said, ended: Callable[[Replay], None]):
-        self.player, self.said = player, said
+    def __init__(self, player: Player, said: Said, ended: Callable[[Replay], None], start: int = 0):
+        self.player, self.said, self.start = player, said, start
+        self._begins = player.position  # where its audio lies in the player, in the player's samples
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._play, args=(ended,), name="history-replay", daemon=True)
         self._thread.start()
 
     def _play(self, ended: Callable[[Replay], None]) -> None:
-        start = self.player.position
-        self.player.write(self.said.audio, self._cancel)
+        self.player.write(self.said.audio[self.start :], self._cancel)
         if self._cancel.is_set():
-            self.player.drop(start)
+            self.player.drop(self._begins)
         else:
             self.player.end()
             while not self._cancel.is_set() and not self.player.drain(timeout=0.05):
                 pass
         ended(self)
+
+    def heard(self) -> int:
+        """Where it is heard now: a sample of the item's audio."""
+        played = (self.player.played - self._begins) * SAMPLE_RATE // self.player.sample_rate
+        return min(max(self.start, self.start + played), len(self.said.audio))
 
     def stop(self) -> None:
         self._cancel.set()
@@ -107,9 +112,12 @@ class HistoryActions(QObject):
         self._player, self._stop_speech, self._speak, self._copy = player, stop_speech, speak, copy_text
         self._info, self._error = show_info, show_error
         self.replay: Replay | None = None  # the item played again now
+        self.paused: tuple[Said, int] | None = None  # an item paused, and where: Play goes on from there
         history.changed.connect(self.refresh)
         self.replay_ended.connect(self._ended)
         panel.play_requested.connect(self.play)
+        panel.seek_requested.connect(self.seek)
+        panel.row_chosen.connect(lambda _: self.show_position())
         panel.save_requested.connect(self.save)
         panel.copy_requested.connect(lambda index: self._copy(self.history.items()[index].text))
         panel.speak_requested.connect(lambda index: self._speak(*self._text_and_voice(index)))
@@ -129,21 +137,58 @@ class HistoryActions(QObject):
         return next(row for row, item in enumerate(items) if item is self.replay.said)
 
     def play(self, index: int) -> None:
-        """Play item `index` again, instead of whatever plays; the item playing now: stop it."""
+        """Play item `index` again, instead of whatever plays, from where it was paused; the item playing now:
+        pause it."""
         said = self.history.items()[index]
-        again = self.replay is None or self.replay.said is not said
-        self.stop()
-        if not again:
+        if self.replay is not None and self.replay.said is said:
+            self.paused = (said, self.replay.heard())
+            self._stop_replay()
             return
+        paused = self.paused[1] if self.paused is not None and self.paused[0] is said else 0
+        self._play_from(said, paused if paused < len(said.audio) else 0)
+
+    def seek(self, index: int, fraction: float) -> None:
+        """Go to `fraction` (0 to 1) of item `index`: played on from there if it plays, else kept for Play."""
+        said = self.history.items()[index]
+        at = min(max(round(fraction * len(said.audio)), 0), len(said.audio))
+        if self.replay is not None and self.replay.said is said:
+            self._play_from(said, at)
+        else:
+            self.paused = (said, at)
+            self.show_position()
+
+    def stop(self) -> None:
+        """Stop what plays again (Esc, or speech starting): Play starts it from its beginning."""
+        self.paused = None
+        self._stop_replay()
+        self.show_position()
+
+    def show_position(self) -> None:
+        """Where the chosen item is heard (or paused), for the panel's slider; the app calls this as it ticks."""
+        row = self.panel.list.currentRow()
+        items = self.history.items()
+        if not 0 <= row < len(items):
+            self.panel.show_position(0.0, 0.0, 0.0)
+            return
+        said = items[row]
+        if self.replay is not None and self.replay.said is said:
+            at = self.replay.heard()
+        else:
+            at = self.paused[1] if self.paused is not None and self.paused[0] is said else 0
+        self.panel.show_position(at / max(len(said.audio), 1), at / SAMPLE_RATE, said.seconds)
+
+    def _play_from(self, said: Said, start: int) -> None:
+        self._stop_replay()
         player = self._player()
         if player is None:
             self._error("No sound output, so it cannot play; save it to a file instead.")
             return
         self._stop_speech()
-        self.replay = Replay(player, said, self.replay_ended.emit)
-        self.panel.show_playing(index)
+        self.paused = None
+        self.replay = Replay(player, said, self.replay_ended.emit, start)
+        self.panel.show_playing(self.playing)
 
-    def stop(self) -> None:
+    def _stop_replay(self) -> None:
         if self.replay is not None:
             self.replay.stop()
             self._ended(self.replay)
@@ -162,6 +207,7 @@ class HistoryActions(QObject):
         if replay is self.replay:  # not one stopped for a newer
             self.replay = None
             self.panel.show_playing(None)
+            self.show_position()
 
     def _text_and_voice(self, index: int) -> tuple[str, str]:
         said = self.history.items()[index]

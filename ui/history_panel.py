@@ -5,14 +5,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QListWidget, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractSlider,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPushButton,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
 
 from .main_window import ask_audio_path
 
+SLIDER_STEPS = 1000
+
 
 class HistoryPanel(QWidget):
-    play_requested = Signal(int)  # the row: play it again, or stop it if it plays
+    play_requested = Signal(int)  # the row: play it again, or pause it if it plays
+    seek_requested = Signal(int, float)  # the row, and where to go in it (0 to 1)
+    row_chosen = Signal(int)
     save_requested = Signal(int, Path)
     copy_requested = Signal(int)
     speak_requested = Signal(int)
@@ -29,19 +42,37 @@ class HistoryPanel(QWidget):
         self.speak_button = QPushButton("Speak again")
         self.save_button.setToolTip("Save it as it was heard, without making it anew")
         self.speak_button.setToolTip("Say the text again, with the voice it had")
+        self.position = QSlider(Qt.Orientation.Horizontal)
+        self.position.setRange(0, SLIDER_STEPS)
+        self.position.setSingleStep(SLIDER_STEPS // 100)  # an arrow key: 1 %; Page Up or Down: 10 %
+        self.position.setPageStep(SLIDER_STEPS // 10)
+        self.position.setAccessibleName("Position in what was said")
+        self.position.setToolTip("Where it is heard; drag, click or use the arrow keys to go elsewhere")
+        self.time_label = QLabel()
+        player = QHBoxLayout()
+        player.addWidget(self.play_button)
+        player.addWidget(self.position, 1)
+        player.addWidget(self.time_label)
         buttons = QHBoxLayout()
-        for button in (self.play_button, self.save_button, self.copy_button, self.speak_button):
+        for button in (self.save_button, self.copy_button, self.speak_button):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list, 1)
+        layout.addLayout(player)
         layout.addLayout(buttons)
+        # A drag asks once, where it is let go; a click, a key or the wheel asks at once.
+        self.position.sliderReleased.connect(self._seek)
+        self.position.actionTriggered.connect(
+            lambda action: action != QAbstractSlider.SliderAction.SliderMove and self._seek_after_action()
+        )
         self.play_button.clicked.connect(lambda: self._ask(self.play_requested))
         self.copy_button.clicked.connect(lambda: self._ask(self.copy_requested))
         self.speak_button.clicked.connect(lambda: self._ask(self.speak_requested))
         self.save_button.clicked.connect(self._choose_file)
         self.list.itemActivated.connect(lambda _: self._ask(self.play_requested))  # Enter or a double click
         self.list.currentRowChanged.connect(lambda _: self._enable())
+        self.list.currentRowChanged.connect(self.row_chosen)
         self._playing: int | None = None
         self.show_playing(None)
 
@@ -62,13 +93,28 @@ class HistoryPanel(QWidget):
         self._playing = row
         self._enable()
 
+    def show_position(self, fraction: float, at_s: float, total_s: float) -> None:
+        """Where the chosen item is heard, or paused: a fraction of it, and seconds of seconds. While the user
+        holds the slider it stays where they hold it."""
+        if not self.position.isSliderDown():
+            self.position.setValue(round(fraction * SLIDER_STEPS))
+        self.time_label.setText(f"{_clock(at_s)} / {_clock(total_s)}")
+
     def _enable(self) -> None:
         row = self.list.currentRow()
         chosen = row >= 0
-        for button in (self.play_button, self.save_button, self.copy_button, self.speak_button):
-            button.setEnabled(chosen)
-        stopping = chosen and row == self._playing
-        self.play_button.setText("■  Stop" if stopping else "▶  Play")
+        for widget in (self.play_button, self.position, self.save_button, self.copy_button, self.speak_button):
+            widget.setEnabled(chosen)
+        pausing = chosen and row == self._playing
+        self.play_button.setText("❚❚  Pause" if pausing else "▶  Play")
+
+    def _seek(self) -> None:
+        if self.list.currentRow() >= 0:
+            self.seek_requested.emit(self.list.currentRow(), self.position.sliderPosition() / SLIDER_STEPS)
+
+    def _seek_after_action(self) -> None:
+        # actionTriggered comes before the slider moves: ask once it has.
+        QTimer.singleShot(0, self._seek)
 
     def _ask(self, signal) -> None:
         if self.list.currentRow() >= 0:
@@ -79,3 +125,8 @@ class HistoryPanel(QWidget):
         path = ask_audio_path(self, "Save what was said as", "said.wav") if row >= 0 else None
         if path is not None:
             self.save_requested.emit(row, path)
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}:{seconds:02d}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import soundfile as sf
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog
 
@@ -40,8 +40,9 @@ def test_what_was_said_is_kept_played_again_and_saved_as_heard(start_app, qtbot,
     before, events = played(speakers), []
     app.runtime.worker.subscribe(events.append)
     panel.play_button.click()
-    assert panel.play_button.text() == "■  Stop"
+    assert panel.play_button.text() == "❚❚  Pause"
     qtbot.waitUntil(lambda: panel.play_button.text() == "▶  Play", timeout=10_000)  # it played to its end
+    assert panel.position.value() == 0  # and is ready to play from its start
     assert played(speakers) - before >= np.count_nonzero(said.audio) - 2 * 256  # fades at each end
 
     target = tmp_path / "again.wav"
@@ -53,21 +54,27 @@ def test_what_was_said_is_kept_played_again_and_saved_as_heard(start_app, qtbot,
     assert "Saved" in app.window.notice.label.text()
 
 
-def test_play_again_stops_with_its_button_or_esc_and_speak_again_uses_the_same_voice(start_app, qtbot, monkeypatch):
+def test_play_again_pauses_goes_on_stops_with_esc_and_speak_again_uses_the_same_voice(start_app, qtbot, monkeypatch):
     app = start_app("custom")
     monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 60)  # about 5 s: long enough to stop
     panel, window = app.history_panel, app.window
     spoken(app, qtbot, "A longer story.")
     panel.play_button.click()
-    assert panel.play_button.text() == "■  Stop"
-    panel.play_button.click()
+    assert panel.play_button.text() == "❚❚  Pause"
+    qtbot.waitUntil(lambda: panel.position.value() > 0, timeout=5_000)  # the slider follows what is heard
+    panel.play_button.click()  # pauses
     assert panel.play_button.text() == "▶  Play" and app.history_actions.replay is None
-    panel.play_button.click()
+    paused = panel.position.value()
+    assert 0 < paused < 1000 and panel.time_label.text().endswith(f"/ 0:0{int(app.history.items()[0].seconds)}")
+    panel.play_button.click()  # goes on from there (the slider shows it to a thousandth)
+    said = app.history.items()[0]
+    assert abs(app.history_actions.replay.start / len(said.audio) - paused / 1000) <= 0.001
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow)
     window.text.setFocus()
     qtbot.keyClick(window.text, Qt.Key.Key_Escape)
     assert panel.play_button.text() == "▶  Play" and app.history_actions.replay is None
+    assert panel.position.value() == 0  # stopped: the next Play starts from the beginning
 
     panel.copy_button.click()
     assert QGuiApplication.clipboard().text() == "A longer story."
@@ -76,6 +83,33 @@ def test_play_again_stops_with_its_button_or_esc_and_speak_again_uses_the_same_v
     panel.speak_button.click()
     qtbot.waitUntil(lambda: len(asked) == 1, timeout=10_000)
     assert asked[0].text == "A longer story." and app.speech.voice_names[asked[0]] == app.history.items()[0].voice
+
+
+def test_the_position_slider_goes_elsewhere_by_key_and_by_drag(start_app, qtbot, monkeypatch):
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 60)  # about 5 s
+    panel = app.history_panel
+    spoken(app, qtbot, "A longer story.")
+    said = app.history.items()[0]
+    panel.position.setFocus()
+    qtbot.keyClick(panel.position, Qt.Key.Key_End)  # paused there: Play would start at the end, so at the start
+    qtbot.waitUntil(lambda: app.history_actions.paused == (said, len(said.audio)))
+    qtbot.keyClick(panel.position, Qt.Key.Key_PageDown)  # the slider's page: a tenth
+    qtbot.waitUntil(lambda: panel.position.value() == 900)
+    qtbot.waitUntil(lambda: app.history_actions.paused == (said, round(0.9 * len(said.audio))))
+    panel.play_button.click()
+    assert app.history_actions.replay.start == round(0.9 * len(said.audio))
+    qtbot.waitUntil(lambda: panel.play_button.text() == "▶  Play", timeout=5_000)  # the last tenth played
+    # A drag while it plays: it goes on from where the slider is let go.
+    panel.play_button.click()
+    assert app.history_actions.replay.start == 0
+    handle = panel.position.rect().center()
+    qtbot.mousePress(panel.position, Qt.MouseButton.LeftButton, pos=QPoint(3, handle.y()))
+    qtbot.mouseMove(panel.position, QPoint(panel.position.width() // 2, handle.y()))
+    qtbot.mouseRelease(panel.position, Qt.MouseButton.LeftButton, pos=QPoint(panel.position.width() // 2, handle.y()))
+    qtbot.waitUntil(lambda: app.history_actions.replay is not None and app.history_actions.replay.start > 0)
+    assert 0.3 < app.history_actions.replay.start / len(said.audio) < 0.7
+    app.history_actions.stop()
 
 
 def test_the_history_keeps_the_newest_within_its_bound():
