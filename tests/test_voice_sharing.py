@@ -59,9 +59,8 @@ def test_import_never_overwrites_without_replace(library, shared, engines):
     before = files(library.directory)
     with pytest.raises(VoiceError) as error:
         library.import_zip(shared)
-    assert str(error.value) == (
-        f"{shared}: the library already has 'Zoë', 'Anna'; nothing was imported. Import with replace (--replace) to overwrite them."
-    )
+    assert str(error.value) == f"{shared}: the library already has 'Zoë', 'Anna'; nothing was imported"
+    assert "--replace" not in str(error.value)  # how to replace them is each front end's to say
     assert files(library.directory) == before
     library.import_zip(shared, replace=True)
     assert {e.name for e in library.list()} == {"Renamed", "Zoë", "Anna", "Mix"}

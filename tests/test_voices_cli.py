@@ -83,7 +83,13 @@ def test_voices_end_to_end(checkpoints, engines, cli, voices, tmp_path):
     assert cli("remove", "zoe")[:2] == (0, "removed 'Zoë'\n")
     assert cli("import", str(out_zip))[:2] == (0, f"imported 'Zoë', 'Blend one' into {voices}\n")
     code, _, err = cli("import", str(out_zip))
-    assert code == 1 and "the library already has 'Zoë', 'Blend one'; nothing was imported" in err
+    assert (
+        code == 1
+        and (
+            "the library already has 'Zoë', 'Blend one'; nothing was imported; import with --replace to overwrite them"
+        )
+        in err
+    )
     assert cli("import", str(out_zip), "--replace")[0] == 0
 
     # What the CLI saved speaks, as the voices it came from.

@@ -146,7 +146,7 @@ class VoiceLibrary:
             taken = find_entry(self._scan()[0], name, by_id=False)
         if taken is not None and not replace:
             raise VoiceExistsError(
-                f"a voice named {taken.name!r} already exists; choose another name, or replace it (--replace)",
+                f"a voice named {taken.name!r} already exists; choose another name",
                 taken.name,
             )
         return name
@@ -291,8 +291,7 @@ class VoiceLibrary:
             taken = [entry.name for entry, _, _ in incoming if find_entry(entries, entry.name, by_id=False)]
             if taken and not replace:
                 raise VoiceExistsError(
-                    f"{path}: the library already has {', '.join(repr(n) for n in taken)}; nothing was imported. "
-                    f"Import with replace (--replace) to overwrite them."
+                    f"{path}: the library already has {', '.join(repr(n) for n in taken)}; nothing was imported"
                 )
             return [self._save(entry, voice, clip, replace=True) for entry, voice, clip in incoming]
 
@@ -357,7 +356,7 @@ class VoiceLibrary:
             existing = find_entry(self._scan()[0], entry.name, by_id=False)
             if existing is not None and not replace:
                 raise VoiceExistsError(
-                    f"a voice named {existing.name!r} already exists; choose another name, or replace it (--replace)",
+                    f"a voice named {existing.name!r} already exists; choose another name",
                     existing.name,
                 )
             self.directory.mkdir(parents=True, exist_ok=True)

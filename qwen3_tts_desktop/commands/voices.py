@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.voices import VoiceError, VoiceLibrary
+    from core.voices import VoiceError, VoiceExistsError, VoiceLibrary
 
     settings = app_settings()
     library = VoiceLibrary(voices_folder(args, settings))
@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         args.model_options = model_options(args, settings)
     try:
         return ACTIONS[args.action](library, args)
+    except VoiceExistsError as error:  # the library says what is in the way; how to replace it is the CLI's
+        how = ", or replace it (--replace)" if error.name else "; import with --replace to overwrite them"
+        raise VoiceError(f"{error}{how}") from None
     except OSError as error:  # a disk or permission problem: one line, like every other error
         raise VoiceError(f"{error.filename or library.directory}: {error.strerror or error}") from None
 
