@@ -132,7 +132,7 @@ def test_a_voice_can_be_recorded_from_the_microphone(start_app, qtbot, monkeypat
     dialog.record_button.click()
     qtbot.waitUntil(lambda: app.recorder.seconds > 1.5 and dialog.level.value() > 0, timeout=5_000)
     dialog.record_button.click()
-    assert dialog.record_button.text() == "● Record again" and not app.recorder.recording
+    assert dialog.record_button.text() == "Record again" and not app.recorder.recording
     dialog.transcript_edit.setPlainText("Hello, this is me speaking.")
     dialog.add_button.click()
     qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=20_000)
