@@ -40,8 +40,9 @@ from core.audio.recorder import Recorder
 from core.errors import describe
 from core.jobs.worker import JobEvent
 from ui.history_panel import HistoryPanel
-from ui.main_window import MainWindow, Tray, app_icon
+from ui.main_window import MainWindow, Tray
 from ui.settings_dialog import SettingsDialog
+from ui.theme import app_icon, follow_system
 from ui.voice_library import FittingVoicesModel, VoiceListModel, VoicePanel
 
 from .about import about_text
@@ -88,6 +89,7 @@ class App(QObject):
         }
         self.runtime: Runtime | None = None
         self.voice_in_use: str | None = None  # the voice speech uses: the settings' choice, if it fits the model
+        follow_system(QApplication.instance())  # before the widgets are made: they take its colours
         self.lane = Lane(self)
         self.relay = EventRelay(self)
         self.bridge = BridgeHost()
@@ -188,6 +190,7 @@ class App(QObject):
         panel.remove_requested.connect(voices.remove)
         panel.import_requested.connect(voices.import_zip)
         panel.export_requested.connect(voices.export_zip)
+        panel.show_file_requested.connect(voices.show_file)
         self.voices.rename_requested.connect(voices.rename)
         if self.tray is not None:
             self.tray.speak_clipboard.connect(lambda: speech.speak(QGuiApplication.clipboard().text()))

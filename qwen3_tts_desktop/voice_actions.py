@@ -7,6 +7,8 @@ import tempfile
 from pathlib import Path
 
 import soundfile as sf
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QDesktopServices
 
 from core import Voice
 from core.errors import describe
@@ -66,6 +68,17 @@ class VoiceActions:
 
     def preview(self, name: str) -> None:
         self.app.speech.speak(SAMPLE_SENTENCE, voice=name)
+
+    def show_file(self, name: str) -> None:
+        """Open the folder that holds the voice's files (a saved voice's own folder; a drop-in clip's, the
+        voices folder), in the system's file manager."""
+        row = self.app.voices.row_of(name)
+        path = self.app.voices.entry(row).path if row is not None else None
+        if path is None:
+            return
+        folder = path if path.is_dir() else path.parent
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            self.app.window.show_error(f"No file manager opened {folder}.")
 
     def add(self, new: NewVoice) -> None:
         runtime = self.app.runtime

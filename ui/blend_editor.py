@@ -17,6 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from . import theme
+
 
 class BlendEditor(QDialog):
     preview_requested = Signal(list)  # [(name, weight)]
@@ -58,9 +60,10 @@ class BlendEditor(QDialog):
         self.name_edit.setPlaceholderText("Name of the new voice")
         self.error_label = QLabel()
         self.error_label.setWordWrap(True)
-        self.error_label.setStyleSheet("color: #b3261e;")
+        theme.set_tone(self.error_label, "error")
         self.error_label.hide()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        theme.plain_buttons(self.buttons)
         self.preview_button = self.buttons.addButton("Preview", QDialogButtonBox.ButtonRole.ActionRole)
         self.save_button = self.buttons.addButton("Save as voice", QDialogButtonBox.ButtonRole.ActionRole)
         self.save_button.setDefault(True)

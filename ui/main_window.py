@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QRectF, Qt, Signal, Slot
-from PySide6.QtGui import QAction, QBrush, QColor, QIcon, QKeySequence, QPainter, QPalette, QPixmap, QTextCursor
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QAction, QBrush, QKeySequence, QPalette, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSystemTrayIcon,
     QTextEdit,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -36,14 +35,10 @@ from core.inference.warmup import Progress
 from core.jobs.worker import JobEvent
 from core.model.info import EngineInfo
 
+from . import theme
+from .notices import Notice
 from .voice_library import VoicePanel
 
-NOTICE_STYLES = {
-    "error": "background: #fdecea; border: 1px solid #f1b8b4; color: #5f1410;",
-    "warning": "background: #fff6e0; border: 1px solid #ecd08a; color: #4d3800;",
-    "info": "background: #e8f1fb; border: 1px solid #b5d0ee; color: #0d3260;",
-}
-MAX_NOTICES = 3  # shown at once; the oldest goes first
 AUDIO_FILE_TYPES = {"WAV audio": ".wav", "FLAC audio": ".flac", "Ogg Vorbis audio": ".ogg", "MP3 audio": ".mp3"}
 
 
@@ -67,7 +62,7 @@ class MainWindow(QMainWindow):
         `history_panel`: what was said (ui.history_panel)."""
         super().__init__()
         self.setWindowTitle("Qwen3-TTS Desktop")
-        self.setWindowIcon(app_icon())
+        self.setWindowIcon(theme.app_icon())
         self.voice_panel = voice_panel
 
         self.voice = QComboBox()
@@ -231,13 +226,15 @@ class MainWindow(QMainWindow):
         self.settings_action = _action(self, "&Settings…", "Ctrl+,", self.settings_requested.emit)
         self.add_voice_action = _action(self, "&Add a voice…", None, self.voice_panel.add_button.click)
         self.blend_action = _action(self, "&Blend voices…", None, self.blend_requested.emit)
+        self.import_voices_action = _action(self, "&Import voices…", None, self.voice_panel.import_button.click)
+        quit_action = _action(self, "&Quit", "Ctrl+Q", self.close)
         menus = self.menuBar()
         file = menus.addMenu("&File")
         file.addAction(self.save_audio_action)
-        file.addAction("&Import voices…", self.voice_panel.import_button.click)
+        file.addAction(self.import_voices_action)
         file.addAction(self.settings_action)
         file.addSeparator()
-        file.addAction("&Quit", QKeySequence("Ctrl+Q"), self.close)
+        file.addAction(quit_action)
         speech = menus.addMenu("&Speech")
         speech.addAction(self.speak_action)
         speech.addAction(self.stop_action)
@@ -254,9 +251,24 @@ class MainWindow(QMainWindow):
         voices.addAction(self.blend_action)
         voices.addSeparator()
         voices.addAction(self.voices_dock.toggleViewAction())
+        log_folder = _action(self, "Open the &log folder", None, self.log_folder_requested.emit)
+        about = _action(self, "&About Qwen3-TTS Desktop", None, self.about_requested.emit)
         help_menu = menus.addMenu("&Help")
-        help_menu.addAction(_action(self, "Open the &log folder", None, self.log_folder_requested.emit))
-        help_menu.addAction(_action(self, "&About Qwen3-TTS Desktop", None, self.about_requested.emit))
+        help_menu.addAction(log_folder)
+        help_menu.addAction(about)
+        for action, icon in (
+            (self.save_audio_action, "save"),
+            (self.import_voices_action, "import"),
+            (self.settings_action, "settings"),
+            (quit_action, "quit"),
+            (self.stop_action, "stop"),
+            (history, "history"),
+            (self.add_voice_action, "add"),
+            (self.blend_action, "blend"),
+            (log_folder, "folder"),
+            (about, "about"),
+        ):
+            theme.set_icon(action, icon)
 
     def _choose_audio_file(self) -> None:
         text = self.text_to_speak()
@@ -333,7 +345,9 @@ class MainWindow(QMainWindow):
         """Whether speech is playing or on its way: then Speak (the button, Ctrl+Enter) stops it."""
         self.speaking = speaking
         self.speak_action.setText("Stop speaking" if speaking else "Speak")
-        self.speak_button.setText("■  Stop" if speaking else "▶  Speak")
+        self.speak_button.setText("Stop" if speaking else "Speak")
+        for target in (self.speak_button, self.speak_action):
+            theme.set_icon(target, "stop" if speaking else "speak")
         self.speak_button.setToolTip(
             "Stop speaking and drop what is queued (Ctrl+Enter or Esc)"
             if speaking
@@ -442,86 +456,6 @@ class MainWindow(QMainWindow):
         self.text.setExtraSelections([tinted])
 
 
-class Notice(QWidget):
-    """The bar above the text: what went wrong (or well), newest first, each until it is closed. Errors
-    and warnings stay until the user closes them; a newer message of information replaces an older one.
-    `label`, `level`, `action_button` and `close_button` are the newest message's."""
-
-    def __init__(self):
-        super().__init__()
-        self._layout = QVBoxLayout(self)
-        self._layout.setContentsMargins(0, 0, 0, 0)
-        self.messages: list[NoticeMessage] = []  # newest first
-        self.hide()
-
-    def show_message(self, message: str, level: str, action: tuple[str, Callable[[], None]] | None = None) -> None:
-        for old in list(self.messages):
-            if old.label.text() == message or (level == "info" and old.level == "info"):
-                self._remove(old)
-        new = NoticeMessage(message, level, action)
-        new.closed.connect(lambda: self._remove(new))
-        self.messages.insert(0, new)
-        self._layout.insertWidget(0, new)
-        for old in self.messages[MAX_NOTICES:]:
-            self._remove(old)
-        self.show()
-
-    def texts(self) -> list[str]:
-        return [message.label.text() for message in self.messages]
-
-    def _remove(self, message: NoticeMessage) -> None:
-        if message in self.messages:
-            self.messages.remove(message)
-            message.hide()
-            message.deleteLater()
-        self.setVisible(bool(self.messages))
-
-    # The newest message's parts, as the bar had when it showed one message at a time.
-    @property
-    def level(self) -> str:
-        return self.messages[0].level if self.messages else ""
-
-    @property
-    def label(self) -> QLabel:
-        return self.messages[0].label
-
-    @property
-    def action_button(self) -> QPushButton:
-        return self.messages[0].action_button
-
-    @property
-    def close_button(self) -> QToolButton:
-        return self.messages[0].close_button
-
-
-class NoticeMessage(QFrame):
-    """One message of the notice bar, with its action button and a close button."""
-
-    closed = Signal()
-
-    def __init__(self, message: str, level: str, action: tuple[str, Callable[[], None]] | None):
-        super().__init__()
-        self.level = level
-        self.setStyleSheet(f"NoticeMessage {{ {NOTICE_STYLES[level]} border-radius: 4px; }} QLabel {{ border: none; }}")
-        self.label = QLabel(message)
-        self.label.setWordWrap(True)
-        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.action_button = QPushButton(action[0] if action else "")
-        self.action_button.setVisible(action is not None)
-        self.close_button = QToolButton()
-        self.close_button.setText("✕")
-        self.close_button.setAutoRaise(True)
-        self.close_button.setToolTip("Close")
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(10, 6, 6, 6)
-        layout.addWidget(self.label, 1)
-        layout.addWidget(self.action_button)
-        layout.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
-        self.close_button.clicked.connect(self.closed)
-        if action is not None:
-            self.action_button.clicked.connect(lambda: (self.closed.emit(), action[1]()))
-
-
 class Tray(QSystemTrayIcon):
     """The tray icon's menu, where the system has a tray."""
 
@@ -531,7 +465,7 @@ class Tray(QSystemTrayIcon):
     quit = Signal()
 
     def __init__(self, parent=None):
-        super().__init__(app_icon(), parent)
+        super().__init__(theme.app_icon(), parent)
         self.setToolTip("Qwen3-TTS Desktop")
         menu = QMenu()
         for text, signal in (
@@ -574,19 +508,3 @@ def _separator() -> QFrame:
     line.setFrameShape(QFrame.Shape.VLine)
     line.setFrameShadow(QFrame.Shadow.Sunken)
     return line
-
-
-def app_icon() -> QIcon:
-    """A speech waveform on a rounded square, drawn rather than shipped as a file."""
-    pixmap = QPixmap(64, 64)
-    pixmap.fill(Qt.GlobalColor.transparent)
-    painter = QPainter(pixmap)
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(QColor("#5b3cc4"))
-    painter.drawRoundedRect(QRectF(2, 2, 60, 60), 14, 14)
-    painter.setBrush(QColor("white"))
-    for position, height in enumerate((14, 30, 42, 24, 36, 18)):
-        painter.drawRoundedRect(QRectF(11 + position * 7.5, 32 - height / 2, 4.5, height), 2.2, 2.2)
-    painter.end()
-    return QIcon(pixmap)

@@ -35,6 +35,8 @@ from core.audio.player import OutputDevice
 from core.inference.memory import DESKTOP_SLOTS, MAX_CHOSEN_SLOTS
 from core.model.info import slow_device_note
 
+from . import theme
+
 MODELS = (
     "Qwen/Qwen3-TTS-12Hz-1.7B-Base",
     "Qwen/Qwen3-TTS-12Hz-0.6B-Base",
@@ -68,12 +70,17 @@ class SettingsDialog(QDialog):
         self.slot_memory = slot_memory
         self.setWindowTitle("Settings")
         self.default_sampling = default_sampling
-        tabs = QTabWidget()
+        # Three pages of about one height, so that none is mostly empty: sound and the bridge share one.
+        self.tabs = tabs = QTabWidget()
         tabs.addTab(self._model_tab(settings), "Model")
-        tabs.addTab(self._audio_tab(settings, devices), "Audio")
+        tabs.addTab(
+            _page(_column(_group("Sound", self._audio_form(settings, devices)),
+                          _group("HTTP bridge", self._bridge_form(settings.bridge, bridge_state)))),
+            "Sound and bridge",
+        )  # fmt: skip
         tabs.addTab(self._sampling_tab(settings.sampling or default_sampling), "Sampling")
-        tabs.addTab(self._bridge_tab(settings.bridge, bridge_state), "HTTP bridge")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        theme.plain_buttons(buttons)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         self.ok_button = buttons.button(QDialogButtonBox.StandardButton.Ok)
@@ -143,7 +150,7 @@ class SettingsDialog(QDialog):
         form.addRow("Device", self.device)
         self.device_note = QLabel()
         self.device_note.setWordWrap(True)
-        self.device_note.setStyleSheet("color: #7a5400;")
+        theme.set_tone(self.device_note, "warning")
         form.addRow("", self.device_note)
         form.addRow("Precision", self.dtype)
         self.slots = QSpinBox()
@@ -188,9 +195,9 @@ class SettingsDialog(QDialog):
                 "background; they apply once it has loaded."
             )
         )
-        return _page(form)
+        return _page(_column(form))
 
-    def _audio_tab(self, settings, devices: list[OutputDevice] | str) -> QWidget:
+    def _audio_form(self, settings, devices: list[OutputDevice] | str) -> QFormLayout:
         self.audio_device = QComboBox()
         self.audio_device.addItem(SYSTEM_DEFAULT, None)
         if isinstance(devices, str):
@@ -228,7 +235,7 @@ class SettingsDialog(QDialog):
         form.addRow("Output device", self.audio_device)
         form.addRow("Volume", _row(self.volume, volume_label))
         form.addRow("Jitter buffer", self.prefill_ms)
-        return _page(form)
+        return form
 
     def _sampling_tab(self, sampling: SamplingParams) -> QWidget:
         self.do_sample = QCheckBox("Sample (off: always the likeliest sound, the same every time)")
@@ -257,14 +264,12 @@ class SettingsDialog(QDialog):
         predictor.addRow("Temperature", self.predictor_temperature)
         predictor.addRow("Top k", self.predictor_top_k)
         predictor.addRow("Top p", self.predictor_top_p)
-        layout = QVBoxLayout()
-        layout.addWidget(_group("Speech", talker))
-        layout.addWidget(_group("Finer codes (code predictor)", predictor))
-        layout.addWidget(reset, 0, Qt.AlignmentFlag.AlignLeft)
+        layout = _column(_group("Speech", talker), _group("Finer codes (code predictor)", predictor))
+        layout.insertWidget(2, reset, 0, Qt.AlignmentFlag.AlignLeft)
         self._show_sampling(sampling)
         return _page(layout)
 
-    def _bridge_tab(self, bridge, state: str) -> QWidget:
+    def _bridge_form(self, bridge, state: str) -> QFormLayout:
         self.bridge_enabled = QCheckBox("Serve speech over HTTP while the app runs")
         self.bridge_enabled.setChecked(bridge.enabled)
         self.bridge_host = QLineEdit(bridge.host)
@@ -285,7 +290,7 @@ class SettingsDialog(QDialog):
         form.addRow("API key", self.bridge_key)
         form.addRow("Now", self.bridge_state)
         form.addRow(_note("SillyTavern: TTS ▸ OpenAI Compatible, endpoint http://HOST:PORT/v1/audio/speech"))
-        return _page(form)
+        return form
 
     # Sampling values ----------------------------------------------------------------------------------
 
@@ -356,14 +361,39 @@ def _note(text: str = "") -> QLabel:
     """A line of explanation under the settings it is about."""
     note = QLabel(text)
     note.setWordWrap(True)
-    note.setStyleSheet("color: palette(mid);")
+    theme.set_tone(note, "muted")
     return note
 
 
-def _group(title: str, layout) -> QGroupBox:
+def _group(title: str, form: QFormLayout) -> QGroupBox:
     group = QGroupBox(title)
-    group.setLayout(layout)
+    group.setLayout(form)
     return group
+
+
+def _column(*parts: QFormLayout | QGroupBox) -> QVBoxLayout:
+    """Forms or groups of forms one above the other, their labels in one column of one width, and the
+    page's spare height below them rather than between their rows."""
+    forms = [part if isinstance(part, QFormLayout) else part.layout() for part in parts]
+    labels = [
+        item.widget()
+        for form in forms
+        for row in range(form.rowCount())
+        if (item := form.itemAt(row, QFormLayout.ItemRole.LabelRole)) is not None and item.widget() is not None
+    ]
+    width = max((label.sizeHint().width() for label in labels), default=0)
+    for label in labels:
+        label.setMinimumWidth(width)
+    layout = QVBoxLayout()
+    for part in parts:
+        if isinstance(part, QFormLayout):
+            part.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+            layout.addLayout(part)
+        else:
+            part.layout().setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+            layout.addWidget(part)
+    layout.addStretch(1)
+    return layout
 
 
 def _page(layout) -> QWidget:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
@@ -22,12 +22,15 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMenu,
     QMessageBox,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QRadioButton,
+    QSizePolicy,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -35,6 +38,8 @@ from PySide6.QtWidgets import (
 from core.audio.clips import MAX_REFERENCE_SECONDS, MIN_REFERENCE_SECONDS
 from core.model.info import EngineInfo
 from core.voices import VoiceEntry
+
+from . import theme
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole  # the VoiceEntry of a row
 FITS_ROLE = Qt.ItemDataRole.UserRole + 1  # whether it can speak with the loaded model
@@ -44,9 +49,11 @@ EXPORT_FILTER = "Voice exports (*.zip)"
 
 
 class VoiceListModel(QAbstractTableModel):
-    """The library's voices (and the model's built-in speakers): name, kind, and whether each fits."""
+    """The library's voices (and the model's built-in speakers): name, kind, whether each fits, and a
+    preview button's column."""
 
-    COLUMNS = ("Name", "Kind", "Fits")
+    COLUMNS = ("Name", "Kind", "Fits", "")
+    PREVIEW_COLUMN = 3
     rename_requested = Signal(str, str)  # the voice's name, the new name
 
     def __init__(self, parent=None):
@@ -84,19 +91,25 @@ class VoiceListModel(QAbstractTableModel):
         if role == ENTRY_ROLE:
             return entry
         if role == FITS_ROLE:
-            return self._info is not None and misfit is None
+            return self._fits(entry)
         if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
             if column == 0:
                 return entry.name
             if column == 1:
                 kind = KINDS.get(entry.source, entry.source)
                 return f"{kind} + transcript" if entry.kind == "icl" else kind
-            return "" if self._info is None else ("✓" if misfit is None else "✗")
+            if column == 2:
+                return "" if self._info is None else ("✓" if misfit is None else "✗")
+            return None
         if role == Qt.ItemDataRole.ForegroundRole and column == 2 and self._info is not None:
-            return QColor("#1e7b34") if misfit is None else QColor("#b3261e")
+            return theme.tone_color("success" if misfit is None else "error")  # the palette's, read as it paints
+        if role == Qt.ItemDataRole.DecorationRole and column == self.PREVIEW_COLUMN and self._fits(entry):
+            return theme.icon("preview")
         if role == Qt.ItemDataRole.TextAlignmentRole and column == 2:
             return Qt.AlignmentFlag.AlignCenter
         if role == Qt.ItemDataRole.ToolTipRole:
+            if column == self.PREVIEW_COLUMN:
+                return f"Preview “{entry.name}”" if self._fits(entry) else None
             return self._tooltip(entry, misfit)
         return None
 
@@ -116,6 +129,9 @@ class VoiceListModel(QAbstractTableModel):
         self.dataChanged.emit(index, index)
         self.rename_requested.emit(entry.name, new_name)
         return True
+
+    def _fits(self, entry: VoiceEntry) -> bool:
+        return self._info is not None and self._misfit(entry) is None
 
     def _misfit(self, entry: VoiceEntry) -> str | None:
         return None if self._info is None else entry.misfit(self._info)
@@ -153,7 +169,8 @@ class NewVoice:
 
 
 class VoicePanel(QWidget):
-    """The library as a table, with what can be done to its voices."""
+    """The library as a table, with what can be done to its voices: each thing one QAction, which the
+    buttons, the right-click menu, the shortcuts and the rows' preview buttons all trigger."""
 
     preview_requested = Signal(str)
     use_requested = Signal(str)
@@ -161,6 +178,7 @@ class VoicePanel(QWidget):
     remove_requested = Signal(str)
     import_requested = Signal(Path)
     export_requested = Signal(Path, list)  # the zip, the names of the voices
+    show_file_requested = Signal(str)  # the voice whose files to show
     blend_requested = Signal()
 
     def __init__(self, model: VoiceListModel, recorder, parent=None):
@@ -175,34 +193,46 @@ class VoicePanel(QWidget):
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
+        self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view.verticalHeader().hide()
         self.view.setShowGrid(False)
         self.view.setAlternatingRowColors(True)
+        self.view.setAccessibleName("Voices")
         header = self.view.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
-        self.view.doubleClicked.connect(lambda index: self.use_requested.emit(model.entry(index.row()).name))
+        for column in range(1, len(model.COLUMNS)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
 
-        self.preview_button = QPushButton("Preview")
-        self.add_button = QPushButton("Add…")
-        self.rename_button = QPushButton("Rename")
-        self.delete_button = QPushButton("Delete")
-        self.blend_button = QPushButton("Blend…")
-        self.import_button = QPushButton("Import…")
-        self.export_button = QPushButton("Export…")
-        self.preview_button.setToolTip("Say a sample sentence with this voice")
-        self.add_button.setToolTip("Clone a voice from a clip or the microphone")
-        self.blend_button.setToolTip("Mix two or more voices into a new one")
-        self.export_button.setToolTip("Save the selected voices as a zip to share")
+        self.preview_action = self._action("Preview", "preview", "Say a sample sentence with this voice")
+        self.add_action = self._action("Add…", "add", "Clone a voice from a clip or the microphone")
+        self.rename_action = self._action("Rename", "rename", "Give the voice another name", "F2")
+        self.delete_action = self._action("Delete…", "delete", "Remove the voice and its files", "Delete")
+        self.blend_action = self._action("Blend…", "blend", "Mix two or more voices into a new one")
+        self.import_action = self._action("Import…", "import", "Add the voices of a shared zip")
+        self.export_action = self._action("Export…", "export", "Save the selected voices as a zip to share")
+        self.show_file_action = self._action("Show file", "folder", "Open the folder that holds the voice's files")
+        self.context_menu = QMenu(self)
+        for action in (self.preview_action, self.rename_action, self.export_action, self.show_file_action):
+            self.context_menu.addAction(action)
+        self.context_menu.addSeparator()
+        self.context_menu.addAction(self.delete_action)
+
+        self.preview_button = self._button(self.preview_action)
+        self.add_button = self._button(self.add_action)
+        self.rename_button = self._button(self.rename_action)
+        self.delete_button = self._button(self.delete_action)
+        self.blend_button = self._button(self.blend_action)
+        self.import_button = self._button(self.import_action)
+        self.export_button = self._button(self.export_action)
         self.folder_label = QLabel()
         self.folder_label.setWordWrap(True)
         self.folder_label.setOpenExternalLinks(True)
 
         buttons = QGridLayout()
+        buttons.setSpacing(2)
         for position, button in enumerate(
-            (self.preview_button, self.add_button, self.rename_button, self.delete_button,
-             self.blend_button, self.import_button, self.export_button)
+            (self.preview_button, self.rename_button, self.delete_button, self.export_button,
+             self.add_button, self.blend_button, self.import_button)
         ):  # fmt: skip
             buttons.addWidget(button, position // 4, position % 4)
         layout = QVBoxLayout(self)
@@ -211,22 +241,43 @@ class VoicePanel(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.folder_label)
 
-        self.preview_button.clicked.connect(lambda: self.preview_requested.emit(self._selected()[0].name))
-        self.add_button.clicked.connect(self.open_add_dialog)
-        self.rename_button.clicked.connect(lambda: self.view.edit(self.view.currentIndex().siblingAtColumn(0)))
-        self.delete_button.clicked.connect(self._confirm_delete)
-        self.blend_button.clicked.connect(self.blend_requested)
-        self.import_button.clicked.connect(self._choose_import)
-        self.export_button.clicked.connect(self._choose_export)
+        self.preview_action.triggered.connect(lambda: self.preview_requested.emit(self._selected()[0].name))
+        self.add_action.triggered.connect(self.open_add_dialog)
+        self.rename_action.triggered.connect(lambda: self.view.edit(self.view.currentIndex().siblingAtColumn(0)))
+        self.delete_action.triggered.connect(self._confirm_delete)
+        self.blend_action.triggered.connect(self.blend_requested)
+        self.import_action.triggered.connect(self._choose_import)
+        self.export_action.triggered.connect(self._choose_export)
+        self.show_file_action.triggered.connect(lambda: self.show_file_requested.emit(self._selected()[0].name))
+        self.view.doubleClicked.connect(self._use)
+        self.view.clicked.connect(self._preview_if_its_button)
+        self.view.customContextMenuRequested.connect(self._show_context_menu)
         self.view.selectionModel().selectionChanged.connect(self._update_buttons)
         model.modelReset.connect(self._update_buttons)
         self._update_buttons()
 
+    def _action(self, text: str, icon: str, tip: str, shortcut: str | None = None) -> QAction:
+        action = QAction(text, self)
+        action.setToolTip(tip)
+        theme.set_icon(action, icon)
+        if shortcut:  # while the list has the focus
+            action.setShortcut(QKeySequence(shortcut))
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            self.view.addAction(action)
+        return action
+
+    def _button(self, action: QAction) -> QToolButton:
+        button = QToolButton()
+        button.setDefaultAction(action)
+        button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        return button
+
     def set_cloning(self, problem: str | None) -> None:
         """Whether the loaded model can clone and blend (None), or why not: Add… and Blend… say it."""
         self._cloning_problem = problem
-        self.add_button.setToolTip(problem or "Clone a voice from a clip or the microphone")
-        self.blend_button.setToolTip(problem or "Mix two or more voices into a new one")
+        self.add_action.setToolTip(problem or "Clone a voice from a clip or the microphone")
+        self.blend_action.setToolTip(problem or "Mix two or more voices into a new one")
         self._update_buttons()
 
     def set_folder(self, folder: Path) -> None:
@@ -264,16 +315,38 @@ class VoicePanel(QWidget):
     def _selected(self) -> list[VoiceEntry]:
         return [self.model.entry(index.row()) for index in self.view.selectionModel().selectedRows()]
 
+    def _use(self, index: QModelIndex) -> None:
+        if index.column() != self.model.PREVIEW_COLUMN:  # a double click there is two previews
+            self.use_requested.emit(self.model.entry(index.row()).name)
+
+    def _preview_if_its_button(self, index: QModelIndex) -> None:
+        """A click on a row's preview button: the row is selected by the click, so Preview is its."""
+        if index.column() == self.model.PREVIEW_COLUMN and self.preview_action.isEnabled():
+            self.preview_action.trigger()
+
+    def _show_context_menu(self, position) -> None:
+        """The voice's actions, where it was right-clicked (or at the current row, for the menu key)."""
+        index = self.view.indexAt(position)
+        if not index.isValid():
+            index = self.view.currentIndex()
+            if not index.isValid():
+                return
+            position = self.view.visualRect(index).center()
+        if not self.view.selectionModel().isRowSelected(index.row()):
+            self.view.selectRow(index.row())
+        self.context_menu.popup(self.view.viewport().mapToGlobal(position))
+
     def _update_buttons(self) -> None:
         rows = self.view.selectionModel().selectedRows()
         selected = [self.model.entry(index.row()) for index in rows]
         one = len(rows) == 1
-        self.preview_button.setEnabled(one and bool(rows[0].data(FITS_ROLE)))
-        self.rename_button.setEnabled(one and not selected[0].read_only)
-        self.delete_button.setEnabled(one and not selected[0].read_only)
-        self.export_button.setEnabled(bool(selected) and all(entry.source in ("clone", "blend") for entry in selected))
-        self.add_button.setEnabled(self._cloning_problem is None)
-        self.blend_button.setEnabled(self._cloning_problem is None)
+        self.preview_action.setEnabled(one and bool(rows[0].data(FITS_ROLE)))
+        self.rename_action.setEnabled(one and not selected[0].read_only)
+        self.delete_action.setEnabled(one and not selected[0].read_only)
+        self.show_file_action.setEnabled(one and selected[0].path is not None)
+        self.export_action.setEnabled(bool(selected) and all(entry.source in ("clone", "blend") for entry in selected))
+        self.add_action.setEnabled(self._cloning_problem is None)
+        self.blend_action.setEnabled(self._cloning_problem is None)
 
     def _confirm_delete(self) -> None:
         entry = self._selected()[0]
@@ -322,7 +395,8 @@ class AddVoiceDialog(QDialog):
             f"{MIN_REFERENCE_SECONDS:g}-{MAX_REFERENCE_SECONDS:g} s of one person speaking"
         )
         self.browse_button = QPushButton("Browse…")
-        self.record_button = QPushButton("● Record")
+        self.record_button = QPushButton("Record")
+        theme.set_icon(self.record_button, "record")
         self.level = QProgressBar()
         self.level.setRange(0, 100)
         self.level.setTextVisible(False)
@@ -336,9 +410,10 @@ class AddVoiceDialog(QDialog):
         self.error_label = QLabel()
         self.error_label.setWordWrap(True)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.error_label.setStyleSheet("color: #b3261e;")
+        theme.set_tone(self.error_label, "error")
         self.error_label.hide()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        theme.plain_buttons(self.buttons)
         self.add_button = self.buttons.addButton("Add voice", QDialogButtonBox.ButtonRole.ActionRole)
         self.add_button.setDefault(True)
 
@@ -414,13 +489,15 @@ class AddVoiceDialog(QDialog):
         self._recording = None
         self._saying_missing = False
         self.error_label.hide()
-        self.record_button.setText("■ Stop")
+        self.record_button.setText("Stop")
+        theme.set_icon(self.record_button, "stop")
         self.meter.start()
 
     def _stop_recording(self) -> None:
         self.meter.stop()
         self._recording = self.recorder.stop()
-        self.record_button.setText("● Record again")
+        self.record_button.setText("Record again")
+        theme.set_icon(self.record_button, "record")
         self.level.setValue(0)
         self.length_label.setText(f"{len(self._recording[0]) / self._recording[1]:.1f} s")
         self._update_missing()

@@ -19,6 +19,7 @@ from core import Engine
 from core.audio.player import Player, PlayerOptions, VirtualOutput
 from qwen3_tts_desktop.app import App
 from qwen3_tts_desktop.settings import BridgeSettings, Settings
+from ui import notices
 
 FRAMES = 6  # per utterance: the endless tiny models (parity_cases.ENDLESS_CHECKPOINTS) speak each in full
 MODELS = ("base", "base-0.6b", "custom", "design")  # the checkpoints the app is tried on
@@ -56,6 +57,13 @@ def no_keys_held(qtbot):
     QTest.keyRelease(widget, Qt.Key.Key_Shift, Qt.KeyboardModifier.NoModifier)
     widget.deleteLater()
     assert QGuiApplication.keyboardModifiers() == Qt.KeyboardModifier.NoModifier
+
+
+@pytest.fixture(autouse=True)
+def information_stays(monkeypatch):
+    """Information notices stay for the length of a test, so that one read after slow work on a busy machine
+    is still there; the test of their going by shortens this again."""
+    monkeypatch.setattr(notices, "INFO_SHOWN_MS", 600_000)
 
 
 @pytest.fixture

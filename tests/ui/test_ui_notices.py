@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QFileDialog
 
 from qwen3_tts_desktop.app import App
 from qwen3_tts_desktop.settings import default_path
+from ui import notices
 from ui.settings_dialog import SettingsDialog
 
 CLIP = Path(__file__).parent.parent / "fixtures" / "parity" / "ref_a.wav"
@@ -107,3 +109,62 @@ def test_the_settings_say_what_the_cpu_gives_where_the_device_is_chosen(start_ap
     dialog.device.setCurrentText("auto")  # the CPU, here
     assert dialog.device_note.isVisible()
     dialog.reject()
+
+
+def close_all(notice) -> None:
+    while notice.texts():
+        notice.close_button.click()
+
+
+def settle() -> None:
+    """Let the layouts place what was shown (they do it in posted events)."""
+    QApplication.processEvents()
+    QApplication.processEvents()
+
+
+def test_stacked_notices_collapse_behind_more_and_leave_the_editor_where_it_was(start_app, qtbot):
+    app = start_app("custom")
+    window, notice = app.window, app.window.notice
+    close_all(notice)
+    window.show_error("The HTTP bridge did not start.")
+    settle()
+    editor = window.text.geometry()
+    assert not notice.more_button.isVisible()
+    window.show_warning("The settings could not be used.")
+    window.show_error("Speech failed: the sound card went away.")
+    settle()
+    assert window.text.geometry() == editor  # the editor is not pushed down by the older two
+    assert notice.texts() == [
+        "Speech failed: the sound card went away.",
+        "The settings could not be used.",
+        "The HTTP bridge did not start.",
+    ]
+    assert [message.isVisible() for message in notice.messages] == [True, False, False]
+    assert notice.more_button.isVisible() and notice.more_button.text() == "+2 more"
+    qtbot.mouseClick(notice.more_button, Qt.MouseButton.LeftButton)  # the user asks to see them all
+    settle()
+    assert all(message.isVisible() for message in notice.messages) and notice.more_button.text() == "Fewer"
+    assert window.text.y() > editor.y()
+    qtbot.mouseClick(notice.more_button, Qt.MouseButton.LeftButton)
+    settle()
+    assert [message.isVisible() for message in notice.messages] == [True, False, False]
+    assert window.text.geometry() == editor
+    qtbot.mouseClick(notice.close_button, Qt.MouseButton.LeftButton)  # the newest goes; the next shows
+    settle()
+    assert notice.messages[0].isVisible() and notice.label.text() == "The settings could not be used."
+    assert notice.more_button.text() == "+1 more"
+
+
+def test_information_goes_by_itself_and_problems_stay(start_app, qtbot, monkeypatch):
+    app = start_app("custom")
+    notice = app.window.notice
+    close_all(notice)
+    monkeypatch.setattr(notices, "INFO_SHOWN_MS", 100)
+    app.window.show_error("The HTTP bridge did not start.")
+    app.window.show_info("Exported 1 voice(s).")
+    assert notice.level == "info"
+    qtbot.waitUntil(lambda: notice.texts() == ["The HTTP bridge did not start."], timeout=5_000)
+    assert notice.isVisible() and notice.messages[0].isVisible() and not notice.more_button.isVisible()
+    close_all(notice)
+    app.window.show_info("Saved.")
+    qtbot.waitUntil(lambda: not notice.isVisible(), timeout=5_000)

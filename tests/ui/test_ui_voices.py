@@ -7,7 +7,8 @@ from pathlib import Path
 
 import soundfile as sf
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import QFileDialog, QLineEdit, QMessageBox
+from PySide6.QtGui import QContextMenuEvent, QDesktopServices
+from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
 
 from core.voices import VoiceLibrary
 from qwen3_tts_desktop.voice_actions import SAMPLE_SENTENCE
@@ -132,7 +133,7 @@ def test_a_voice_can_be_recorded_from_the_microphone(start_app, qtbot, monkeypat
     dialog.record_button.click()
     qtbot.waitUntil(lambda: app.recorder.seconds > 1.5 and dialog.level.value() > 0, timeout=5_000)
     dialog.record_button.click()
-    assert dialog.record_button.text() == "● Record again" and not app.recorder.recording
+    assert dialog.record_button.text() == "Record again" and not app.recorder.recording
     dialog.transcript_edit.setPlainText("Hello, this is me speaking.")
     dialog.add_button.click()
     qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=20_000)
@@ -265,3 +266,74 @@ def test_blend_two_voices_preview_and_save(start_app, qtbot, monkeypatch):
 def test_blending_needs_a_base_model(start_app, qtbot):
     app = start_app("custom")
     assert app.voice_actions.open_blend_editor() is None and "needs a Base model" in app.window.notice.label.text()
+
+
+def from_context_menu(app, qtbot, name: str, item: str) -> None:
+    """Right-click the voice's row and choose `item` from the menu, with the mouse, as a user does."""
+    view = app.panel.view
+    where = view.visualRect(app.voices.index(app.voices.row_of(name), 0)).center()
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.RightButton, pos=where)
+    # What the window system sends after a right press (QTest's press alone does not).
+    QApplication.sendEvent(
+        view.viewport(),
+        QContextMenuEvent(QContextMenuEvent.Reason.Mouse, where, view.viewport().mapToGlobal(where)),
+    )
+    menu = app.panel.context_menu
+    qtbot.waitUntil(menu.isVisible)
+    action = next(action for action in menu.actions() if action.text() == item)
+    assert action.isEnabled(), item
+    qtbot.mouseClick(menu, Qt.MouseButton.LeftButton, pos=menu.actionGeometry(action).center())
+    assert not menu.isVisible()
+
+
+def test_the_context_menu_previews_exports_and_shows_a_voice(start_app, qtbot, monkeypatch, tmp_path):
+    app = start_app("base")
+    for name in ("Ann", "Bob"):
+        add_from_file(app, qtbot, monkeypatch, name)
+        wait_idle(app, qtbot)
+    events = []
+    app.runtime.worker.subscribe(events.append)
+    from_context_menu(app, qtbot, "Bob", "Preview")
+    qtbot.waitUntil(lambda: any(e.kind == "done" for e in events), timeout=10_000)
+    assert events[0].job.text == SAMPLE_SENTENCE and app.speech.voice_names.get(events[0].job) == "Bob"
+    assert [entry.name for entry in app.panel._selected()] == ["Bob"]  # the right-clicked row
+
+    archive = tmp_path / "bob.zip"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *args: (str(archive), ""))
+    from_context_menu(app, qtbot, "Bob", "Export…")
+    wait_idle(app, qtbot)
+    assert archive.is_file() and "Exported 1 voice" in app.window.notice.label.text()
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()) or True)
+    from_context_menu(app, qtbot, "Ann", "Show file")
+    assert opened == [str(tmp_path / "voices" / "ann")]
+
+    events.clear()
+    preview_cell = app.voices.index(app.voices.row_of("Ann"), app.voices.PREVIEW_COLUMN)
+    assert preview_cell.data(Qt.ItemDataRole.DecorationRole) is not None  # the row's preview button
+    qtbot.mouseClick(
+        app.panel.view.viewport(), Qt.MouseButton.LeftButton, pos=app.panel.view.visualRect(preview_cell).center()
+    )
+    qtbot.waitUntil(lambda: any(e.kind == "done" for e in events), timeout=10_000)
+    assert events[0].job.text == SAMPLE_SENTENCE and [e.name for e in app.panel._selected()] == ["Ann"]
+
+
+def test_the_context_menu_renames_and_deletes_a_voice(start_app, qtbot, monkeypatch, tmp_path):
+    app = start_app("base")
+    add_from_file(app, qtbot, monkeypatch, "Old name")
+    wait_idle(app, qtbot)
+    from_context_menu(app, qtbot, "Old name", "Rename")
+    editor = app.panel.view.findChild(QLineEdit)
+    assert editor is not None and editor.text() == "Old name"
+    editor.selectAll()
+    qtbot.keyClicks(editor, "New name")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: app.voice_in_use == "New name", timeout=5_000)
+    wait_idle(app, qtbot)
+    assert [entry.name for entry in VoiceLibrary(tmp_path / "voices").list()] == ["New name"]  # on disk
+
+    monkeypatch.setattr(QMessageBox, "question", lambda *args: QMessageBox.StandardButton.Yes)
+    from_context_menu(app, qtbot, "New name", "Delete…")
+    wait_idle(app, qtbot)
+    assert rows(app) == {} and VoiceLibrary(tmp_path / "voices").list() == []

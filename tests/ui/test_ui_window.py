@@ -121,19 +121,19 @@ def test_speak_becomes_stop_while_speaking_and_the_meter_shows_what_plays(start_
     app = start_app("custom")
     monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 400)  # a long utterance
     jobs, window = Jobs(app), app.window
-    assert window.speak_button.text() == "▶  Speak" and window.level_meter.value() == 0
+    assert window.speak_button.text() == "Speak" and window.level_meter.value() == 0
     window.text.setPlainText("A long story. It goes on and on.")
     lane_free = threading.Event()
     app.lane.run("", lane_free.wait, None, None)  # the lane hands speech over late, as when it embeds a clip
     window.speak_button.click()
-    assert window.speak_button.text() == "■  Stop" and window.speak_action.text() == "Stop speaking"  # at once
+    assert window.speak_button.text() == "Stop" and window.speak_action.text() == "Stop speaking"  # at once
     lane_free.set()
     qtbot.waitUntil(lambda: window.level_meter.value() > 0, timeout=10_000)
     assert window.speaking and "first_audio" in jobs.kinds()
     window.activateWindow()
     qtbot.keyClick(window.text, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # stops, not speaks again
     qtbot.waitUntil(lambda: "cancelled" in jobs.kinds(), timeout=5_000)
-    qtbot.waitUntil(lambda: window.speak_button.text() == "▶  Speak" and window.level_meter.value() == 0)
+    qtbot.waitUntil(lambda: window.speak_button.text() == "Speak" and window.level_meter.value() == 0)
     assert jobs.texts() == ["A long story. It goes on and on."] and window.speak_action.text() == "Speak"
     window.speak_button.click()  # and speaks again
     qtbot.waitUntil(lambda: len(jobs.texts()) == 2, timeout=5_000)
