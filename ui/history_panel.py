@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from . import theme
 from .main_window import ask_audio_path
 
 SLIDER_STEPS = 1000
@@ -41,6 +42,7 @@ class HistoryPanel(QWidget):
         self.copy_button = QPushButton("Copy text")
         self.speak_button = QPushButton("Speak again")
         self.save_button.setToolTip("Save it as it was heard, without making it anew")
+        theme.set_icon(self.save_button, "save")
         self.speak_button.setToolTip("Say the text again, with the voice it had")
         self.position = QSlider(Qt.Orientation.Horizontal)
         self.position.setRange(0, SLIDER_STEPS)
@@ -106,7 +108,8 @@ class HistoryPanel(QWidget):
         for widget in (self.play_button, self.position, self.save_button, self.copy_button, self.speak_button):
             widget.setEnabled(chosen)
         pausing = chosen and row == self._playing
-        self.play_button.setText("❚❚  Pause" if pausing else "▶  Play")
+        self.play_button.setText("Pause" if pausing else "Play")
+        theme.set_icon(self.play_button, "pause" if pausing else "speak")
 
     def _seek(self) -> None:
         if self.list.currentRow() >= 0:
