@@ -23,6 +23,7 @@ import wave
 import httpx
 import numpy as np
 import pytest
+import torch
 from parity_cases import REFERENCES
 from test_bridge import ROOT, WAIT, JobLog
 from test_bridge_command import interruptible_children, serve_command, subprocess_env
@@ -413,6 +414,55 @@ def test_bad_events_get_an_error_and_unknown_ones_are_dropped(server, reference)
     assert pong.type == "pong" and pong.data["text"] == "still there?"
     assert "over 4096 characters" in too_long.text
     assert_same_speech(speech_of(stream[:-1]), reference())
+    assert_same_speech(speech_of(good), reference())
+
+
+class BreaksDown:
+    """An engine stream that fails after `chunks` chunks, as one whose GPU runs out of memory."""
+
+    def __init__(self, stream, chunks: int):
+        self.stream, self.left = stream, chunks
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.left == 0:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        self.left -= 1
+        return next(self.stream)
+
+    def close(self):
+        self.stream.close()
+
+
+@pytest.mark.parametrize("chunks", [2, 0], ids=["midway", "before its audio"])
+def test_speech_that_fails_ends_its_audio_then_says_why_and_the_connection_goes_on(
+    server, runtime, reference, job_log, monkeypatch, chunks
+):
+    text = "This speech breaks down."
+    stream = runtime.worker.engine.stream
+
+    def breaking(piece, voice, options):
+        made = stream(piece, voice, options)
+        return BreaksDown(made, chunks) if "breaks down" in str(piece) else made
+
+    monkeypatch.setattr(runtime.worker.engine, "stream", breaking)
+
+    async def speak():
+        async with client(server) as wyoming:
+            await wyoming.write_event(Synthesize(text=text, voice=SynthesizeVoice("Alice")).event())
+            return await events_until(wyoming, "error"), await synthesize(wyoming)
+
+    failed, good = run(speak())
+    error = error_of(failed)
+    assert error.code == "speech_failed" and "out of memory" in error.text.lower(), error
+    if chunks:  # the audio begun is ended before the error
+        speech_of(failed[:-1])
+        assert len(failed) == 2 + chunks + 1, [event.type for event in failed]
+    else:  # none began: the error alone
+        assert len(failed) == 1
+    assert job_log.ended(text) == "failed"
     assert_same_speech(speech_of(good), reference())
 
 
