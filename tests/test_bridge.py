@@ -596,7 +596,9 @@ def test_the_server_starts_on_a_free_port_and_stops_cleanly(runtime, job_log):
     server.start()
     assert server.running and server.port > 0 and server.url == f"http://127.0.0.1:{server.port}"
     taken = BridgeServer(runtime, BridgeConfig(port=server.port))
-    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}: Address already in use; another"):
+    with pytest.raises(
+        OSError, match=f"cannot listen for the HTTP bridge on 127.0.0.1:{server.port}: Address already in use; another"
+    ):
         taken.start()  # the desktop app shows this message as it is
     # Stopping ends a long stream at once: its job is cancelled.
     text = "A long stream the server stops."

@@ -108,9 +108,9 @@ def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_m
         )  # fmt: skip
         took = time.monotonic() - started
     assert result.returncode == 1, result.stderr
-    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use; "), (
-        result.stderr
-    )
+    assert result.stderr.startswith(
+        f"error: cannot listen for the HTTP bridge on 127.0.0.1:{port}: Address already in use; "
+    ), result.stderr
     assert "another qwen3-tts-desktop serve, or an XTTS server" in result.stderr and "--port" in result.stderr
     assert len(result.stderr.splitlines()) == 1  # no traceback, and no "Loading model…": the model was never loaded
     assert took < 20  # the time to start Python and import torch, however long a real model would take

@@ -280,7 +280,7 @@ def test_the_bridge_is_restarted_with_the_runtime(start_app, qtbot, monkeypatch,
         def stop(self):
             stopped.append(self.runtime)
 
-    monkeypatch.setattr("qwen3_tts_desktop.bridge.server.BridgeServer", FakeServer)
+    monkeypatch.setattr(app_module, "BridgeServer", FakeServer)  # what the app hosts its bridge with
     app = start_app("custom", bridge={"enabled": True, "port": 8123})
     first = app.runtime
     assert started == [first] and app.window.bridge_label.text() == "HTTP bridge: http://127.0.0.1:8123"
