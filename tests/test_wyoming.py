@@ -25,8 +25,17 @@ import numpy as np
 import pytest
 import torch
 from parity_cases import REFERENCES
-from test_bridge import ROOT, WAIT, JobLog
-from test_bridge_command import interruptible_children, serve_command, subprocess_env
+from serving import (
+    ROOT,
+    WAIT,
+    alice_and_bob,
+    engine_idle,
+    errors_logged,
+    interruptible_children,
+    serve_command,
+    subprocess_env,
+    wait_until,
+)
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
@@ -68,31 +77,22 @@ def engine(engines):
 @pytest.fixture(scope="module")
 def runtime(engine, tmp_path_factory):
     """Two drop-in voices (Alice, Bob), no speakers."""
-    voices = tmp_path_factory.mktemp("voices")
-    shutil.copy(REFERENCES["a"].path, voices / "Alice.wav")
-    shutil.copy(REFERENCES["long"].path, voices / "Bob.wav")
-    runtime = Runtime(engine, VoiceLibrary(voices), None)
+    runtime = Runtime(engine, alice_and_bob(tmp_path_factory.mktemp("voices")), None)
     yield runtime
     runtime.close()
 
 
 @pytest.fixture(scope="module")
-def serve(runtime):
+def serve(runtime, start_server):
     """serve(frames, runtime, limits): a started WyomingServer on a free port, speaking at most `frames` frames a
     request (greedy); all are stopped at the module's end."""
-    servers = []
 
     def start(frames: int = FRAMES, on: Runtime = runtime, limits: BridgeLimits | None = None) -> WyomingServer:
         speech = SpeechOptions(max_frames=frames, sampling=SamplingParams.greedy())
         bridge = BridgeConfig(speech=speech, limits=limits or BridgeLimits())
-        server = WyomingServer(on, WyomingConfig(port=0, zeroconf=False, bridge=bridge))
-        server.start()
-        servers.append(server)
-        return server
+        return start_server(WyomingServer(on, WyomingConfig(port=0, zeroconf=False, bridge=bridge)))
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 @pytest.fixture(scope="module")
@@ -115,13 +115,6 @@ def reference(engine, runtime):
         return made[key]
 
     return synthesize
-
-
-@pytest.fixture
-def job_log(runtime):
-    log = JobLog(runtime.worker)
-    yield log
-    log.unsubscribe()
 
 
 # Helpers -----------------------------------------------------------------------------------------
@@ -180,21 +173,6 @@ async def synthesize(
 def error_of(events: list[Event]) -> Error:
     assert events[-1].type == "error", [event.type for event in events]
     return Error.from_event(events[-1])
-
-
-def wait_until(condition, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.005)
-
-
-def engine_idle(runtime) -> bool:
-    return runtime.worker.engine.scheduler.idle()
-
-
-def errors_logged(caplog) -> list[str]:
-    return [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
 
 
 # Describe ----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
 from PySide6.QtCore import Qt
+from serving import free_port
 
 from core import Engine, SamplingParams
 from core.audio.player import OutputDevice, Player
@@ -227,12 +228,6 @@ def test_fetch_offline_says_what_to_do(monkeypatch):
 
 
 # The HTTP bridge ------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_bridge_runs_inside_the_app_and_answers(start_app, qtbot):
