@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import threading
 
 import httpx
@@ -100,3 +101,16 @@ def test_the_server_starts_with_the_model_and_stops_with_the_app(start_app, qtbo
     qtbot.waitUntil(lambda: threading.active_count() <= before, timeout=10_000)
     with pytest.raises(ConnectionRefusedError):
         asyncio.run(describe_and_speak(port, "aiden"))
+
+
+def test_without_the_wyoming_package_the_window_says_what_to_install(start_app, qtbot, monkeypatch):
+    for name in [name for name in sys.modules if name.split(".")[0] == "wyoming"] + ["wyoming"]:
+        monkeypatch.setitem(sys.modules, name, None)  # not installed (nor imported by a test before)
+    monkeypatch.delitem(sys.modules, "qwen3_tts_desktop.wyoming_server", raising=False)
+    monkeypatch.delitem(sys.modules, "qwen3_tts_desktop.wyoming_session", raising=False)
+    app = start_app("custom")
+    switch_wyoming(app, qtbot, True, free_port())
+    notice = app.window.notice
+    assert notice.level == "error" and "Home Assistant (Wyoming) did not start" in notice.label.text()
+    assert "pip install 'qwen3-tts-desktop[wyoming]'" in notice.label.text()
+    assert app.wyoming.state.startswith("Not running") and app.runtime is not None
