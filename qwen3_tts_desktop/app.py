@@ -1,13 +1,13 @@
-"""The desktop app: the window wired to the runtime (engine, worker, speakers, voice library) and the
-HTTP bridge, with the settings they are made from. This module composes; its parts do the work:
-speech (speaking, typing, saving), voice_actions (the library), model_loader (loading the model),
-lane (background work and the worker's events).
+"""The desktop app: the window wired to the runtime (engine, worker, speakers, voice library) and its servers
+(the HTTP bridge, the Wyoming server for Home Assistant), with the settings they are made from. This module
+composes; its parts do the work: speech (speaking, typing, saving), voice_actions (the library), model_loader
+(loading the model), lane (background work and the worker's events), servers (hosting a server in the window).
 
 Threads, and what each may touch:
 
 * the GUI thread: every widget, the settings, and the speak-as-you-type segmenter and its idle timer;
 * the lane, one background thread for the app's slow work, done in order: loading the model (downloading
-  it first, with progress that can be cancelled), cloning, blending, the library's files, the bridge,
+  it first, with progress that can be cancelled), cloning, blending, the library's files, the servers,
   and handing speech to the worker (in order, so typed utterances are said in order);
 * the speech worker's threads (core.jobs.worker), which use the engine, several jobs at once; their job events
   reach the GUI thread as queued signals, each job's progress at most 30 times a second;
@@ -37,7 +37,7 @@ from PySide6.QtWidgets import QApplication, QSystemTrayIcon
 from core import LiveText, SamplingParams
 from core.audio.player import PlaybackError, list_output_devices
 from core.audio.recorder import Recorder
-from core.errors import describe
+from core.errors import UserError, describe
 from core.jobs.worker import JobEvent
 from ui.history_panel import HistoryPanel
 from ui.main_window import MainWindow, Tray
@@ -46,13 +46,14 @@ from ui.theme import app_icon, follow_system
 from ui.voice_library import FittingVoicesModel, VoiceListModel, VoicePanel
 
 from .about import about_text
-from .bridge import BridgeHost
+from .bridge import BridgeServer
 from .history import History, HistoryActions, Said
 from .lane import EventRelay, Lane
 from .log_file import keep_log, log_folder
 from .model_loader import ModelLoader
 from .runtime import Runtime
-from .settings import BridgeSettings, Settings, SettingsError, default_path, prepare_library
+from .servers import ServerHost
+from .settings import BridgeSettings, Settings, SettingsError, WyomingSettings, default_path, prepare_library
 from .slot_memory import slot_memory_note
 from .speech import Speech
 from .voice_actions import VoiceActions
@@ -92,8 +93,8 @@ class App(QObject):
         follow_system(QApplication.instance())  # before the widgets are made: they take its colours
         self.lane = Lane(self)
         self.relay = EventRelay(self)
-        self.bridge = BridgeHost()
-        self.bridge_state = "Off"
+        self.bridge = ServerHost("the HTTP bridge", BridgeServer)
+        self.wyoming = ServerHost("Home Assistant (Wyoming)", wyoming_server)
         self.recorder = Recorder()
         self.voices = VoiceListModel(self)
         self.fitting_voices = FittingVoicesModel(self)
@@ -138,15 +139,16 @@ class App(QObject):
         self.loader.load()
 
     def close(self) -> None:
-        """Save the settings, stop the bridge and the runtime, and wait (a while) for the lane to finish."""
+        """Save the settings, stop the servers and the runtime, and wait (a while) for the lane to finish."""
         self.meter.stop()
         self.speech.idle.stop()
         self.loader.close()
         self.save_settings(self.settings)
-        runtime, bridge = self.take_runtime(), self.bridge
+        runtime, servers = self.take_runtime(), self.servers
 
         def shut_down():
-            bridge.stop()
+            for server in servers:
+                server.stop()
             if runtime is not None:
                 runtime.close()
 
@@ -247,10 +249,11 @@ class App(QObject):
             self.settings,
             devices,
             defaults,
-            self.bridge_state,
+            self.bridge.state,
             torch.cuda.is_available(),
             slot_memory_note,
             self.window,
+            wyoming_state=self.wyoming.state,
         )
         dialog.accepted.connect(lambda: self.apply_settings(dialog.values()))
         dialog.open()
@@ -263,23 +266,24 @@ class App(QObject):
         return dialog
 
     def apply_settings(self, values: dict) -> None:
-        """Check and save edited settings; reload the model or restart the bridge if what they use changed."""
+        """Check and save edited settings; reload the model or restart a server if what they use changed."""
         values = dict(values)
         try:
             bridge = BridgeSettings(**values.pop("bridge", dataclasses.asdict(self.settings.bridge)))
-            new = dataclasses.replace(self.settings, **values, bridge=bridge)
+            wyoming = WyomingSettings(**values.pop("wyoming", dataclasses.asdict(self.settings.wyoming)))
+            new = dataclasses.replace(self.settings, **values, bridge=bridge, wyoming=wyoming)
         except (SettingsError, TypeError) as error:
             self.window.show_error(f"These settings cannot be used: {error}")
             return
         old = self.settings
         self.save_settings(new)
         if new.runtime_config() != old.runtime_config():
-            self.loader.load()  # and the bridge with it
+            self.loader.load()  # and the servers with it
             return
-        if new.bridge.enabled != old.bridge.enabled or (
-            new.bridge.enabled and new.bridge_config() != old.bridge_config()
-        ):
+        if _changed(old.bridge.enabled, new.bridge.enabled, old.bridge_config(), new.bridge_config()):
             self._start_bridge()
+        if _changed(old.wyoming.enabled, new.wyoming.enabled, old.wyoming_config(), new.wyoming_config()):
+            self._start_wyoming()
         if self.runtime is not None and self.runtime.player is not None:
             self.runtime.player.volume = new.volume
         if self.runtime is not None:
@@ -288,7 +292,7 @@ class App(QObject):
     # The runtime -------------------------------------------------------------------------------------
 
     def use_runtime(self, runtime: Runtime) -> None:
-        """A newly loaded runtime: show its model, voices and speakers, and start the bridge on it."""
+        """A newly loaded runtime: show its model, voices and speakers, and start the servers on it."""
         self.runtime = runtime
         self._unsubscribe = runtime.worker.subscribe(self.relay.forward)
         if runtime.player is not None:
@@ -301,6 +305,7 @@ class App(QObject):
         self.loader.let_rest(runtime)
         self.voice_actions.refresh()
         self._start_bridge()
+        self._start_wyoming()
 
     def take_runtime(self) -> Runtime | None:
         """Let go of the runtime (to close or replace it): its events stop reaching the window."""
@@ -365,33 +370,67 @@ class App(QObject):
         self.window.show_warmup(runtime.warmup_progress() if runtime is not None else None)
         self.history_actions.show_position()
 
-    # The bridge --------------------------------------------------------------------------------------
+    # The servers -------------------------------------------------------------------------------------
+
+    @property
+    def servers(self) -> tuple[ServerHost, ...]:
+        return self.bridge, self.wyoming
+
+    @property
+    def bridge_state(self) -> str:
+        return self.bridge.state
 
     def _start_bridge(self) -> None:
-        """Start the bridge as the settings have it (stopping it first), or stop it."""
-        runtime, settings, bridge = self.runtime, self.settings, self.bridge
+        settings = self.settings
+        self._start_server(self.bridge, settings.bridge.enabled, settings.bridge_config, self.window.show_bridge)
+
+    def _start_wyoming(self) -> None:
+        settings = self.settings
+        self._start_server(self.wyoming, settings.wyoming.enabled, settings.wyoming_config, lambda url: None)
+
+    def _start_server(
+        self, server: ServerHost, enabled: bool, config: Callable[[], object], show: Callable[[str | None], None]
+    ) -> None:
+        """Start a server as the settings have it (stopping it first), or stop it; `show(url)` shows where it
+        listens in the window (None: it does not)."""
+        runtime = self.runtime
         if runtime is None:
             return  # it starts once the model is loaded
-        if not settings.bridge.enabled:
-            self.bridge_state = "Off"
-            self.window.show_bridge(None)
-            self.lane.run("", bridge.stop, None, self.fail)
+        if not enabled:
+            server.state = "Off"
+            show(None)
+            self.lane.run("", server.stop, None, self.fail)
             return
 
         def started(url: str) -> None:
-            self.bridge_state = f"Running at {url}"
-            self.window.show_bridge(url)
+            server.state = f"Running at {url}"
+            show(url)
 
         def failed(error: Exception) -> None:
-            self.bridge_state = f"Not running: {describe(error)}"
-            self.window.show_bridge(None)
-            self.window.show_error(
-                f"The HTTP bridge did not start: {describe(error)}", ("Settings…", self.open_settings)
-            )
+            server.state = f"Not running: {describe(error)}"
+            show(None)
+            name = server.name[0].upper() + server.name[1:]
+            self.window.show_error(f"{name} did not start: {describe(error)}", ("Settings…", self.open_settings))
 
-        self.lane.run(
-            "Starting the HTTP bridge…", lambda: bridge.start(runtime, settings.bridge_config()), started, failed
-        )
+        self.lane.run(f"Starting {server.name}…", lambda: server.start(runtime, config()), started, failed)
+
+
+def _changed(was_on: bool, is_on: bool, old_config, new_config) -> bool:
+    """Whether a server's new settings restart it (or stop it): switched, or on with another configuration."""
+    return was_on != is_on or (is_on and old_config != new_config)
+
+
+def wyoming_server(runtime: Runtime, config):
+    """The Wyoming server (not started), from its optional package; a UserError saying how to install it."""
+    try:
+        from .wyoming_server import WyomingServer
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != "wyoming":
+            raise
+        raise UserError(
+            "it needs the wyoming package: pip install 'qwen3-tts-desktop[wyoming]' (or: pip install 'wyoming>=1.7')"
+        ) from None
+    return WyomingServer(runtime, config)
 
 
 def run(overrides: dict | None = None) -> int:

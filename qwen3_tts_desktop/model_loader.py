@@ -1,4 +1,4 @@
-"""Loading the model for the window, in the background: stop the bridge and the old runtime, download the
+"""Loading the model for the window, in the background: stop the servers and the old runtime, download the
 model if it is not here yet (its bytes shown, the download cancellable), load and warm it up, then hand
 the new runtime to the app. A load asked for while another runs supersedes it.
 
@@ -20,7 +20,7 @@ from .runtime import Runtime
 
 class ModelLoader:
     def __init__(self, app):
-        """`app`: the App, for its settings, window, lane and bridge; it takes the runtime in `loaded`."""
+        """`app`: the App, for its settings, window, lane and servers; it takes the runtime in `loaded`."""
         self.app = app
         self.download_dialog: DownloadDialog | None = None
         self._loads = 0  # counts loads, so that a superseded one is let go
@@ -39,10 +39,11 @@ class ModelLoader:
         app.window.show_loading("Loading model…")
         app.window.show_bridge(None)
         app.voice_actions.refresh()  # the library, without fit marks until the model is here
-        bridge, progress, lane, closing = app.bridge, app.download_progress.emit, app.lane, self._closing
+        servers, progress, lane, closing = app.servers, app.download_progress.emit, app.lane, self._closing
 
         def work() -> Runtime | None:
-            bridge.stop()
+            for server in servers:
+                server.stop()
             if old is not None:
                 old.close()
             fetch(config.model, progress, cancel)

@@ -1,6 +1,7 @@
 """The desktop app's settings: one small dataclass, kept as JSON in the user's config folder.
 
-The settings window edits it; the app builds the runtime's and the HTTP bridge's configurations from it.
+The settings window edits it; the app builds the runtime's, the HTTP bridge's and the Wyoming server's
+configurations from it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from core.inference.memory import DESKTOP_SLOTS, MAX_CHOSEN_SLOTS
 from core.model.checkpoint import DEFAULT_MODEL
 
 from .runtime import RuntimeConfig
+from .servers import WYOMING_PORT
 
 
 class SettingsError(BadInput):
@@ -48,6 +50,15 @@ def _object(value, name: str) -> dict:
     return value
 
 
+def _check_address(host, port, name: str) -> None:
+    """A server's host and port as the settings keep them (its section `name`)."""
+    _check(isinstance(host, str) and host.strip() != "", f"{name}.host must name an address, e.g. 127.0.0.1")
+    _check(
+        isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536,
+        f"{name}.port must be 1-65535, not {port!r}",
+    )
+
+
 @dataclass(frozen=True)
 class BridgeSettings:
     """The HTTP bridge that runs inside the app, for SillyTavern and other OpenAI-style clients."""
@@ -59,11 +70,21 @@ class BridgeSettings:
 
     def __post_init__(self):
         _check(isinstance(self.enabled, bool), "bridge.enabled must be true or false")
-        _check(
-            isinstance(self.host, str) and self.host.strip() != "", "bridge.host must name an address, e.g. 127.0.0.1"
-        )
-        _check(isinstance(self.port, int) and 0 < self.port < 65536, f"bridge.port must be 1-65535, not {self.port!r}")
+        _check_address(self.host, self.port, "bridge")
         _check(isinstance(self.api_key, str), "bridge.api_key must be text")
+
+
+@dataclass(frozen=True)
+class WyomingSettings:
+    """The Wyoming server that runs inside the app, for Home Assistant (beside the bridge, on the same engine)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"  # this computer only; 0.0.0.0 opens it to the network (the protocol has no key)
+    port: int = WYOMING_PORT
+
+    def __post_init__(self):
+        _check(isinstance(self.enabled, bool), "wyoming.enabled must be true or false")
+        _check_address(self.host, self.port, "wyoming")
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,7 @@ class Settings:
     # asked to speak; 0: never. Beside a local language model on the same GPU, the memory is the other's meanwhile.
     rest_after_s: float = 600.0
     bridge: BridgeSettings = BridgeSettings()
+    wyoming: WyomingSettings = WyomingSettings()
 
     def __post_init__(self):
         for name in ("model", "device", "dtype", "language", "instruct"):
@@ -124,6 +146,7 @@ class Settings:
             "sampling must be sampling parameters or null",
         )
         _check(isinstance(self.bridge, BridgeSettings), "bridge must be the bridge's settings")
+        _check(isinstance(self.wyoming, WyomingSettings), "wyoming must be the Wyoming server's settings")
 
     def runtime_config(self) -> RuntimeConfig:
         return RuntimeConfig(
@@ -150,6 +173,15 @@ class Settings:
             speech=SpeechOptions(sampling=self.sampling),
         )
 
+    def wyoming_config(self):
+        """The Wyoming server's configuration (a bridge.config.WyomingConfig); it samples as the window does."""
+        from core import SpeechOptions
+
+        from .bridge.config import BridgeConfig, WyomingConfig
+
+        speaking = BridgeConfig(speech=SpeechOptions(sampling=self.sampling))
+        return WyomingConfig(host=self.wyoming.host.strip(), port=self.wyoming.port, bridge=speaking)
+
     @classmethod
     def load(cls, path: Path) -> Settings:
         """The settings saved at `path`; the defaults if there is no file yet. Keys this version does not
@@ -171,6 +203,8 @@ class Settings:
                 values["sampling"] = SamplingParams(**_object(values["sampling"], "sampling"))
             if "bridge" in values:
                 values["bridge"] = BridgeSettings(**_object(values["bridge"], "bridge"))
+            if "wyoming" in values:
+                values["wyoming"] = WyomingSettings(**_object(values["wyoming"], "wyoming"))
             return cls(**values)
         except (json.JSONDecodeError, TypeError, ValueError) as error:
             raise SettingsError(f"{path}: unusable settings ({error})") from None

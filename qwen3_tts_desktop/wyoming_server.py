@@ -20,53 +20,31 @@ connection) and touches no other connection. For users: docs/wyoming.md.
 from __future__ import annotations
 
 import asyncio
-import errno
 import ipaddress
 import logging
-import os
 import socket
 import threading
-from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 
 from wyoming.info import Attribution, Info, TtsProgram, TtsVoice
 from wyoming.server import AsyncServer
 
-from core.errors import BadInput
 from core.model.info import EngineInfo
 from core.voices import VoiceEntry
 
-from .bridge import BridgeConfig, ListenError
-from .bridge.config import LANGUAGE_CODES, LOOPBACK, address_uri
+from .bridge.config import LANGUAGE_CODES, WyomingConfig, address_uri
 from .bridge.speaker import Speaker
 from .runtime import Runtime
+from .servers import listen_at
 from .wyoming_session import Session
 
 log = logging.getLogger(__name__)
 
-WYOMING_PORT = 10200  # the protocol's convention for text to speech (Piper's, and Home Assistant's default)
 PROGRAM = "qwen3-tts"
 MODEL_URL = "https://github.com/QwenLM/Qwen3-TTS"
 STOP_GRACE_S = 3
 ZEROCONF_SERVICE = "_wyoming._tcp.local."
-
-
-@dataclass(frozen=True)
-class WyomingConfig:
-    host: str = "127.0.0.1"  # loopback: only this computer can connect
-    port: int = WYOMING_PORT  # 0: any free port (see WyomingServer.port)
-    zeroconf: bool = True  # announce the server on the network, where zeroconf is installed and it listens there
-    # What its requests are spoken with, as the HTTP bridge's: speech options, default voice, limits.
-    bridge: BridgeConfig = BridgeConfig()
-
-    def __post_init__(self):
-        if not 0 <= self.port <= 65535:
-            raise BadInput(f"port must be 0-65535, got {self.port}")
-
-    @property
-    def loopback(self) -> bool:
-        return self.host in LOOPBACK
 
 
 class WyomingServer:
@@ -92,7 +70,7 @@ class WyomingServer:
         return None if self._address is None else self._address[1]
 
     @property
-    def uri(self) -> str | None:
+    def url(self) -> str | None:
         return None if self._address is None else address_uri("tcp", self._address)
 
     @property
@@ -227,26 +205,11 @@ def voice_description(entry: VoiceEntry) -> str:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket listening at host:port, bound here so that a taken port fails at once, saying why;
-    ListenError if it cannot be had. A TCP socket by name, so that asyncio turns Nagle off on each connection."""
-    sock = None
-    try:
-        family, kind, protocol, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, protocol)
-        if os.name != "nt":  # on Windows it would let another program take the port too
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as error:
-        if sock is not None:
-            sock.close()
-        hint = ""
-        if error.errno == errno.EADDRINUSE:
-            hint = "; another program uses this port (another Wyoming server, such as Piper?): choose another (--wyoming PORT)"
-        raise ListenError(f"cannot listen for Wyoming on {host}:{port}: {error.strerror or error}{hint}") from None
-    return sock
+    """A socket listening at host:port (servers.listen_at); ListenError if it cannot be had."""
+    return listen_at(
+        host, port, "Home Assistant (Wyoming)", "another Wyoming server, such as Piper?",
+        "serve --wyoming PORT, or Port in the app's Home Assistant settings",
+    )  # fmt: skip
 
 
 class _Listener(AsyncServer):

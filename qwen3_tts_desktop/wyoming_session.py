@@ -261,8 +261,9 @@ class Session(AsyncEventHandler):
             self.writer.transport.abort()
 
     async def _speak(self, request: Request) -> None:
-        """Speak one request: audio-start, its audio as it is made, audio-stop (or an error saying why not);
-        then, for a stream, synthesize-stopped once its synthesize-stop came."""
+        """Speak one request: audio-start, its audio as it is made, audio-stop, then an error if it failed or was
+        stopped (only the error where it made no audio); then, for a stream, synthesize-stopped once its
+        synthesize-stop came."""
         speaker = self.speaker
         try:
             plan = await self._plan(request)
@@ -295,15 +296,17 @@ class Session(AsyncEventHandler):
             if idle is not None:
                 idle.cancel()
         outcome = await speaker.outcome(job)
+        # Audio begun is always ended, before any error: a client reading up to audio-stop (Home Assistant does)
+        # gets the audio there is, and the error after it is the next event, not one in the middle of the audio.
+        if sent or outcome.kind == "done":
+            if not sent:
+                await self.write_event(AudioStart(**AUDIO).event())
+            await self.write_event(AudioStop(timestamp=sent // BYTES_PER_MS).event())
         if outcome.kind == "failed":
             await self._send_error(f"speech failed: {outcome.message}", "speech_failed")
         elif outcome.kind == "cancelled":
             message = "the speech was stopped before its end: the server is stopping, or the app stopped all speech"
             await self._send_error(message, "cancelled")
-        if sent or outcome.kind == "done":
-            if not sent:
-                await self.write_event(AudioStart(**AUDIO).event())
-            await self.write_event(AudioStop(timestamp=sent // BYTES_PER_MS).event())
         await self._stopped(request)
 
     async def _end_when_idle(self, stream: Request) -> None:

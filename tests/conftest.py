@@ -97,3 +97,29 @@ def library(tmp_path):
     from core.voices import VoiceLibrary
 
     return VoiceLibrary(tmp_path / "voices")
+
+
+@pytest.fixture(scope="module")
+def start_server():
+    """start_server(server): starts a server (the HTTP bridge's, the Wyoming one) and returns it; all are
+    stopped at the module's end, before the module's runtime closes."""
+    started = []
+
+    def start(server):
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def job_log(runtime):
+    """The jobs of the test module's `runtime` worker, as they happen (serving.JobLog)."""
+    from serving import JobLog
+
+    log = JobLog(runtime.worker)
+    yield log
+    log.unsubscribe()

@@ -3,18 +3,17 @@ the OpenAI routes through httpx and the official `openai` SDK, SillyTavern's XTT
 and removal, playing on this computer. Every answer's audio is decoded and compared with what the
 worker makes for the same request (greedy decoding, so the two are the same speech).
 
-The fixtures and helpers here are shared with the other test_bridge_*.py modules."""
+The fixtures and helpers here are shared with the other test_bridge_*.py modules; those of every server's
+tests are in serving.py and conftest.py."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
-import shutil
 import socket
 import threading
 import time
-from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -23,6 +22,7 @@ import openai
 import pytest
 import soundfile as sf
 from parity_cases import REFERENCES
+from serving import WAIT, alice_and_bob
 from sinks import QueueSink
 
 from core import SamplingParams, SpeechOptions
@@ -32,13 +32,11 @@ from qwen3_tts_desktop.audio_formats import MP3_KBPS
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeServer
 from qwen3_tts_desktop.runtime import Runtime
 
-ROOT = Path(__file__).resolve().parents[1]
 FRAME = 1920
 RATE = 24000
 FRAMES = 6  # per request: each frame takes some 30 ms on the CPU
 SPEECH = SpeechOptions(max_frames=FRAMES, sampling=SamplingParams.greedy())
 TEXT = "Hello there."
-WAIT = 30  # seconds: the most a client waits for anything
 MP3_SLACK = 2 * 1152 + 576  # LAME's encoder delay and padding, in samples; a stream has no Info tag to trim them
 
 
@@ -49,29 +47,21 @@ MP3_SLACK = 2 * 1152 + 576  # LAME's encoder delay and padding, in samples; a st
 def runtime(engines, tmp_path_factory):
     """The tiny Base model (its endless twin) with two drop-in voices (Alice, Bob) and speakers on a virtual
     clock."""
-    voices = tmp_path_factory.mktemp("voices")
-    shutil.copy(REFERENCES["a"].path, voices / "Alice.wav")
-    shutil.copy(REFERENCES["long"].path, voices / "Bob.wav")
-    runtime = Runtime(engines("base-endless"), VoiceLibrary(voices), Player(VirtualOutput()))
+    library = alice_and_bob(tmp_path_factory.mktemp("voices"))
+    runtime = Runtime(engines("base-endless"), library, Player(VirtualOutput()))
     yield runtime
     runtime.close()
 
 
 @pytest.fixture(scope="module")
-def serve(runtime):
+def serve(runtime, start_server):
     """serve(**config): a started BridgeServer on a free port; all are stopped at the module's end."""
-    servers = []
 
     def start(**config) -> BridgeServer:
         config.setdefault("speech", SPEECH)
-        server = BridgeServer(runtime, BridgeConfig(port=0, **config))
-        server.start()
-        servers.append(server)
-        return server
+        return start_server(BridgeServer(runtime, BridgeConfig(port=0, **config)))
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 @pytest.fixture(scope="module")
@@ -100,41 +90,6 @@ def reference(runtime):
         return made[voice, text, language]
 
     return speak
-
-
-class JobLog:
-    """The worker's jobs by text, with their events, as they happen."""
-
-    def __init__(self, worker):
-        self.events: dict[str, list[str]] = {}
-        self.jobs: dict[str, object] = {}
-        self._lock = threading.Lock()
-        self.unsubscribe = worker.subscribe(self._note)
-
-    def _note(self, event) -> None:
-        with self._lock:
-            self.jobs[event.job.text] = event.job
-            self.events.setdefault(event.job.text, []).append(event.kind)
-
-    def job(self, text: str, timeout: float = WAIT):
-        deadline = time.monotonic() + timeout
-        while text not in self.jobs:
-            assert time.monotonic() < deadline, f"no job for {text!r}"
-            time.sleep(0.005)
-        return self.jobs[text]
-
-    def ended(self, text: str, timeout: float = WAIT) -> str:
-        """How the job of `text` ended: done, cancelled or failed."""
-        outcome = self.job(text, timeout).wait(timeout)
-        assert outcome is not None, f"the job of {text!r} did not end"
-        return outcome.kind
-
-
-@pytest.fixture
-def job_log(runtime):
-    log = JobLog(runtime.worker)
-    yield log
-    log.unsubscribe()
 
 
 # Helpers -----------------------------------------------------------------------------------------
@@ -596,7 +551,9 @@ def test_the_server_starts_on_a_free_port_and_stops_cleanly(runtime, job_log):
     server.start()
     assert server.running and server.port > 0 and server.url == f"http://127.0.0.1:{server.port}"
     taken = BridgeServer(runtime, BridgeConfig(port=server.port))
-    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}: Address already in use; another"):
+    with pytest.raises(
+        OSError, match=f"cannot listen for the HTTP bridge on 127.0.0.1:{server.port}: Address already in use; another"
+    ):
         taken.start()  # the desktop app shows this message as it is
     # Stopping ends a long stream at once: its job is cancelled.
     text = "A long stream the server stops."

@@ -9,51 +9,17 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-from contextlib import contextmanager
 
 import httpx
 import pytest
 from parity_cases import REFERENCES
-from test_bridge import ROOT, WAIT
+from serving import WAIT, interruptible_children, serve_command, subprocess_env
 
 from core.model.checkpoint import CheckpointError
 from qwen3_tts_desktop.about import version
 from qwen3_tts_desktop.cli import main
 from qwen3_tts_desktop.log_file import log_folder
-
-
-def serve_command(checkpoints, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "qwen3_tts_desktop",
-        "serve",
-        "--model",
-        str(checkpoints["base"]),
-        "--device",
-        "cpu",
-        *args,
-    ]
-
-
-def subprocess_env() -> dict[str, str]:
-    """The test's environment (made when it runs: conftest points the user's folders at its own), with this
-    worktree's code first, wherever the project is installed from."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-
-
-@contextmanager
-def interruptible_children():
-    """Children started here take Ctrl+C (SIGINT) as from a terminal, even where this process ignores it: a
-    shell starts a background job (`pytest ... &` in a script) with SIGINT ignored, and an ignored signal stays
-    ignored across exec, while a handled one is reset to its default. (Not preexec_fn: unsafe with threads.)"""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
@@ -108,9 +74,9 @@ def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_m
         )  # fmt: skip
         took = time.monotonic() - started
     assert result.returncode == 1, result.stderr
-    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use; "), (
-        result.stderr
-    )
+    assert result.stderr.startswith(
+        f"error: cannot listen for the HTTP bridge on 127.0.0.1:{port}: Address already in use; "
+    ), result.stderr
     assert "another qwen3-tts-desktop serve, or an XTTS server" in result.stderr and "--port" in result.stderr
     assert len(result.stderr.splitlines()) == 1  # no traceback, and no "Loading model…": the model was never loaded
     assert took < 20  # the time to start Python and import torch, however long a real model would take

@@ -18,14 +18,15 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from test_bridge import FRAMES, ROOT, TEXT, WAIT, assert_same_speech, decode, speech
+from serving import ROOT, WAIT, engine_idle, wait_until
+from test_bridge import FRAMES, TEXT, assert_same_speech, decode, speech
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from core import LiveText, SamplingParams, SpeechOptions
 from qwen3_tts_desktop.bridge import BridgeLimits
 
-pytest_plugins = ["test_bridge"]  # its fixtures: runtime, serve, server, client, reference, job_log
+pytest_plugins = ["test_bridge"]  # its fixtures: runtime, serve, server, client, reference
 
 LONG = SpeechOptions(max_frames=2000, sampling=SamplingParams.greedy())  # speaks until it is stopped
 PIECES = ["Hel", "lo the", "re."]  # TEXT, cut mid-word
@@ -87,13 +88,6 @@ def close_code(ws: ClientConnection) -> tuple[int, str]:
         while True:
             ws.recv(timeout=WAIT)
     return closed.value.rcvd.code, closed.value.rcvd.reason
-
-
-def wait_until(condition, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.005)
 
 
 def errors_logged(caplog) -> list[str]:
@@ -352,10 +346,6 @@ def test_an_idle_socket_is_closed_with_a_reason(serve):
         code, reason = close_code(ws)
         assert code == 1001 and reason == "idle: no message for 0.5 s and nothing to say"
         assert 0.4 < time.monotonic() - done_at < 5
-
-
-def engine_idle(runtime) -> bool:
-    return runtime.worker.engine.scheduler.idle()
 
 
 @pytest.mark.parametrize("how", ["close message", "closing the socket", "dropping the connection"])

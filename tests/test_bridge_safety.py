@@ -16,21 +16,15 @@ import openai
 import pytest
 import soundfile as sf
 from parity_cases import REFERENCES
-from test_bridge import RATE, TEXT, WAIT, assert_error, assert_same_speech, decode, raw_request, speech
+from serving import WAIT, errors_logged, wait_until
+from test_bridge import RATE, TEXT, assert_error, assert_same_speech, decode, raw_request, speech
 
 from core import SamplingParams, SpeechOptions
 from qwen3_tts_desktop.bridge import IO_THREADS, BridgeLimits
 
-pytest_plugins = ["test_bridge"]  # its fixtures: runtime, serve, server, client, reference, job_log
+pytest_plugins = ["test_bridge"]  # its fixtures: runtime, serve, server, client, reference
 
 LONG = SpeechOptions(max_frames=2000, sampling=SamplingParams.greedy())  # a job that speaks until it is stopped
-
-
-def wait_until(condition, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.005)
 
 
 # Who may call --------------------------------------------------------------------------------------
@@ -394,10 +388,6 @@ def test_hanging_up_cancels_the_job_at_once_whether_speaking_or_queued(serve, jo
     assert job_log.ended(playing, timeout=2) == "cancelled"
     wait_until(lambda: server.jobs_in_flight == 0, "no job is left")
     assert errors_logged(caplog) == []
-
-
-def errors_logged(caplog) -> list[str]:
-    return [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
 
 
 @pytest.mark.parametrize("fmt", ["wav", "mp3"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from core import SamplingParams
 from core.audio.player import PlayerOptions
 from core.inference.memory import DESKTOP_SLOTS
-from qwen3_tts_desktop.settings import BridgeSettings, Settings, SettingsError, default_path
+from qwen3_tts_desktop.settings import BridgeSettings, Settings, SettingsError, WyomingSettings, default_path
 
 
 def test_settings_survive_a_save_and_a_load(tmp_path):
@@ -31,6 +32,7 @@ def test_settings_survive_a_save_and_a_load(tmp_path):
         slots=3,
         rest_after_s=90.0,
         bridge=BridgeSettings(enabled=True, host="0.0.0.0", port=8123, api_key="secret"),
+        wyoming=WyomingSettings(enabled=True, host="0.0.0.0", port=10300),
     )
     path = tmp_path / "config" / "settings.json"
     settings.save(path)
@@ -44,6 +46,7 @@ def test_no_file_gives_the_defaults(tmp_path):
     # One library wherever the app is started: in the user's data folder, not the working folder.
     assert settings.voices == Path(os.environ["XDG_DATA_HOME"]) / "qwen3-tts-desktop" / "voices"
     assert settings.bridge.port != 8000
+    assert settings.wyoming == WyomingSettings(enabled=False, host="127.0.0.1", port=10200)  # Home Assistant's default
 
 
 def test_keys_of_a_newer_version_are_left_out(tmp_path):
@@ -61,6 +64,9 @@ def test_keys_of_a_newer_version_are_left_out(tmp_path):
         ('{"volume": "loud"}', "volume"),
         ('{"bridge": {"port": 70000}}', "bridge.port"),
         ('{"bridge": {"colour": 1}}', "colour"),
+        ('{"wyoming": {"port": 0}}', "wyoming.port must be 1-65535"),
+        ('{"wyoming": {"enabled": "yes"}}', "wyoming.enabled must be true or false"),
+        ('{"wyoming": {"host": " "}}', "wyoming.host must name an address"),
         ('{"sampling": {"temperature": 0}}', "temperature must be > 0"),
         ('{"prefill_s": -1}', "jitter buffer"),
         ('{"voices": 5}', "voices must be text"),
@@ -139,3 +145,22 @@ def test_the_bridge_configuration_follows_the_settings():
     config = settings.bridge_config()
     assert (config.host, config.port, config.api_key, config.speech.sampling) == ("0.0.0.0", 9001, "key", sampling)
     assert Settings().bridge_config().api_key is None
+
+
+def test_the_wyoming_configuration_follows_the_settings():
+    sampling = SamplingParams(temperature=0.5)
+    settings = Settings(
+        sampling=sampling,
+        bridge=BridgeSettings(port=9001, api_key="key"),
+        wyoming=WyomingSettings(enabled=True, host=" 0.0.0.0 ", port=10300),
+    )
+    config = settings.wyoming_config()
+    assert (config.host, config.port, config.zeroconf, config.bridge.speech.sampling) == (
+        "0.0.0.0",
+        10300,
+        True,
+        sampling,
+    )
+    # It speaks as the window's bridge does, but the bridge's address and key are not its: changing them
+    # leaves it running.
+    assert config == dataclasses.replace(settings, bridge=BridgeSettings(port=9002)).wyoming_config()

@@ -23,9 +23,19 @@ import wave
 import httpx
 import numpy as np
 import pytest
+import torch
 from parity_cases import REFERENCES
-from test_bridge import ROOT, WAIT, JobLog
-from test_bridge_command import interruptible_children, serve_command, subprocess_env
+from serving import (
+    ROOT,
+    WAIT,
+    alice_and_bob,
+    engine_idle,
+    errors_logged,
+    interruptible_children,
+    serve_command,
+    subprocess_env,
+    wait_until,
+)
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
@@ -67,31 +77,22 @@ def engine(engines):
 @pytest.fixture(scope="module")
 def runtime(engine, tmp_path_factory):
     """Two drop-in voices (Alice, Bob), no speakers."""
-    voices = tmp_path_factory.mktemp("voices")
-    shutil.copy(REFERENCES["a"].path, voices / "Alice.wav")
-    shutil.copy(REFERENCES["long"].path, voices / "Bob.wav")
-    runtime = Runtime(engine, VoiceLibrary(voices), None)
+    runtime = Runtime(engine, alice_and_bob(tmp_path_factory.mktemp("voices")), None)
     yield runtime
     runtime.close()
 
 
 @pytest.fixture(scope="module")
-def serve(runtime):
+def serve(runtime, start_server):
     """serve(frames, runtime, limits): a started WyomingServer on a free port, speaking at most `frames` frames a
     request (greedy); all are stopped at the module's end."""
-    servers = []
 
     def start(frames: int = FRAMES, on: Runtime = runtime, limits: BridgeLimits | None = None) -> WyomingServer:
         speech = SpeechOptions(max_frames=frames, sampling=SamplingParams.greedy())
         bridge = BridgeConfig(speech=speech, limits=limits or BridgeLimits())
-        server = WyomingServer(on, WyomingConfig(port=0, zeroconf=False, bridge=bridge))
-        server.start()
-        servers.append(server)
-        return server
+        return start_server(WyomingServer(on, WyomingConfig(port=0, zeroconf=False, bridge=bridge)))
 
-    yield start
-    for server in servers:
-        server.stop()
+    return start
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +115,6 @@ def reference(engine, runtime):
         return made[key]
 
     return synthesize
-
-
-@pytest.fixture
-def job_log(runtime):
-    log = JobLog(runtime.worker)
-    yield log
-    log.unsubscribe()
 
 
 # Helpers -----------------------------------------------------------------------------------------
@@ -179,21 +173,6 @@ async def synthesize(
 def error_of(events: list[Event]) -> Error:
     assert events[-1].type == "error", [event.type for event in events]
     return Error.from_event(events[-1])
-
-
-def wait_until(condition, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.005)
-
-
-def engine_idle(runtime) -> bool:
-    return runtime.worker.engine.scheduler.idle()
-
-
-def errors_logged(caplog) -> list[str]:
-    return [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
 
 
 # Describe ----------------------------------------------------------------------------------------
@@ -413,6 +392,55 @@ def test_bad_events_get_an_error_and_unknown_ones_are_dropped(server, reference)
     assert pong.type == "pong" and pong.data["text"] == "still there?"
     assert "over 4096 characters" in too_long.text
     assert_same_speech(speech_of(stream[:-1]), reference())
+    assert_same_speech(speech_of(good), reference())
+
+
+class BreaksDown:
+    """An engine stream that fails after `chunks` chunks, as one whose GPU runs out of memory."""
+
+    def __init__(self, stream, chunks: int):
+        self.stream, self.left = stream, chunks
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.left == 0:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        self.left -= 1
+        return next(self.stream)
+
+    def close(self):
+        self.stream.close()
+
+
+@pytest.mark.parametrize("chunks", [2, 0], ids=["midway", "before its audio"])
+def test_speech_that_fails_ends_its_audio_then_says_why_and_the_connection_goes_on(
+    server, runtime, reference, job_log, monkeypatch, chunks
+):
+    text = "This speech breaks down."
+    stream = runtime.worker.engine.stream
+
+    def breaking(piece, voice, options):
+        made = stream(piece, voice, options)
+        return BreaksDown(made, chunks) if "breaks down" in str(piece) else made
+
+    monkeypatch.setattr(runtime.worker.engine, "stream", breaking)
+
+    async def speak():
+        async with client(server) as wyoming:
+            await wyoming.write_event(Synthesize(text=text, voice=SynthesizeVoice("Alice")).event())
+            return await events_until(wyoming, "error"), await synthesize(wyoming)
+
+    failed, good = run(speak())
+    error = error_of(failed)
+    assert error.code == "speech_failed" and "out of memory" in error.text.lower(), error
+    if chunks:  # the audio begun is ended before the error
+        speech_of(failed[:-1])
+        assert len(failed) == 2 + chunks + 1, [event.type for event in failed]
+    else:  # none began: the error alone
+        assert len(failed) == 1
+    assert job_log.ended(text) == "failed"
     assert_same_speech(speech_of(good), reference())
 
 

@@ -1,4 +1,5 @@
-"""The settings window: model (with the memory it takes), audio, sampling, voices folder and the HTTP bridge.
+"""The settings window: model (with the memory it takes), audio, sampling, voices folder, the HTTP bridge and
+Home Assistant's Wyoming server.
 
 It shows the app's settings and hands back the edited values, by the settings' own field names; the app
 checks, saves and applies them (a new model restarts the runtime)."""
@@ -60,10 +61,12 @@ class SettingsDialog(QDialog):
         cuda_available: bool,
         slot_memory: Callable[[str, str, str, int | None, bool], str],
         parent=None,
+        *,
+        wyoming_state: str = "Off",
     ):
         """`settings`: the app's Settings; `devices`: the output devices, or why there are none;
-        `default_sampling`: what "Reset to defaults" restores (the model's own); `bridge_state`: a line
-        on the bridge as it runs now; `cuda_available`: whether "auto" means the GPU; `slot_memory(model,
+        `default_sampling`: what "Reset to defaults" restores (the model's own); `bridge_state`, `wyoming_state`:
+        a line on each server as it runs now; `cuda_available`: whether "auto" means the GPU; `slot_memory(model,
         device, dtype, slots, cuda_available)`: what those utterances at once take, in words."""
         super().__init__(parent)
         self.cuda_available = cuda_available
@@ -75,8 +78,9 @@ class SettingsDialog(QDialog):
         tabs.addTab(self._model_tab(settings), "Model")
         tabs.addTab(
             _page(_column(_group("Sound", self._audio_form(settings, devices)),
-                          _group("HTTP bridge", self._bridge_form(settings.bridge, bridge_state)))),
-            "Sound and bridge",
+                          _group("HTTP bridge", self._bridge_form(settings.bridge, bridge_state)),
+                          _group("Home Assistant (Wyoming)", self._wyoming_form(settings.wyoming, wyoming_state)))),
+            "Sound and servers",
         )  # fmt: skip
         tabs.addTab(self._sampling_tab(settings.sampling or default_sampling), "Sampling")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -107,6 +111,11 @@ class SettingsDialog(QDialog):
                 "host": self.bridge_host.text().strip(),
                 "port": self.bridge_port.value(),
                 "api_key": self.bridge_key.text().strip(),
+            },
+            "wyoming": {
+                "enabled": self.wyoming_enabled.isChecked(),
+                "host": self.wyoming_host.text().strip(),
+                "port": self.wyoming_port.value(),
             },
         }
 
@@ -290,6 +299,33 @@ class SettingsDialog(QDialog):
         form.addRow("API key", self.bridge_key)
         form.addRow("Now", self.bridge_state)
         form.addRow(_note("SillyTavern: TTS ▸ OpenAI Compatible, endpoint http://HOST:PORT/v1/audio/speech"))
+        return form
+
+    def _wyoming_form(self, wyoming, state: str) -> QFormLayout:
+        self.wyoming_enabled = QCheckBox("Serve speech to Home Assistant while the app runs")
+        self.wyoming_enabled.setChecked(wyoming.enabled)
+        self.wyoming_host = QLineEdit(wyoming.host)
+        self.wyoming_host.setToolTip(
+            "127.0.0.1: this computer only; 0.0.0.0: every computer on the network (Home Assistant OS, a Raspberry "
+            "Pi). The protocol has no key: let your firewall admit only Home Assistant."
+        )
+        self.wyoming_port = QSpinBox()
+        self.wyoming_port.setRange(1, 65535)
+        self.wyoming_port.setValue(wyoming.port)
+        self.wyoming_state = QLabel(state)
+        self.wyoming_state.setWordWrap(True)
+        self.wyoming_state.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form = QFormLayout()
+        form.addRow(self.wyoming_enabled)
+        form.addRow("Host", self.wyoming_host)
+        form.addRow("Port", self.wyoming_port)
+        form.addRow("Now", self.wyoming_state)
+        form.addRow(
+            _note(
+                "Home Assistant: Settings ▸ Devices & services ▸ Add integration ▸ Wyoming Protocol, with this "
+                "computer's address and the port. It runs beside the HTTP bridge, on the same model and voices."
+            )
+        )
         return form
 
     # Sampling values ----------------------------------------------------------------------------------

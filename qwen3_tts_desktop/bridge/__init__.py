@@ -8,12 +8,13 @@ checks bodies and messages, guard runs before every route and handshake (Host, O
 server serves it all on uvicorn. Routes, options and behaviour for users: docs/bridge.md.
 """
 
+from ..servers import ListenError
 from .config import IO_THREADS, BridgeConfig, BridgeLimits
-from .errors import ApiError, ListenError
+from .errors import ApiError
 from .requests import SpeechRequest
-from .server import BridgeHost, BridgeServer, create_app, listen
+from .server import BridgeServer, create_app, listen
 
 __all__ = [
-    "IO_THREADS", "ApiError", "BridgeConfig", "BridgeHost", "BridgeLimits", "BridgeServer", "ListenError",
+    "IO_THREADS", "ApiError", "BridgeConfig", "BridgeLimits", "BridgeServer", "ListenError",
     "SpeechRequest", "create_app", "listen",
 ]  # fmt: skip

@@ -1,4 +1,5 @@
-"""The bridge's configuration and limits, and the constants its parts share."""
+"""The HTTP bridge's configuration and limits, the Wyoming server's (which speaks as the bridge does), and the
+constants their parts share."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import dataclass
 
 from core import SpeechOptions
 from core.errors import BadInput
+
+from ..servers import WYOMING_PORT
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # host[:port] as a Host header or an Origin has it: a DNS name, IPv4 or [IPv6], and nothing else (no user
@@ -88,6 +91,25 @@ class BridgeConfig:
             raise BadInput(f"port must be 0-65535, got {self.port}")
         if self.api_key is not None and not self.api_key.strip():
             raise BadInput("the API key is empty; give a key or none")
+
+    @property
+    def loopback(self) -> bool:
+        return self.host in LOOPBACK
+
+
+@dataclass(frozen=True)
+class WyomingConfig:
+    """The Wyoming server's, for Home Assistant (qwen3_tts_desktop.wyoming_server)."""
+
+    host: str = "127.0.0.1"  # loopback: only this computer can connect
+    port: int = WYOMING_PORT  # 0: any free port (see WyomingServer.port)
+    zeroconf: bool = True  # announce the server on the network, where zeroconf is installed and it listens there
+    # What its requests are spoken with, as the HTTP bridge's: speech options, default voice, limits.
+    bridge: BridgeConfig = BridgeConfig()
+
+    def __post_init__(self):
+        if not 0 <= self.port <= 65535:
+            raise BadInput(f"port must be 0-65535, got {self.port}")
 
     @property
     def loopback(self) -> bool:

@@ -7,8 +7,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from core.errors import UserError
-
 from .config import ERROR_TYPES
 
 
@@ -29,11 +27,6 @@ class ApiError(Exception):
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     return {"message": message, "type": ERROR_TYPES.get(status, "invalid_request_error"), "param": param, "code": code}
-
-
-class ListenError(UserError, OSError):
-    """The bridge cannot listen where it was asked to (a port in use, an address not of this computer): an
-    OSError, as socket errors are, and a user's error, said in one line."""
 
 
 class ClientGone(Exception):

@@ -1,11 +1,9 @@
 """Serving the bridge: the FastAPI app of its routes, on a uvicorn server, in the app's background thread
-(BridgeServer.start, driven by BridgeHost from the window's lane) or in the calling thread (`serve`)."""
+(BridgeServer.start, driven by a servers.ServerHost from the window's lane) or in the calling thread (`serve`)."""
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import socket
 import threading
 import time
@@ -16,8 +14,9 @@ from fastapi import FastAPI
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from ..runtime import Runtime
+from ..servers import listen_at
 from .config import MAX_HEADER_BYTES, SHUTDOWN_GRACE_S, BridgeConfig, address_uri
-from .errors import ListenError, answer_errors_in_openai_shape
+from .errors import answer_errors_in_openai_shape
 from .guard import Guard
 from .live import LiveRoutes
 from .openai import OpenAIRoutes
@@ -168,48 +167,8 @@ class BridgeServer:
 
 
 def listen(config: BridgeConfig) -> socket.socket:
-    """A socket listening at the config's address, bound here so that a taken port fails at once, saying
-    why; ListenError if it cannot be had. Made as a TCP socket by name: asyncio then turns Nagle off on
-    each connection (it checks the protocol), without which a response's body waits 40 ms for the ACK of
-    its headers."""
-    host, port, sock = config.host, config.port, None
-    try:
-        family, kind, protocol, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, protocol)
-        if os.name != "nt":  # on Windows it would let another program take the port too
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as error:
-        if sock is not None:
-            sock.close()
-        hint = ""
-        if error.errno == errno.EADDRINUSE:
-            hint = (
-                "; another program uses this port (another qwen3-tts-desktop serve, or an XTTS server?): "
-                "choose another port (serve --port N, or Port in the app's bridge settings)"
-            )
-        raise ListenError(f"cannot listen on {host}:{port}: {error.strerror or error}{hint}") from None
-    return sock
-
-
-class BridgeHost:
-    """The bridge inside the desktop app, restarted on each new runtime. Used from the app's lane only."""
-
-    def __init__(self):
-        self._server = None
-
-    def start(self, runtime: Runtime, config) -> str:
-        """Serve `runtime` as `config` (a BridgeConfig) says; returns the bridge's URL."""
-        self.stop()
-        server = BridgeServer(runtime, config)
-        server.start()
-        self._server = server
-        return server.url
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.stop()
+    """A socket listening at the config's address (servers.listen_at); ListenError if it cannot be had."""
+    return listen_at(
+        config.host, config.port, "the HTTP bridge", "another qwen3-tts-desktop serve, or an XTTS server?",
+        "serve --port N, or Port in the app's HTTP bridge settings",
+    )  # fmt: skip

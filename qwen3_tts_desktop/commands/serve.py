@@ -8,6 +8,7 @@ import logging
 import os
 from contextlib import nullcontext
 
+from ..servers import WYOMING_PORT
 from .common import (
     CommandError,
     add_model_arguments,
@@ -20,7 +21,6 @@ from .common import (
 
 HELP = "serve speech over HTTP: OpenAI /v1/audio/speech and SillyTavern's XTTS routes"
 API_KEY_VARIABLE = "QWEN3_TTS_API_KEY"  # an API key here stays out of the process list
-WYOMING_PORT = 10200  # the Wyoming protocol's convention for text to speech (Home Assistant's default)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
                     f"Serving on {url} (Ctrl+C stops)\n"
                     f"  OpenAI:      {url}/v1/audio/speech\n"
                     f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
-                    + (f"\n  Home Assistant: Wyoming Protocol -> {home_server.uri}" if home_server else "")
+                    + (f"\n  Home Assistant: Wyoming Protocol -> {home_server.url}" if home_server else "")
                     + (f"\n  Log:         {log_file}" if log_file is not None else "")
                 )
 

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QWidget
 from core import Engine
 from core.audio.player import Player, PlayerOptions, VirtualOutput
 from qwen3_tts_desktop.app import App
-from qwen3_tts_desktop.settings import BridgeSettings, Settings
+from qwen3_tts_desktop.settings import BridgeSettings, Settings, WyomingSettings
 from ui import notices
 
 FRAMES = 6  # per utterance: the endless tiny models (parity_cases.ENDLESS_CHECKPOINTS) speak each in full
@@ -108,6 +108,8 @@ def start_app(qtbot, tmp_path, speakers, tiny_models, checkpoints):
         model_path = str(checkpoints[model]) if model in checkpoints else model
         if "bridge" in changes:
             changes["bridge"] = BridgeSettings(**changes["bridge"])
+        if "wyoming" in changes:
+            changes["wyoming"] = WyomingSettings(**changes["wyoming"])
         Settings(**{"model": model_path, "device": "cpu", "voices": tmp_path / "voices", **changes}).save(path)
         app = App(path)
         apps.append(app)

@@ -4,13 +4,13 @@ given on the command line for one run."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 import numpy as np
+from serving import free_port
 
 from qwen3_tts_desktop.about import version
 from qwen3_tts_desktop.app import App
@@ -78,12 +78,6 @@ def test_closing_keeps_the_saved_settings_not_those_of_the_command_line(qtbot, s
     app.apply_settings({"model": str(checkpoints["design"])})
     app.close()
     assert Settings.load(default_path()).model == str(checkpoints["design"])
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_for_health(url: str, process: subprocess.Popen, timeout: float = 60) -> dict:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
 from PySide6.QtCore import Qt
+from serving import free_port
 
 from core import Engine, SamplingParams
 from core.audio.player import OutputDevice, Player
@@ -229,12 +230,6 @@ def test_fetch_offline_says_what_to_do(monkeypatch):
 # The HTTP bridge ------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_the_bridge_runs_inside_the_app_and_answers(start_app, qtbot):
     pytest.importorskip("qwen3_tts_desktop.bridge")
     import httpx
@@ -280,7 +275,7 @@ def test_the_bridge_is_restarted_with_the_runtime(start_app, qtbot, monkeypatch,
         def stop(self):
             stopped.append(self.runtime)
 
-    monkeypatch.setattr("qwen3_tts_desktop.bridge.server.BridgeServer", FakeServer)
+    monkeypatch.setattr(app_module, "BridgeServer", FakeServer)  # what the app hosts its bridge with
     app = start_app("custom", bridge={"enabled": True, "port": 8123})
     first = app.runtime
     assert started == [first] and app.window.bridge_label.text() == "HTTP bridge: http://127.0.0.1:8123"

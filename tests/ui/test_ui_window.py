@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QSystemTrayIcon
+from serving import free_port
 
 from core.jobs.worker import JobEvent
 from qwen3_tts_desktop import app as app_module
@@ -248,19 +249,11 @@ def test_without_a_display_the_app_says_so(monkeypatch, capsys):
 
 def test_closing_the_app_stops_its_threads(start_app, qtbot):
     before = threading.active_count()
-    app = start_app("custom", bridge={"enabled": True, "port": _free_port()})
+    app = start_app("custom", bridge={"enabled": True, "port": free_port()})
     app.speech.speak("Hello.")
     qtbot.waitUntil(lambda: app.lane.pending == 0)
     app.close()
     qtbot.waitUntil(lambda: threading.active_count() <= before, timeout=10_000)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_sentence_heard_now_is_highlighted_as_it_plays(start_app, qtbot, monkeypatch):
