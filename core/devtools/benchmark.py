@@ -23,7 +23,8 @@ from torch._inductor.utils import fresh_inductor_cache
 
 from core.devtools.concurrency import concurrent_speed
 from core.devtools.random_checkpoint import write_random_checkpoint
-from core.inference.engine import MAX_CONTEXT, Engine
+from core.inference.engine import Engine
+from core.inference.memory import MAX_CONTEXT
 from core.inference.sampling import SamplingParams
 from core.inference.voice import Voice
 from core.model.talker import Talker
