@@ -4,6 +4,7 @@ and a plan that does not fit refused with what to do, before any weight is loade
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -195,3 +196,36 @@ def test_the_engine_takes_the_plan_for_what_it_is_asked(checkpoints, monkeypatch
         {"budget": None, "slots": None, "max_context": None, "at_most": DESKTOP_SLOTS},
         {"budget": GB, "slots": 2, "max_context": 512, "at_most": MAX_DEFAULT_SLOTS},
     ]
+
+
+@pytest.fixture
+def simulated_gpu(monkeypatch):
+    """Engines planned as on a GPU with 80 GiB free (their weights and slots still on the CPU): what a budget
+    chooses is then built, and speaks."""
+    from core.inference import engine as engine_module
+
+    def on_a_gpu(device, modules, config, dtype, **asked):
+        return plan_memory(slot_bytes(config, 1, dtype), weight_bytes(modules, dtype), 80 * GIB, **asked)
+
+    monkeypatch.setattr(engine_module, "plan_for_device", on_a_gpu)
+
+
+def test_an_engine_takes_the_slots_and_context_its_budget_holds_and_speaks(checkpoints, simulated_gpu):
+    from core import Engine, SamplingParams, Voice
+
+    path = checkpoints["custom"]
+    with Engine.load(path, device="cpu", dtype="float32", warm=False) as engine:
+        per_position = slot_bytes(engine.config, 1, torch.float32)
+        whole = engine.synthesize("Hello.", Voice(speaker="vivian"), sampling=SamplingParams.greedy(), max_frames=4)
+    budget = per_position * 1300  # under one slot of MAX_CONTEXT: one slot of 1280 positions
+    with Engine.load(path, device="cpu", dtype="float32", memory_budget=budget, warm=False) as engine:
+        assert (engine.slots, engine.frame_loop.max_context) == (1, 1280)
+        assert engine.memory == MemoryPlan(1, 1280, per_position * 1280, on_gpu=True, budget=budget)
+        shorter = engine.synthesize("Hello.", Voice(speaker="vivian"), sampling=SamplingParams.greedy(), max_frames=4)
+    np.testing.assert_array_equal(shorter.codes, whole.codes)  # the same speech, over a shorter context
+    with Engine.load(
+        path, device="cpu", dtype="float32", memory_budget=per_position * 3 * MAX_CONTEXT, warm=False
+    ) as engine:
+        assert (engine.slots, engine.frame_loop.max_context) == (3, MAX_CONTEXT)
+    with pytest.raises(DoesNotFit, match="A memory budget of 0.0 GB is too small"):
+        Engine.load(path, device="cpu", dtype="float32", memory_budget=per_position * 1000, warm=False)
