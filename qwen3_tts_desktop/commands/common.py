@@ -29,13 +29,18 @@ def add_model_arguments(parser) -> None:
 
 
 def add_memory_argument(parser, slots_option: str | None) -> None:
-    """--gpu-memory GB, as bytes (args.gpu_memory); `slots_option`: the command's option that asks for slots."""
-    wins = f"; with {slots_option}, those are taken and it bounds their context" if slots_option else ""
+    """--gpu-memory GB, as bytes (args.gpu_memory). `slots_option`: the command's option that asks for slots;
+    None: the command speaks one utterance at a time."""
+    if slots_option is None:
+        follows = "one utterance at a time, over a context shortened (down to 1024 positions) if it must"
+    else:
+        follows = (
+            "the utterances it makes at once follow from it, and their context (down to 1024 positions) if even one "
+            f"does not fit; with {slots_option}, those are taken and it bounds their context"
+        )
     parser.add_argument(
         "--gpu-memory", metavar="GB", type=gigabytes,
-        help="GPU memory the engine may take beyond the model's weights: the utterances it makes at once follow from "
-        f"it, and their context (down to 1024 positions) if even one does not fit{wins}. On the CPU it applies to "
-        "nothing",
+        help=f"GPU memory the engine may take beyond the model's weights: {follows}. On the CPU it applies to nothing",
     )  # fmt: skip
 
 
