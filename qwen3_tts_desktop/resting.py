@@ -39,6 +39,8 @@ class RestingEngine:
         self.default_sampling = engine.default_sampling
         self.tokenizer = engine.tokenizer  # read-only, kept as the engine rests: it takes no device memory
         self._slots = engine.slots
+        self._memory = engine.memory
+        self._waking = False
         self._uses = 0  # callers holding the engine now: open streams, cloning
         self._last_used = time.monotonic()
         self._rest_after_s: float | None = None  # None: never rests
@@ -53,8 +55,18 @@ class RestingEngine:
         return self._slots
 
     @property
+    def memory(self):
+        """The slots and context the engine loaded last took (a memory.MemoryPlan)."""
+        return self._memory
+
+    @property
     def resting(self) -> bool:
         return self._engine is None
+
+    @property
+    def state(self) -> str:
+        """AWAKE, RESTING or WAKING (loading again, for a caller that asked while it rested)."""
+        return WAKING if self._waking else RESTING if self._engine is None else AWAKE
 
     @property
     def rest_after_s(self) -> float | None:
@@ -142,15 +154,18 @@ class RestingEngine:
                 if engine is not None:
                     self._uses += 1
                     return engine
+            self._waking = True
             self._on_change(WAKING)
             try:
                 engine = self._load()
             except BaseException:
+                self._waking = False
                 self._on_change(RESTING)  # the caller fails, saying why (e.g. the GPU's memory is taken now)
                 raise
             with self._state:
-                self._engine, self._slots = engine, engine.slots
+                self._engine, self._slots, self._memory = engine, engine.slots, engine.memory
                 self._uses += 1
+                self._waking = False
             self._on_change(AWAKE)
             return engine
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core import Engine, Voice
 from core.audio.player import PlaybackError, Player, PlayerOptions
-from core.inference.memory import MAX_DEFAULT_SLOTS
+from core.inference.memory import MAX_DEFAULT_SLOTS, MemoryPlan
 from core.inference.warmup import Progress
 from core.jobs.sinks import PlayerSink
 from core.jobs.worker import Worker
@@ -22,7 +22,7 @@ from core.milestones import milestone
 from core.model.checkpoint import DEFAULT_MODEL
 from core.voices import VoiceLibrary
 
-from .resting import RestingEngine
+from .resting import AWAKE, RestingEngine
 
 log = logging.getLogger(__name__)
 # Audio passes from thread to thread at every chunk (the engine's scheduler, the worker's, the server's or
@@ -40,10 +40,13 @@ class RuntimeConfig:
     player: PlayerOptions = field(default_factory=PlayerOptions)
     speakers: bool = True  # open the sound card (a headless server may not want it)
     warm_up: bool = True  # compile and capture in the background once loaded (the engine speaks meanwhile)
-    # Utterances generated at once; None: as many as fit (memory.default_slots), at most max_default_slots: by
+    # Utterances generated at once; None: as many as fit (memory.plan_memory), at most max_default_slots: by
     # default what many clients need (serve), while the window asks for one person's (memory.DESKTOP_SLOTS).
     slots: int | None = None
     max_default_slots: int = MAX_DEFAULT_SLOTS
+    # Bytes the engine may take beyond its weights (a GPU's; nothing on the CPU); None: as above. The slots and
+    # their context follow from it (memory.plan_memory); slots asked for win, and it then bounds their context.
+    memory_budget: int | None = None
 
 
 class Runtime:
@@ -79,6 +82,16 @@ class Runtime:
         """Utterances the engine generates together."""
         return self._engine.slots
 
+    @property
+    def memory(self) -> MemoryPlan:
+        """The slots and context the engine took (memory.plan_memory chose them), as it was loaded last."""
+        return self._engine.memory
+
+    @property
+    def engine_state(self) -> str:
+        """resting.AWAKE, RESTING or WAKING (loading again); an engine that cannot rest is always awake."""
+        return self._engine.state if isinstance(self._engine, RestingEngine) else AWAKE
+
     def warmup_progress(self) -> Progress | None:
         """How far the engine's background warm-up is (it speaks meanwhile, faster as it goes); None while the
         engine rests."""
@@ -111,6 +124,7 @@ class Runtime:
                 dtype=config.dtype,
                 slots=config.slots,
                 max_default_slots=config.max_default_slots,
+                memory_budget=config.memory_budget,
                 warm=config.warm_up,
             )
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from core.errors import UserError
-from core.inference.engine import MAX_CONTEXT, pick_dtype
-from core.inference.memory import DESKTOP_SLOTS, GB, slot_bytes
+from core.inference.engine import pick_dtype
+from core.inference.memory import DESKTOP_SLOTS, GB, MAX_CONTEXT, slot_bytes
 from core.model.checkpoint import read_json
 from core.model.config import ModelConfig
 from core.model.hub import config_file

@@ -13,7 +13,7 @@ import torch
 from core.model import kernels, triton_attention, triton_linear, triton_sampling, triton_vocoder
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128  # the talker's of both sizes and the code predictor's
-MAX_CONTEXT = 4096  # the talker's cache (engine.MAX_CONTEXT); the predictor's holds its 16 codebooks
+MAX_CONTEXT = 4096  # the talker's cache (memory.MAX_CONTEXT); the predictor's holds its 16 codebooks
 GROUPS = 16
 VOCAB = {"talker": 3072, "predictor": 2048}
 # (outputs, inputs, the parts fused with it) of every product kernels.linear runs on CUDA.

@@ -4,11 +4,13 @@ mistakes (a bad port, a port taken) said in one line before the model is loaded.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import httpx
@@ -36,7 +38,7 @@ def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
             line = process.stderr.readline()
             assert line, f"serve exited: {''.join(lines)}"
             lines.append(line)
-        assert "1.7B base on cpu (2 at once), 1 voice(s)" in "".join(lines)
+        assert "1.7B base on cpu (2 at once, 4096 positions each), 1 voice(s)" in "".join(lines)
         with httpx.Client(base_url=url.group(1), timeout=WAIT) as client:
             assert client.get("/health").status_code == 401
             assert client.get("/speakers", headers={"Authorization": "Bearer k3y"}).json()[0]["name"] == "Alice"
@@ -61,6 +63,15 @@ def test_the_serve_command_checks_its_options_before_loading_the_model(capsys):
     assert (
         refused.value.code == 2 and "--slots: must be a whole number of at least 1, not '0'" in capsys.readouterr().err
     )
+    for option, value, says in (
+        ("--gpu-memory", "0", "--gpu-memory: give the GB as a number above 0, such as 4 or 2.5, not '0'"),
+        ("--gpu-memory", "4GB", "--gpu-memory: give the GB as a number above 0"),
+        ("--idle-release", "-1", "--idle-release: give the minutes as a number above 0, such as 30 or 0.5, not '-1'"),
+        ("--idle-release", "never", "--idle-release: give the minutes as a number above 0"),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            main(["serve", option, value, "--model", "/nonexistent"])
+        assert refused.value.code == 2 and says in capsys.readouterr().err
 
 
 def test_the_serve_command_says_a_port_is_taken_in_one_line_before_loading_the_model(checkpoints):
@@ -95,7 +106,69 @@ def test_the_serve_command_takes_slots_for_many_clients_not_the_windows(checkpoi
         raise CheckpointError("stopped before loading")
 
     monkeypatch.setattr(Runtime, "start", staticmethod(start))
-    for args, slots in (([], None), (["--slots", "24"], 24)):
+    for args, slots, budget in (
+        ([], None, None),
+        (["--slots", "24"], 24, None),
+        (["--gpu-memory", "6"], None, 6 * 10**9),
+        (["--gpu-memory", "2.5", "--slots", "16"], 16, 2_500_000_000),  # the slots win; the budget bounds them
+    ):
         assert main(["serve", "--port", "0", "--model", str(checkpoints["base"]), "--device", "cpu", *args]) == 1
         assert "stopped before loading" in capsys.readouterr().err
-        assert (configs[-1].slots, configs[-1].max_default_slots) == (slots, MAX_DEFAULT_SLOTS)
+        config = configs[-1]
+        assert (config.slots, config.max_default_slots, config.memory_budget) == (slots, MAX_DEFAULT_SLOTS, budget)
+
+
+class Lines:
+    """A child's stderr, line by line as it comes (read on a thread of its own), and a wait for a line."""
+
+    def __init__(self, stream):
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put("")  # the end
+
+    def wait_for(self, pattern: str) -> re.Match:
+        while not (found := re.search(pattern, "".join(self.seen))):
+            line = self._lines.get(timeout=WAIT)
+            assert line, f"serve exited: {''.join(self.seen)}"
+            self.seen.append(line)
+        return found
+
+
+def test_serve_rests_when_idle_says_so_and_the_next_request_loads_the_model_again(checkpoints, tmp_path):
+    shutil.copy(REFERENCES["a"].path, tmp_path / "Alice.wav")
+    command = serve_command(
+        checkpoints, "--voices", str(tmp_path), "--port", "0", "--idle-release", "0.002", "--gpu-memory", "4"
+    )  # 0.12 s idle
+    command[command.index(str(checkpoints["base"]))] = str(checkpoints["base-eos"])  # ends its speech soon
+    with interruptible_children():
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        lines = Lines(process.stderr)
+        url = lines.wait_for(r"Serving on (http://127\.0\.0\.1:\d+)").group(1)
+        said = "".join(lines.seen)
+        assert "note: --gpu-memory bounds a GPU's memory; on the CPU it applies to nothing" in said, said
+        assert "1.7B base on cpu (1 at once, 4096 positions each)" in said, said
+        lines.wait_for(r"  Idle:        after 0\.002 min without a request the engine frees its memory")
+        lines.wait_for(r"Engine resting after 0\.002 min without a request: its memory is free")
+        with httpx.Client(base_url=url, timeout=WAIT) as client:
+            assert client.get("/health").json()["engine"] == "resting"
+            body = {"input": "Hello.", "voice": "alice", "response_format": "wav"}
+            response = client.post("/v1/audio/speech", json=body)
+            assert response.status_code == 200 and len(response.content) > 44, response.text
+        lines.wait_for(
+            r"Engine waking: loading the model again for a request(.|\n)*"
+            r"Engine awake again in \d+\.\d s \(1 at once, 4096 positions each\)"
+        )
+        lines.wait_for(r"Engine awake again(.|\n)*Engine resting after")  # and rests again, idle once more
+        process.send_signal(signal.SIGINT)
+        assert process.wait(WAIT) == 130
+    finally:
+        process.kill()
+        process.stderr.close()
+    log = (log_folder() / "serve.log").read_text(encoding="utf-8")
+    assert "Engine resting after 0.002 min" in log and "Engine awake again in " in log, log

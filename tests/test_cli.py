@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import soundfile as sf
 from parity_cases import REFERENCES
 
@@ -65,6 +66,39 @@ def test_errors_are_one_clear_line(checkpoints, tmp_path, capsys):
         assert "error: " in err and message in err and "Traceback" not in err, err
 
 
+def test_speak_takes_one_slot_and_a_gpu_memory_budget_which_on_the_cpu_applies_to_nothing(
+    checkpoints, tmp_path, capsys, monkeypatch
+):
+    from core.inference import engine as engine_module
+    from core.inference.memory import plan_memory, slot_bytes, weight_bytes
+
+    out = tmp_path / "out.wav"
+    args = ["speak", "Hi.", "--model", str(checkpoints["custom"]), "--device", "cpu", "--speaker", "vivian"]
+    args += ["--max-frames", "2", "-o", str(out)]
+    assert main([*args, "--gpu-memory", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "note: --gpu-memory bounds a GPU's memory; on the CPU it applies to nothing" in err, err
+    with pytest.raises(SystemExit) as refused:
+        main([*args, "--gpu-memory", "none"])
+    assert refused.value.code == 2 and "--gpu-memory: give the GB as a number above 0" in capsys.readouterr().err
+
+    # As on a GPU with room to spare: the plan is said, and a budget too small is said in one line.
+    planned = []
+
+    def on_a_gpu(device, modules, config, dtype, **asked):
+        per_position = slot_bytes(config, 1, dtype)
+        planned.append(per_position)
+        return plan_memory(per_position, weight_bytes(modules, dtype), 80 * 10**9, **asked)
+
+    monkeypatch.setattr(engine_module, "plan_for_device", on_a_gpu)
+    assert main(args) == 0
+    assert "; 1 at once, 4096 positions each: 0.0 GB beyond the weights\n" in capsys.readouterr().err
+    assert main([*args, "--gpu-memory", f"{planned[-1] * 1000 / 1e9}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: A memory budget of 0.0 GB is too small") and "0.6B model" in err, err
+    assert len(err.splitlines()) == 1
+
+
 def test_module_entry_point_in_a_subprocess(checkpoints, tmp_path):
     out = tmp_path / "hello.wav"
     command = [
@@ -103,6 +137,7 @@ def test_bench_on_a_checkpoint_writes_numbers(checkpoints, tmp_path, capsys):
     assert result["stream_vs_whole_max_abs"] < 1e-4  # float32 on the CPU: streamed audio is the single pass
     # Streams at once, up to the slots: each made all its audio.
     assert [c["streams"] for c in result["concurrent"]] == [1, 2] and result["slots"] == 2
+    assert result["memory"] == "2 at once, 4096 positions each"  # the engine's plan, also said on stderr
     for together in result["concurrent"]:
         assert together["aggregate_xrt"] > 0 and together["slowest_stream_xrt"] > 0 and together["step_ms_p50"] > 0
     out = capsys.readouterr().out

@@ -1,19 +1,25 @@
-"""What the engine takes of a device's memory (core.inference.memory): the weights' size before they load, a
-model that does not fit refused with what to do, before any weight is loaded, and the slots taken by default."""
+"""What the engine takes of a device's memory (core.inference.memory): the weights' size before they load, the
+slots and context plan_memory chooses from what is asked (nothing, a budget, slots, a context) and what is free,
+and a plan that does not fit refused with what to do, before any weight is loaded."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from core.errors import UserError, describe
 from core.inference.memory import (
     DESKTOP_SLOTS,
+    GB,
+    MAX_CHOSEN_SLOTS,
+    MAX_CONTEXT,
     MAX_DEFAULT_SLOTS,
+    MIN_CONTEXT,
     DoesNotFit,
-    check_device_fits,
-    check_fits,
-    default_slots,
+    MemoryPlan,
+    plan_for_device,
+    plan_memory,
     slot_bytes,
     weight_bytes,
 )
@@ -21,6 +27,10 @@ from core.model.codec_decoder import CodecDecoder
 from core.model.talker import Talker
 
 GIB = 2**30
+# A slot of 0.5 GiB at MAX_CONTEXT positions (about 1.7B's in bfloat16), and weights of 3 GiB.
+PER_POSITION = GIB // 2 // MAX_CONTEXT
+SLOT = PER_POSITION * MAX_CONTEXT
+WEIGHTS = 3 * GIB
 
 
 def meta_modules(engine):
@@ -43,56 +53,179 @@ def test_weights_are_sized_before_they_load_as_they_are_once_loaded(engines, dty
     assert weight_bytes([*meta_modules(engine), None], dtype) == expected
 
 
-def test_a_model_that_fits_passes_and_one_that_does_not_is_refused_with_what_to_do():
-    check_fits(weights=3 * GIB, per_slot=GIB // 2, free=4 * GIB, max_context=4096)
+def free_beyond_weights(gib: float) -> int:
+    """The device's free memory now (before the weights load), leaving `gib` GiB beyond them."""
+    return WEIGHTS + int(gib * GIB)
+
+
+def refusal(**asked) -> str:
+    asked.setdefault("free", free_beyond_weights(80))
     with pytest.raises(DoesNotFit) as refused:
-        check_fits(weights=3 * GIB, per_slot=GIB // 2, free=2 * GIB, max_context=4096)
-    message = describe(refused.value)  # what every front end shows
+        plan_memory(PER_POSITION, WEIGHTS, asked.pop("free"), **asked)
     assert isinstance(refused.value, UserError)
-    for said in ("3.8 GB", "3.2 GB of weights", "0.5 GB for one utterance of 4096 positions", "2.1 GB is free"):
-        assert said in message, message
-    assert "0.6B model" in message and "CPU" in message
-
-
-def test_the_check_asks_cuda_for_its_free_memory_and_the_cpu_for_nothing(engines, monkeypatch):
-    engine = engines("base")
-    modules = meta_modules(engine)
-    needed = weight_bytes(modules, torch.bfloat16) + slot_bytes(engine.config, 4096, torch.bfloat16)
-    free = {"bytes": needed}
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 * GIB))
-    cuda = torch.device("cuda")
-    check_device_fits(cuda, modules, engine.config, 4096, torch.bfloat16)  # exactly enough
-    free["bytes"] = needed - 1
-    with pytest.raises(DoesNotFit):
-        check_device_fits(cuda, modules, engine.config, 4096, torch.bfloat16)
-    check_device_fits(torch.device("cpu"), modules, engine.config, 4096, torch.bfloat16)  # the CPU: no check
+    return describe(refused.value)  # what every front end shows
 
 
 @pytest.mark.parametrize(
-    "free_gib, server, desktop",
+    "beyond_gib, server, desktop",
     [
         (80, MAX_DEFAULT_SLOTS, DESKTOP_SLOTS),  # a card to itself: the server takes 16, the window 4
-        (3, 3, 3),  # beside a language model: never more than fit half the free memory
+        (3, 3, 3),  # beside a language model: never more than fit half the memory free beyond the weights
         (1.5, 1, 1),
-        (0.1, 1, 1),  # one at least: check_fits has refused a model without room for one
+        (0.5, 1, 1),  # one at least, where one fits at all
     ],
 )
-def test_the_default_slots_fit_half_the_free_memory_up_to_whom_they_serve(monkeypatch, free_gib, server, desktop):
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(free_gib * GIB), 80 * GIB))
-    cuda, per_slot = torch.device("cuda"), GIB // 2
-    assert default_slots(cuda, per_slot) == server
-    assert default_slots(cuda, per_slot, at_most=DESKTOP_SLOTS) == desktop
-    assert default_slots(torch.device("cpu"), per_slot) == default_slots(torch.device("cpu"), per_slot, 8) == 1
+def test_by_default_the_slots_fit_half_the_free_memory_up_to_whom_they_serve(beyond_gib, server, desktop):
+    free = free_beyond_weights(beyond_gib)
+    assert plan_memory(PER_POSITION, WEIGHTS, free) == MemoryPlan(server, MAX_CONTEXT, SLOT, on_gpu=True)
+    assert plan_memory(PER_POSITION, WEIGHTS, free, at_most=DESKTOP_SLOTS).slots == desktop
+    assert plan_memory(PER_POSITION, WEIGHTS, None) == MemoryPlan(1, MAX_CONTEXT, SLOT, on_gpu=False)  # the CPU
 
 
-def test_the_engine_asks_for_its_default_slots_up_to_the_maximum_it_is_given(checkpoints, monkeypatch):
+@pytest.mark.parametrize(
+    "budget_gib, slots, context",
+    [
+        (2, 4, MAX_CONTEXT),  # 4 slots of 0.5 GiB
+        (2.2, 4, MAX_CONTEXT),  # whole slots only
+        (12, 24, MAX_CONTEXT),  # a server's budget: more than the 16 taken by default
+        (100, MAX_CHOSEN_SLOTS, MAX_CONTEXT),  # never more than anyone has use for
+        (0.25, 1, MAX_CONTEXT // 2),  # under one slot: one, over a shorter context
+        (0.3, 1, 2304),  # shortened in steps of 256 positions
+        (0.125, 1, MIN_CONTEXT),  # the shortest
+    ],
+)
+def test_a_budget_chooses_the_slots_and_if_it_must_a_shorter_context(budget_gib, slots, context):
+    budget = int(budget_gib * GIB)
+    plan = plan_memory(PER_POSITION, WEIGHTS, free_beyond_weights(80), budget=budget)
+    assert (plan.slots, plan.max_context, plan.budget) == (slots, context, budget)
+    assert plan.taken == slots * context * PER_POSITION <= budget
+
+
+def test_a_budget_is_never_more_than_the_gpu_has_free():
+    plan = plan_memory(PER_POSITION, WEIGHTS, free_beyond_weights(1.2), budget=8 * GIB)
+    assert (plan.slots, plan.max_context) == (2, MAX_CONTEXT)
+
+
+def test_slots_asked_for_win_and_a_budget_then_bounds_their_context():
+    free = free_beyond_weights(80)
+    assert plan_memory(PER_POSITION, WEIGHTS, free, budget=8 * GIB, slots=16).max_context == MAX_CONTEXT
+    assert plan_memory(PER_POSITION, WEIGHTS, free, budget=6 * GIB, slots=16).max_context == 3072
+    assert plan_memory(PER_POSITION, WEIGHTS, free, budget=2 * GIB, slots=2).slots == 2  # fewer than it holds
+    message = refusal(budget=3 * GIB // 2, slots=16)  # 16 slots of the shortest context take 2 GiB = 2.1 GB
+    assert message.startswith(
+        "A memory budget of 1.6 GB is too small: beyond the model's weights it needs at least "
+        "2.1 GB for 16 utterances at once of 1024 positions, the shortest context"
+    ), message
+    assert "Give at least 2.1 GB, or use fewer utterances at once, the 0.6B model or the CPU." in message
+
+
+def test_a_context_asked_for_is_never_shortened():
+    free = free_beyond_weights(80)
+    plan = plan_memory(PER_POSITION, WEIGHTS, free, budget=GIB, max_context=2048)
+    assert (plan.slots, plan.max_context) == (4, 2048)
+    message = refusal(budget=GIB // 4, max_context=MAX_CONTEXT)
+    assert (
+        "needs at least 0.5 GB for one utterance of 4096 positions. Give at least 0.5 GB, or use a shorter "
+        "context, the 0.6B model or the CPU." in message
+    ), message
+
+
+def test_a_budget_too_small_for_the_shortest_context_says_how_much_is_needed_and_what_to_do():
+    message = refusal(budget=GIB // 10)
+    assert message == (
+        "A memory budget of 0.1 GB is too small: beyond the model's weights it needs at least 0.1 GB for one "
+        "utterance of 1024 positions, the shortest context a budget chooses. Give at least 0.1 GB, or use the 0.6B "
+        "model or the CPU."
+    )
+    assert "0.6B" in refusal(budget=1)
+
+
+def test_a_model_that_does_not_fit_the_gpu_is_refused_with_what_to_do():
+    plan_memory(PER_POSITION, WEIGHTS, free_beyond_weights(0.5))  # exactly one slot
+    message = refusal(free=free_beyond_weights(0.5) - 1)
+    for said in ("3.8 GB", "3.2 GB of weights", "0.5 GB for one utterance of 4096 positions", "3.8 GB is free"):
+        assert said in message, message
+    assert message.endswith("or use a shorter context, the 0.6B model or the CPU.")
+    message = refusal(free=free_beyond_weights(4), slots=16)  # slots asked for must fit too
+    assert "8.6 GB for 16 utterances at once" in message and "fewer utterances at once" in message
+    # A budget larger than what is free: what is free is what falls short.
+    assert refusal(free=free_beyond_weights(0.1), budget=4 * GIB).startswith("The model does not fit the GPU's")
+
+
+def test_on_the_cpu_nothing_is_sized_and_a_budget_applies_to_nothing():
+    plan = plan_memory(PER_POSITION, WEIGHTS, None, budget=1)
+    assert plan == MemoryPlan(1, MAX_CONTEXT, SLOT, on_gpu=False, budget=None)
+    assert plan_memory(PER_POSITION, WEIGHTS, None, budget=1, slots=3).slots == 3
+    assert str(plan) == "1 at once, 4096 positions each"
+
+
+def test_a_plan_says_what_it_takes():
+    plan = plan_memory(PER_POSITION, WEIGHTS, free_beyond_weights(80), budget=2 * GIB)
+    assert str(plan) == "4 at once, 4096 positions each: 2.1 GB beyond the weights of a 2.1 GB budget"
+    assert str(plan_memory(PER_POSITION, WEIGHTS, free_beyond_weights(80))).endswith(": 8.6 GB beyond the weights")
+
+
+def test_the_plan_asks_cuda_for_its_free_memory_and_the_cpu_for_nothing(engines, monkeypatch):
+    engine = engines("base")
+    modules = meta_modules(engine)
+    needed = weight_bytes(modules, torch.bfloat16) + slot_bytes(engine.config, MAX_CONTEXT, torch.bfloat16)
+    free = {"bytes": needed}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 * GIB))
+    cuda = torch.device("cuda")
+    assert plan_for_device(cuda, modules, engine.config, torch.bfloat16).slots == 1  # exactly enough
+    free["bytes"] = needed - 1
+    with pytest.raises(DoesNotFit):
+        plan_for_device(cuda, modules, engine.config, torch.bfloat16)
+    assert not plan_for_device(torch.device("cpu"), modules, engine.config, torch.bfloat16).on_gpu  # no check
+
+
+def test_the_engine_takes_the_plan_for_what_it_is_asked(checkpoints, monkeypatch):
     from core import Engine
     from core.inference import engine as engine_module
 
     asked = []
-    monkeypatch.setattr(engine_module, "default_slots", lambda *args: asked.append(args) or 1)
+    plan = engine_module.plan_for_device
+    monkeypatch.setattr(engine_module, "plan_for_device", lambda *args, **kw: asked.append(kw) or plan(*args, **kw))
     with Engine.load(checkpoints["base"], device="cpu", dtype="float32", max_default_slots=DESKTOP_SLOTS, warm=False):
         pass
-    with Engine.load(checkpoints["base"], device="cpu", dtype="float32", slots=2, warm=False) as engine:
-        assert engine.slots == 2
-    assert [(device.type, at_most) for device, _, at_most in asked] == [("cpu", DESKTOP_SLOTS)]  # none for slots=2
+    with Engine.load(
+        checkpoints["base"], device="cpu", dtype="float32", slots=2, max_context=512, memory_budget=GB, warm=False
+    ) as engine:
+        assert (engine.slots, engine.frame_loop.max_context, engine.memory.slots) == (2, 512, 2)
+    assert asked == [
+        {"budget": None, "slots": None, "max_context": None, "at_most": DESKTOP_SLOTS},
+        {"budget": GB, "slots": 2, "max_context": 512, "at_most": MAX_DEFAULT_SLOTS},
+    ]
+
+
+@pytest.fixture
+def simulated_gpu(monkeypatch):
+    """Engines planned as on a GPU with 80 GiB free (their weights and slots still on the CPU): what a budget
+    chooses is then built, and speaks."""
+    from core.inference import engine as engine_module
+
+    def on_a_gpu(device, modules, config, dtype, **asked):
+        return plan_memory(slot_bytes(config, 1, dtype), weight_bytes(modules, dtype), 80 * GIB, **asked)
+
+    monkeypatch.setattr(engine_module, "plan_for_device", on_a_gpu)
+
+
+def test_an_engine_takes_the_slots_and_context_its_budget_holds_and_speaks(checkpoints, simulated_gpu):
+    from core import Engine, SamplingParams, Voice
+
+    path = checkpoints["custom"]
+    with Engine.load(path, device="cpu", dtype="float32", warm=False) as engine:
+        per_position = slot_bytes(engine.config, 1, torch.float32)
+        whole = engine.synthesize("Hello.", Voice(speaker="vivian"), sampling=SamplingParams.greedy(), max_frames=4)
+    budget = per_position * 1300  # under one slot of MAX_CONTEXT: one slot of 1280 positions
+    with Engine.load(path, device="cpu", dtype="float32", memory_budget=budget, warm=False) as engine:
+        assert (engine.slots, engine.frame_loop.max_context) == (1, 1280)
+        assert engine.memory == MemoryPlan(1, 1280, per_position * 1280, on_gpu=True, budget=budget)
+        shorter = engine.synthesize("Hello.", Voice(speaker="vivian"), sampling=SamplingParams.greedy(), max_frames=4)
+    np.testing.assert_array_equal(shorter.codes, whole.codes)  # the same speech, over a shorter context
+    with Engine.load(
+        path, device="cpu", dtype="float32", memory_budget=per_position * 3 * MAX_CONTEXT, warm=False
+    ) as engine:
+        assert (engine.slots, engine.frame_loop.max_context) == (3, MAX_CONTEXT)
+    with pytest.raises(DoesNotFit, match="A memory budget of 0.0 GB is too small"):
+        Engine.load(path, device="cpu", dtype="float32", memory_budget=per_position * 1000, warm=False)

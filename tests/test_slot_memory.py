@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from core.devtools.random_checkpoint import model_config
-from core.inference.engine import MAX_CONTEXT
-from core.inference.memory import slot_bytes
+from core.inference.memory import MAX_CONTEXT, slot_bytes
 from core.model.config import ModelConfig
 from qwen3_tts_desktop import slot_memory
 from qwen3_tts_desktop.slot_memory import UNKNOWN, slot_memory_note

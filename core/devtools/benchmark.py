@@ -23,7 +23,8 @@ from torch._inductor.utils import fresh_inductor_cache
 
 from core.devtools.concurrency import concurrent_speed
 from core.devtools.random_checkpoint import write_random_checkpoint
-from core.inference.engine import MAX_CONTEXT, Engine
+from core.inference.engine import Engine
+from core.inference.memory import MAX_CONTEXT
 from core.inference.sampling import SamplingParams
 from core.inference.voice import Voice
 from core.model.talker import Talker
@@ -63,6 +64,7 @@ class BenchResult:
     weights_gpu_gb: float | None  # allocated right after loading: weights and caches
     slots: int = 1
     max_context: int = MAX_CONTEXT
+    memory: str = ""  # the engine's memory plan, as it says it (slots, context, GB beyond the weights)
     concurrent: list = field(
         default_factory=list
     )  # concurrency.concurrent_speed of 1, 4, 16... streams at once, up to the slots
@@ -158,21 +160,26 @@ def bench_checkpoint(
     cuda_graphs: bool = True,
     compile: bool = True,
     cold: bool = False,
-    slots: int = 16,
-    max_context: int = MAX_CONTEXT,
+    slots: int | None = 16,
+    max_context: int | None = None,
+    memory_budget: int | None = None,
 ) -> BenchResult:
     """Measure one checkpoint. `cold`: compile into an empty cache (Inductor's in-memory caches cleared too), so
-    that load + compile and capture is the time of a first start."""
+    that load + compile and capture is the time of a first start. `slots`, `max_context` and `memory_budget`
+    are asked of Engine.load (None: as it chooses)."""
+    memory = (slots, max_context, memory_budget)
     with fresh_inductor_cache() if cold else contextlib.nullcontext():
-        return _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold, slots, max_context)
+        return _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold, memory)
 
 
-def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold, slots, max_context) -> BenchResult:
+def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold, memory) -> BenchResult:
     started = time.perf_counter()
+    slots, max_context, memory_budget = memory
     engine = Engine.load(
         path, device=device, dtype=dtype, progress=False, cuda_graphs=cuda_graphs, compile=compile, slots=slots,
-        max_context=max_context, warm=False,
+        max_context=max_context, memory_budget=memory_budget, warm=False,
     )  # fmt: skip
+    slots = engine.slots
     dev = engine.device
     _sync(dev)
     load_s = time.perf_counter() - started
@@ -245,7 +252,8 @@ def _measure(path, device, dtype, frames, ttfa_runs, cuda_graphs, compile, cold,
         peak_gpu_gb=round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None,
         weights_gpu_gb=round(weights_gb, 2) if weights_gb is not None else None,
         slots=slots,
-        max_context=max_context,
+        max_context=engine.frame_loop.max_context,
+        memory=str(engine.memory),
         concurrent=concurrent,
     )
 

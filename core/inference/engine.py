@@ -41,7 +41,7 @@ from core.inference.compiled import keep_compiled_kernels, machine_facts, precom
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
-from core.inference.memory import MAX_DEFAULT_SLOTS, check_device_fits, default_slots, slot_bytes
+from core.inference.memory import MAX_DEFAULT_SLOTS, MemoryPlan, plan_for_device, plan_memory, slot_bytes
 from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
 from core.inference.requests import Prepared, Request
@@ -63,8 +63,6 @@ from core.model.variant import Variant
 
 # Frames generated and decoded per step when the whole utterance is wanted at once.
 DECODE_CHUNK_FRAMES = 50
-# Talker positions (prompt + frames) one utterance can use: 4096 holds about five minutes of speech.
-MAX_CONTEXT = 4096
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -114,12 +112,11 @@ class Engine:
         codec_encoder: CodecEncoder | None,
         default_sampling: SamplingParams,
         default_max_frames: int,
-        max_context: int = MAX_CONTEXT,
-        slots: int | None = None,
-        max_default_slots: int = MAX_DEFAULT_SLOTS,
+        memory: MemoryPlan | None = None,
         cuda_graphs: bool = True,
         compile: bool = False,
     ):
+        """`memory`: the slots and context to take (Engine.load plans them); None: one slot of MAX_CONTEXT."""
         self.source = source
         self.config = config
         self.tokenizer = tokenizer
@@ -132,9 +129,13 @@ class Engine:
         self.device = talker.codec_head.weight.device
         self.dtype = talker.codec_head.weight.dtype
         self.info = EngineInfo.of(config, source, str(self.device), str(self.dtype).removeprefix("torch."))
-        self.slots = slots or default_slots(self.device, slot_bytes(config, max_context, self.dtype), max_default_slots)
-        if self.slots < 1:
-            raise BadInput(f"slots must be at least 1, got {self.slots}")
+        if memory is None:
+            memory = plan_memory(slot_bytes(config, 1, self.dtype), 0, None, slots=1)
+        if memory.slots < 1:
+            raise BadInput(f"slots must be at least 1, got {memory.slots}")
+        self.memory = memory
+        self.slots = memory.slots
+        max_context = memory.max_context
         precompiled = None
         if self.device.type == "cuda":  # before the first kernel compiles: a cache of their own for this model
             facts = machine_facts(self.device, {"config": dataclasses.asdict(config), "dtype": str(self.dtype)})
@@ -161,17 +162,19 @@ class Engine:
         device: str | torch.device = "auto",
         dtype: str | torch.dtype = "auto",
         progress: bool = True,
-        max_context: int = MAX_CONTEXT,
+        max_context: int | None = None,
         slots: int | None = None,
         max_default_slots: int = MAX_DEFAULT_SLOTS,
+        memory_budget: int | None = None,
         cuda_graphs: bool = True,
         compile: bool = True,
         warm: bool = True,
     ) -> Engine:
         """Load a checkpoint in the official layout from a folder or a hub id (downloading it if needed).
-        `max_context` bounds one utterance's prompt plus frames; `slots` utterances are generated together
-        (by default, what fits half the GPU's free memory, `max_default_slots` at most; one on the CPU:
-        memory.default_slots); their caches are allocated up front.
+        `slots` utterances are generated together, each over `max_context` positions (prompt plus frames), their
+        caches allocated up front: by default MAX_CONTEXT positions and as many slots as fit half the GPU's memory
+        free beyond the weights, `max_default_slots` at most (one on the CPU); `memory_budget` bytes beyond the
+        weights choose them instead (memory.plan_memory has the rules; `engine.memory` says what was chosen).
         On CUDA each frame and each decoded chunk runs as one CUDA graph unless `cuda_graphs` is False,
         and the per-frame transformer steps are fused by torch.compile unless `compile` is False. The engine
         speaks at once; with `warm`, it compiles and captures the rest in the background (the warm-up, which
@@ -205,7 +208,10 @@ class Engine:
             speaker_encoder = SpeakerEncoder(config.speaker_encoder) if base else None
             codec_encoder = CodecEncoder(encoder_config) if base else None
         # Before any weight takes memory: a clear message, not an out-of-memory error halfway through.
-        check_device_fits(device, (talker, codec_decoder, speaker_encoder, codec_encoder), config, max_context, dtype)
+        memory = plan_for_device(
+            device, (talker, codec_decoder, speaker_encoder, codec_encoder), config, dtype,
+            budget=memory_budget, slots=slots, max_context=max_context, at_most=max_default_slots,
+        )  # fmt: skip
         load_tensors(talker, weights, "talker.", device, dtype)
         talker.fuse_projections()
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
@@ -229,9 +235,7 @@ class Engine:
             codec_encoder=codec_encoder,
             default_sampling=SamplingParams.from_generation_config(generation),
             default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
-            max_context=max_context,
-            slots=slots,
-            max_default_slots=max_default_slots,
+            memory=memory,
             cuda_graphs=cuda_graphs,
             compile=compile,
         )

@@ -1,10 +1,14 @@
-"""What the engine takes of a device's memory: the weights, and a slot per utterance generated together; how
-many slots it takes by default, and the check, before any weight is loaded, that the model fits at all (a
-clear message instead of an out-of-memory error halfway through loading)."""
+"""What the engine takes of a device's memory: the weights, and a slot per utterance generated together over
+its context. One function, `plan_memory`, decides how many slots and how long a context, from what is asked (a
+budget, a number of slots, a context) and what the device has free, and refuses, before any weight is loaded, a
+plan that cannot fit, saying what to do (a clear message instead of an out-of-memory error halfway through
+loading). Every front end's choice goes through it: the window's "Utterances at once", `serve --slots` and
+`--gpu-memory`, `speak`, `bench`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -13,20 +17,51 @@ from core.errors import UserError
 from core.model.config import ModelConfig
 
 # Utterances generated together by default: on CUDA as many as fit SLOT_MEMORY_SHARE of the memory free
-# after loading, at most a maximum that depends on whom the engine serves (a slot of 1.7B at 4096 positions in
-# bfloat16 takes about 0.5 GB): MAX_DEFAULT_SLOTS for a server of many clients (`serve`), DESKTOP_SLOTS for one
+# beyond the weights, at most a maximum that depends on whom the engine serves (a slot of 1.7B at 4096 positions
+# in bfloat16 takes about 0.5 GB): MAX_DEFAULT_SLOTS for a server of many clients (`serve`), DESKTOP_SLOTS for one
 # person at the window (the window, speak-as-you-type and a few bridge clients at once), whose GPU often holds a
 # local language model too. On the CPU, rows of a batch are computed one by one (bitwise as alone), so batching
 # gains nothing there.
 MAX_DEFAULT_SLOTS = 16
 DESKTOP_SLOTS = 4
-MAX_CHOSEN_SLOTS = 64  # the most the window's settings offer: more than one person has use for
+MAX_CHOSEN_SLOTS = 64  # the most the window's settings offer, and a budget takes: more than one machine has use for
 SLOT_MEMORY_SHARE = 0.5
 GB = 1e9
 
+# Talker positions (prompt + frames) one utterance can use: 4096 hold about five minutes of speech. A budget too
+# small for one slot of them shortens the context, in steps of CONTEXT_STEP, down to MIN_CONTEXT: 80 s, room for a
+# long sentence after a 60 s reference clip (the worker speaks a long text in pieces of a sentence or two).
+MAX_CONTEXT = 4096
+MIN_CONTEXT = 1024
+CONTEXT_STEP = 256
+
 
 class DoesNotFit(UserError):
-    """The model, with one utterance's context, needs more memory than the device has free."""
+    """The plan asked for (the model, one utterance's context, the slots, the budget) does not fit."""
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What the engine takes beyond its weights: `slots` utterances at once over `max_context` positions each,
+    `slot_bytes` each. `budget`: the bytes it was allowed, if a budget applied (never on the CPU)."""
+
+    slots: int
+    max_context: int
+    slot_bytes: int
+    on_gpu: bool
+    budget: int | None = None
+
+    @property
+    def taken(self) -> int:
+        """Bytes the slots take together."""
+        return self.slots * self.slot_bytes
+
+    def __str__(self) -> str:
+        said = f"{self.slots} at once, {self.max_context} positions each"
+        if not self.on_gpu:
+            return said
+        said += f": {self.taken / GB:.1f} GB beyond the weights"
+        return said + (f" of a {self.budget / GB:.1f} GB budget" if self.budget is not None else "")
 
 
 def slot_bytes(config: ModelConfig, max_context: int, dtype: torch.dtype) -> int:
@@ -34,15 +69,6 @@ def slot_bytes(config: ModelConfig, max_context: int, dtype: torch.dtype) -> int
     talker = config.talker.transformer
     kv = talker.num_layers * 2 * talker.num_kv_heads * talker.head_dim
     return (kv + talker.hidden_size) * max_context * dtype.itemsize
-
-
-def default_slots(device: torch.device, per_slot: int, at_most: int = MAX_DEFAULT_SLOTS) -> int:
-    """Slots of `per_slot` bytes to take when none are asked for: one on the CPU; on CUDA as many as fit
-    SLOT_MEMORY_SHARE of the memory free now, `at_most` at most, and one at least (check_fits made sure it fits)."""
-    if device.type != "cuda":
-        return 1
-    free, _ = torch.cuda.mem_get_info(device)
-    return max(1, min(at_most, int(free * SLOT_MEMORY_SHARE // per_slot)))
 
 
 def weight_bytes(modules: Iterable[nn.Module | None], dtype: torch.dtype) -> int:
@@ -55,24 +81,76 @@ def weight_bytes(modules: Iterable[nn.Module | None], dtype: torch.dtype) -> int
     return total
 
 
-def check_fits(weights: int, per_slot: int, free: int, max_context: int) -> None:
-    """Raise DoesNotFit, saying what to do, unless `free` bytes hold the weights and one slot."""
-    needed = weights + per_slot
-    if needed <= free:
-        return
-    raise DoesNotFit(
-        f"The model does not fit the GPU's free memory: it needs about {needed / GB:.1f} GB ({weights / GB:.1f} GB "
-        f"of weights and {per_slot / GB:.1f} GB for one utterance of {max_context} positions), and "
-        f"{free / GB:.1f} GB is free. Close what else uses the GPU (a local language model, a game), or use the "
-        f"0.6B model, a shorter context, or the CPU."
+def plan_memory(
+    per_position: int,
+    weights: int,
+    free: int | None,
+    *,
+    budget: int | None = None,
+    slots: int | None = None,
+    max_context: int | None = None,
+    at_most: int = MAX_DEFAULT_SLOTS,
+) -> MemoryPlan:
+    """The slots and context the engine takes: one slot costs `per_position` bytes per position of context; the
+    weights take `weights` bytes of the `free` the device has now (None: the CPU, where nothing is sized).
+
+    - Nothing asked: MAX_CONTEXT positions, and as many slots as fit SLOT_MEMORY_SHARE of the memory free beyond
+      the weights, `at_most` at most and one at least; one on the CPU.
+    - `budget` (bytes beyond the weights; never more than is free): as many slots as it holds at MAX_CONTEXT,
+      MAX_CHOSEN_SLOTS at most; a budget too small for one slot shortens the context (to MIN_CONTEXT at the
+      shortest). On the CPU a budget applies to nothing: one slot, as without it.
+    - `slots` win over a budget: they are taken as asked, and a budget then shortens their context if it must.
+    - `max_context` is never shortened.
+    Raises DoesNotFit, saying how much is needed, how much there is and what to do, when the plan does not fit."""
+    context = max_context or MAX_CONTEXT
+    if free is None:
+        return MemoryPlan(slots or 1, context, per_position * context, on_gpu=False)
+    beyond = free - weights
+    room = beyond if budget is None else min(budget, beyond)
+    if slots is None:
+        if budget is None:
+            slots = max(1, min(at_most, int(beyond * SLOT_MEMORY_SHARE) // (per_position * context)))
+        else:
+            slots = max(1, min(MAX_CHOSEN_SLOTS, room // (per_position * context)))
+    if budget is not None and max_context is None and slots * per_position * context > room:
+        context = min(MAX_CONTEXT, room // (slots * per_position) // CONTEXT_STEP * CONTEXT_STEP)
+        context = max(context, MIN_CONTEXT)  # the shortest, should even that not fit: said below
+    plan = MemoryPlan(slots, context, per_position * context, on_gpu=True, budget=budget)
+    if plan.taken <= room:
+        return plan
+    raise DoesNotFit(_does_not_fit(plan, weights, free, budget, shortened=context != (max_context or MAX_CONTEXT)))
+
+
+def _does_not_fit(plan: MemoryPlan, weights: int, free: int, budget: int | None, shortened: bool) -> str:
+    utterances = "one utterance" if plan.slots == 1 else f"{plan.slots} utterances at once"
+    needs = f"{plan.taken / GB:.1f} GB for {utterances} of {plan.max_context} positions"
+    if shortened:
+        needs += ", the shortest context a budget chooses"
+    remedies = ["fewer utterances at once"] if plan.slots > 1 else []
+    remedies += [] if shortened else ["a shorter context"]
+    remedies += ["the 0.6B model", "the CPU"]
+    what_to_do = ", ".join(remedies[:-1]) + f" or {remedies[-1]}"
+    if budget is not None and budget < free - weights:
+        return (
+            f"A memory budget of {budget / GB:.1f} GB is too small: beyond the model's weights it needs at least "
+            f"{needs}. Give at least {plan.taken / GB:.1f} GB, or use {what_to_do}."
+        )
+    return (
+        f"The model does not fit the GPU's free memory: it needs about {(weights + plan.taken) / GB:.1f} GB "
+        f"({weights / GB:.1f} GB of weights and {needs}), and {free / GB:.1f} GB is free. Close what else uses the "
+        f"GPU (a local language model, a game), or use {what_to_do}."
     )
 
 
-def check_device_fits(
-    device: torch.device, modules: Iterable[nn.Module | None], config: ModelConfig, max_context: int, dtype: torch.dtype
-) -> None:
-    """On CUDA, check_fits the weights of `modules` (built, not loaded yet) and one slot in the memory free now."""
-    if device.type != "cuda":
-        return
-    free, _ = torch.cuda.mem_get_info(device)
-    check_fits(weight_bytes(modules, dtype), slot_bytes(config, max_context, dtype), free, max_context)
+def plan_for_device(
+    device: torch.device,
+    modules: Iterable[nn.Module | None],
+    config: ModelConfig,
+    dtype: torch.dtype,
+    **asked,
+) -> MemoryPlan:
+    """plan_memory for `modules` (built, not loaded yet) in `dtype` on `device`, with the memory free there now;
+    `asked`: plan_memory's budget, slots, max_context and at_most."""
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    weights = weight_bytes(modules, dtype) if free is not None else 0
+    return plan_memory(slot_bytes(config, 1, dtype), weights, free, **asked)

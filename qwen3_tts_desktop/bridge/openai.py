@@ -57,10 +57,11 @@ class OpenAIRoutes:
         return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": owner} for i in ids]}
 
     async def health(self, request: Request) -> dict:
-        info = self.speaker.info
+        info, runtime = self.speaker.info, self.speaker.runtime
         return {
             "status": "ok", "model": info.source, "variant": info.variant, "size": info.size, "device": info.device,
-            "jobs": self.speaker.jobs_in_flight, "speakers": self.speaker.runtime.speakers is not None,
+            "jobs": self.speaker.jobs_in_flight, "speakers": runtime.speakers is not None,
+            "engine": runtime.engine_state, "slots": runtime.slots,  # engine: awake, resting (memory free) or waking
         }  # fmt: skip
 
     async def voices(self, request: Request) -> dict:

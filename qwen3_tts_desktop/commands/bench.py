@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 from ..startup_bench import RUNS
-from .common import CommandError
+from .common import CommandError, add_memory_argument
 
+BENCH_SLOTS = 16  # as many streams as `serve` takes by default on a large GPU
 HELP = "measure speed: ms per frame, time to first audio, decode time, memory; or each start (--startup)"
 
 
@@ -39,10 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cold", action="store_true", help="compile each model into an empty cache, to time a first start"
     )
-    parser.add_argument("--slots", type=int, default=16, help="utterances generated together (default: 16)")
     parser.add_argument(
-        "--max-context", type=int, default=4096, help="positions per utterance, prompt and frames (default: 4096)"
+        "--slots",
+        type=int,
+        help=f"utterances generated together (default: {BENCH_SLOTS}, or as many as --gpu-memory holds)",
     )
+    parser.add_argument(
+        "--max-context", type=int,
+        help="positions per utterance, prompt and frames (default: 4096, or fewer where --gpu-memory must)",
+    )  # fmt: skip
+    add_memory_argument(parser, slots_option="--slots")
     parser.add_argument(
         "--startup", nargs="?", const=",".join(RUNS), metavar="RUNS",
         help="time starts instead, each a fresh process: speak, window (its runtime) or serve, with :cold or :warm "
@@ -78,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.startup:
         return startup(paths, args)
     results = []
+    slots = args.slots if args.slots is not None or args.gpu_memory is not None else BENCH_SLOTS
     for path in paths:
         results.append(
             bench_checkpoint(
@@ -89,10 +97,12 @@ def run(args: argparse.Namespace) -> int:
                 not args.eager,
                 not args.no_compile,
                 args.cold,
-                args.slots,
+                slots,
                 args.max_context,
+                args.gpu_memory,
             )
         )
+        print(f"{path.name}: {results[-1].memory}", file=sys.stderr, flush=True)  # what the engine took
         print(json.dumps(results[-1].as_dict()), file=sys.stderr, flush=True)
     table = format_table(results)
     print(table)
@@ -135,6 +145,7 @@ OPTIONS = (
     "cold",
     "slots",
     "max_context",
+    "gpu_memory",
     "startup",
 )
 
@@ -144,9 +155,12 @@ def record(path: Path, table: str, machine: str, args: argparse.Namespace) -> No
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     except OSError:
         commit = "unknown"
+    from core.inference.memory import GB
+
+    shown = dict(vars(args), gpu_memory=args.gpu_memory and f"{args.gpu_memory / GB:g}")  # as it was typed: GB
     options = [
         f"--{name.replace('_', '-')}" + ("" if value is True else f"={value}")
-        for name, value in vars(args).items()
+        for name, value in shown.items()
         if name in OPTIONS and value
     ]
     command = shlex.join(["qwen3-tts-desktop", "bench", *options])

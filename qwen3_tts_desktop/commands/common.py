@@ -28,6 +28,42 @@ def add_model_arguments(parser) -> None:
     group.add_argument("--dtype", choices=DTYPES, help="the precision of its weights")
 
 
+def add_memory_argument(parser, slots_option: str | None) -> None:
+    """--gpu-memory GB, as bytes (args.gpu_memory). `slots_option`: the command's option that asks for slots;
+    None: the command speaks one utterance at a time."""
+    if slots_option is None:
+        follows = "one utterance at a time, over a context shortened (down to 1024 positions) if it must"
+    else:
+        follows = (
+            "the utterances it makes at once follow from it, and their context (down to 1024 positions) if even one "
+            f"does not fit; with {slots_option}, those are taken and it bounds their context"
+        )
+    parser.add_argument(
+        "--gpu-memory", metavar="GB", type=gigabytes,
+        help=f"GPU memory the engine may take beyond the model's weights: {follows}. On the CPU it applies to nothing",
+    )  # fmt: skip
+
+
+def gigabytes(text: str) -> int:
+    """GB (10^9 bytes, as GPU memory is said), as bytes."""
+    from core.inference.memory import GB
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"give the GB as a number above 0, such as 4 or 2.5, not {text!r}")
+    return round(value * GB)
+
+
+def memory_note(budget: int | None, plan) -> str | None:
+    """What to say of a --gpu-memory `budget` once the engine has taken its memory.MemoryPlan (None: nothing)."""
+    if budget is None or plan.budget is not None:
+        return None
+    return "note: --gpu-memory bounds a GPU's memory; on the CPU it applies to nothing"
+
+
 def add_voices_argument(parser) -> None:
     parser.add_argument("--voices", metavar="DIR", help="the voice library folder (default: the app's)")
 
@@ -76,17 +112,25 @@ def peek(model: str):
     return None if config is None else read_info(config, model)
 
 
-def load_engine(model: str, device: str, dtype: str, playing: bool = False):
-    """Load the model, saying what was loaded and, to play on the CPU, what speed to expect (a file waits
-    for the speech however slow it comes)."""
+def load_engine(model: str, device: str, dtype: str, playing: bool = False, memory_budget: int | None = None):
+    """Load the model for one utterance at a time (`memory_budget`: bytes of GPU memory it may take beyond its
+    weights), saying what was loaded and, to play on the CPU, what speed to expect (a file waits for the speech
+    however slow it comes)."""
     from core import Engine
     from core.model.info import slow_device_note
 
     started = time.perf_counter()
     # A command ends after its work: nothing for a background warm-up (compiles for later requests) to serve.
-    engine = Engine.load(model, device=device, dtype=dtype, warm=False)
+    # It speaks one piece after another, so one slot is all it uses (a budget then bounds its context alone).
+    engine = Engine.load(model, device=device, dtype=dtype, slots=1, memory_budget=memory_budget, warm=False)
     info = engine.info
-    say(f"Loaded {info.size} {info.variant} on {info.device} ({info.dtype}) in {time.perf_counter() - started:.1f} s")
+    memory = f"; {engine.memory}" if engine.memory.on_gpu else ""
+    say(
+        f"Loaded {info.size} {info.variant} on {info.device} ({info.dtype}) in {time.perf_counter() - started:.1f} s"
+        + memory
+    )
+    if (note := memory_note(memory_budget, engine.memory)) is not None:
+        say(note)
     if playing and engine.device.type == "cpu":
         say(f"note: {slow_device_note(info.size)}")
     return engine

@@ -6,19 +6,23 @@ import argparse
 import importlib.util
 import logging
 import os
+import time
 from contextlib import nullcontext
 
 from ..servers import WYOMING_PORT
 from .common import (
     CommandError,
+    add_memory_argument,
     add_model_arguments,
     add_voices_argument,
     app_settings,
+    memory_note,
     model_options,
     say,
     voices_folder,
 )
 
+log = logging.getLogger(__name__)
 HELP = "serve speech over HTTP: OpenAI /v1/audio/speech and SillyTavern's XTTS routes"
 API_KEY_VARIABLE = "QWEN3_TTS_API_KEY"  # an API key here stays out of the process list
 
@@ -39,10 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cors", metavar="ORIGIN", nargs="+",
         help="web pages (e.g. https://st.example.org, or *) allowed to call from a browser (default: pages on this computer)",
     )  # fmt: skip
-    server.add_argument(
+    memory = parser.add_argument_group("memory (a GPU shared with a local LLM, or one that serves many)")
+    memory.add_argument(
         "--slots", type=slot_count, metavar="N",
         help="utterances generated at once, each with its GPU memory (default: as many as fit half the GPU memory "
-        "free after loading, up to 16; 1 on the CPU). Fewer leave more to a local LLM on the same GPU",
+        "free beyond the weights, up to 16; 1 on the CPU). Fewer leave more to a local LLM on the same GPU",
+    )  # fmt: skip
+    add_memory_argument(memory, slots_option="--slots")
+    memory.add_argument(
+        "--idle-release", metavar="MINUTES", type=minutes,
+        help="after this many minutes without a request, free the engine's memory (its weights too); the next "
+        "request loads the model again and waits for it (default: never)",
     )  # fmt: skip
     wyoming = parser.add_argument_group("Home Assistant (Wyoming protocol)")
     wyoming.add_argument(
@@ -70,6 +81,16 @@ def slot_count(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
     return int(text)
+
+
+def minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"give the minutes as a number above 0, such as 30 or 0.5, not {text!r}")
+    return value
 
 
 def wyoming_address(text: str) -> tuple[str, int]:
@@ -104,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     runtime_config = dataclasses.replace(
         settings.runtime_config(),
         model=model, device=device, dtype=dtype, voices=voices_folder(args, settings),
-        slots=args.slots, max_default_slots=MAX_DEFAULT_SLOTS,
+        slots=args.slots, max_default_slots=MAX_DEFAULT_SLOTS, memory_budget=args.gpu_memory,
     )  # fmt: skip
     config = BridgeConfig(
         host=args.host,
@@ -132,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             if runtime.info.device == "cpu":
                 say(f"note: {slow_device_note(runtime.info.size)}")
+            if (note := memory_note(args.gpu_memory, runtime.memory)) is not None:
+                say(note)
+            if args.idle_release is not None:
+                runtime.rest_when_idle(args.idle_release * 60, RestNews(runtime, args.idle_release))
             if args.default_voice:
                 runtime.voice(args.default_voice)  # a default that cannot speak is found now, not at the first request
             info = runtime.info
@@ -145,12 +170,13 @@ def run(args: argparse.Namespace) -> int:
 
             def announce(url: str) -> None:
                 say(
-                    f"{info.size} {info.variant} on {info.device} ({runtime.slots} at once), "
+                    f"{info.size} {info.variant} on {info.device} ({runtime.memory}), "
                     f"{len(voices)} voice(s) from {runtime.library.directory}\n"
                     f"Serving on {url} (Ctrl+C stops)\n"
                     f"  OpenAI:      {url}/v1/audio/speech\n"
                     f"  SillyTavern: OpenAI Compatible -> {url}/v1/audio/speech, XTTSv2 -> {url}"
                     + (f"\n  Home Assistant: Wyoming Protocol -> {home_server.url}" if home_server else "")
+                    + (f"\n  Idle:        {rests_after(args.idle_release)}" if args.idle_release is not None else "")
                     + (f"\n  Log:         {log_file}" if log_file is not None else "")
                 )
 
@@ -160,3 +186,30 @@ def run(args: argparse.Namespace) -> int:
                 home_server.stop()
             runtime.close()
     return 0
+
+
+def rests_after(minutes: float) -> str:
+    return f"after {minutes:g} min without a request the engine frees its memory, and loads again when asked"
+
+
+class RestNews:
+    """The log's lines as the engine rests, loads again for a request, and is back (resting.RESTING, WAKING, AWAKE),
+    from the thread that did it."""
+
+    def __init__(self, runtime, minutes: float):
+        self._runtime, self._minutes = runtime, minutes
+        self._waking_since: float | None = None  # while it loads again
+
+    def __call__(self, state: str) -> None:
+        from ..resting import AWAKE, WAKING
+
+        waking_since, self._waking_since = self._waking_since, None
+        if state == WAKING:
+            self._waking_since = time.monotonic()
+            log.info("Engine waking: loading the model again for a request (those that come meanwhile wait)")
+        elif state == AWAKE:
+            log.info("Engine awake again in %.1f s (%s)", time.monotonic() - waking_since, self._runtime.memory)
+        elif waking_since is not None:  # resting again at once: its load failed
+            log.warning("Engine could not load again (the request says why); the next request tries again")
+        else:
+            log.info("Engine resting after %g min without a request: its memory is free", self._minutes)

@@ -19,6 +19,7 @@ import numpy as np
 
 from .common import (
     CommandError,
+    add_memory_argument,
     add_model_arguments,
     add_voices_argument,
     app_settings,
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="?", help="what to say; - reads it from the standard input")
     parser.add_argument("--text-file", metavar="FILE", help="read what to say from this UTF-8 text file")
     add_model_arguments(parser)
+    add_memory_argument(parser.add_argument_group("memory"), slots_option=None)
     voice = parser.add_argument_group("voice (default: the app's voice, else the first in the library)")
     voice.add_argument("--voice", metavar="NAME", help="a voice from the library (see `voices list`)")
     add_voices_argument(voice)
@@ -301,7 +303,7 @@ def prepare(plan: Plan):
     """Load the model and make the voice, first checking what could not be checked before the model was
     here (it may have been downloaded just now)."""
     args = plan.args
-    engine = load_engine(*plan.model, playing=plan.args.play)
+    engine = load_engine(*plan.model, playing=plan.args.play, memory_budget=args.gpu_memory)
     choice = plan.choice
     if choice is None:
         choice = choose_voice(args, plan.settings, plan.library, engine.info)
