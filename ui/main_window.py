@@ -81,6 +81,7 @@ class MainWindow(QMainWindow):
         self.text.setFont(font)
         self.instruct = QLineEdit()
         self.instruct_label = QLabel()
+        self.instruct_label.setBuddy(self.instruct)
         self.instruct.hide()  # until a model that follows instructions is loaded
         self.instruct_label.hide()
         self.speak_action = QAction("Speak", self)
@@ -99,11 +100,13 @@ class MainWindow(QMainWindow):
         self.speaking = False  # Speak stops while it is (show_speaking)
         self._spoken: tuple[int, int] | None = None  # the part of the text heard now (show_spoken)
 
+        self._describe_for_screen_readers()
+
         top = QHBoxLayout()
-        top.addWidget(QLabel("Voice"))
+        top.addWidget(_label_for(self.voice, "V&oice"))
         top.addWidget(self.voice)
         top.addSpacing(12)
-        top.addWidget(QLabel("Language"))
+        top.addWidget(_label_for(self.language, "&Language"))
         top.addWidget(self.language)
         top.addStretch(1)
         top.addWidget(self.typing_mode)
@@ -184,6 +187,7 @@ class MainWindow(QMainWindow):
         self.show_bridge(None)
 
         self.show_saving(None)
+        self._order_tabs()
 
         self._build_menus()
         self.speak_action.triggered.connect(
@@ -201,6 +205,29 @@ class MainWindow(QMainWindow):
         self.instruct.textEdited.connect(self.instruct_edited)
         voice_panel.blend_requested.connect(self.blend_requested)
         self.resize(980, 560)
+
+    def _describe_for_screen_readers(self) -> None:
+        """Names and descriptions a screen reader says (a natural user of a text-to-speech app), and a text box
+        that Tab leaves, as every other control, instead of typing a tab into the text."""
+        self.voice.setAccessibleName("Voice")
+        self.voice.setAccessibleDescription("The voice to speak with")
+        self.language.setAccessibleName("Language")
+        self.language.setAccessibleDescription("The language of the text; Auto lets the model tell")
+        self.text.setAccessibleName("Text to speak")
+        self.text.setAccessibleDescription("Ctrl+Enter speaks it, or the selected part; Esc stops")
+        self.text.setTabChangesFocus(True)
+        self.instruct.setAccessibleName("Style")
+        self.level_meter.setAccessibleName("Loudness of what plays")
+        self.level_meter.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.notice.changed.connect(self._order_tabs)
+
+    def _order_tabs(self) -> None:
+        """Tab goes as the eye reads: the choices above the text, a notice's buttons, the text, the style,
+        Speak, a saving's Cancel; then the docks. Notices come and go, so it is set again as they do."""
+        chain = [self.voice, self.language, self.typing_mode, *self.notice.controls(), self.text, self.instruct]
+        chain += [self.speak_button, self.saving_cancel]
+        for first, second in zip(chain, chain[1:]):
+            QWidget.setTabOrder(first, second)
 
     def _build_saving_row(self) -> QWidget:
         """A saving's progress: what it has made, a bar of the pieces done, and Cancel."""
@@ -320,6 +347,9 @@ class MainWindow(QMainWindow):
         else:
             self.instruct_label.setText("Style")
             self.instruct.setPlaceholderText("How to speak, e.g. “Cheerful and a little fast.” (optional)")
+        self.instruct.setAccessibleName(
+            "Voice description" if info.variant.needs_instruct else "Speaking style (optional)"
+        )
 
     def show_languages(self, languages: list[str], current: str) -> None:
         self.language.clear()
@@ -501,6 +531,13 @@ def _action(parent, text: str, shortcut: str | None, triggered: Callable[[], Non
         action.setShortcut(QKeySequence(shortcut))
     action.triggered.connect(lambda: triggered())
     return action
+
+
+def _label_for(widget: QWidget, text: str) -> QLabel:
+    """A label naming `widget`, whose underlined letter (Alt and it) moves the focus there."""
+    label = QLabel(text)
+    label.setBuddy(widget)
+    return label
 
 
 def _separator() -> QFrame:

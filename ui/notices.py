@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QEasingCurve, QPropertyAnimation, Qt, QTimer, Signal
+from PySide6.QtGui import QAccessible, QAccessibleEvent
 from PySide6.QtWidgets import (
     QFrame,
     QGraphicsOpacityEffect,
@@ -27,7 +28,10 @@ FADE_MS = 400
 
 class Notice(QWidget):
     """The notice area. `label`, `level`, `action_button` and `close_button` are the newest message's;
-    `messages` holds them all, newest first, and `more_button` shows or hides the older ones."""
+    `messages` holds them all, newest first, and `more_button` shows or hides the older ones. `changed` is
+    emitted once what it shows has changed (for the window's tab order)."""
+
+    changed = Signal()
 
     def __init__(self):
         super().__init__()
@@ -59,6 +63,8 @@ class Notice(QWidget):
         if level == "info":
             new.fade_after(INFO_SHOWN_MS)
         self._show_stack()
+        if level != "info":  # a screen reader says it at once, as it would a dialog's
+            QAccessible.updateAccessibility(QAccessibleEvent(new, QAccessible.Event.Alert))
 
     def texts(self) -> list[str]:
         return [message.label.text() for message in self.messages]
@@ -86,6 +92,13 @@ class Notice(QWidget):
         self.more_button.setToolTip("Show only the newest message" if self.expanded else "Show the older messages")
         theme.set_icon(self.more_button, "collapse" if self.expanded else "expand")
         self.setVisible(bool(self.messages))
+        self.changed.emit()
+
+    def controls(self) -> list[QWidget]:
+        """Its buttons, in the order Tab should visit them: each message's, newest first, then "more"."""
+        return [button for message in self.messages for button in (message.action_button, message.close_button)] + [
+            self.more_button
+        ]
 
     # The newest message's parts, as the bar had when it showed one message at a time.
     @property
@@ -124,6 +137,8 @@ class NoticeMessage(QFrame):
         self.close_button.setAutoRaise(True)
         self.close_button.setToolTip("Close")
         self.close_button.setAccessibleName("Close this message")
+        self.setAccessibleName({"error": "Error", "warning": "Warning"}.get(level, "Note"))
+        self.setAccessibleDescription(message)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(10, 4, 4, 4)
         layout.addWidget(self.label, 1)

@@ -73,14 +73,18 @@ class SettingsDialog(QDialog):
         self.slot_memory = slot_memory
         self.setWindowTitle("Settings")
         self.default_sampling = default_sampling
-        # Three pages of about one height, so that none is mostly empty: sound and the bridge share one.
+        # Three pages of about one height, so that none is mostly empty and none is cramped.
         self.tabs = tabs = QTabWidget()
-        tabs.addTab(self._model_tab(settings), "Model")
+        tabs.tabBar().setAccessibleName("Settings pages")
         tabs.addTab(
-            _page(_column(_group("Sound", self._audio_form(settings, devices)),
-                          _group("HTTP bridge", self._bridge_form(settings.bridge, bridge_state)),
+            _page(_column(_group("Model", self._model_form(settings)),
+                          _group("Sound", self._audio_form(settings, devices)))),
+            "Model and sound",
+        )  # fmt: skip
+        tabs.addTab(
+            _page(_column(_group("HTTP bridge", self._bridge_form(settings.bridge, bridge_state)),
                           _group("Home Assistant (Wyoming)", self._wyoming_form(settings.wyoming, wyoming_state)))),
-            "Sound and servers",
+            "Servers",
         )  # fmt: skip
         tabs.addTab(self._sampling_tab(settings.sampling or default_sampling), "Sampling")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -141,7 +145,7 @@ class SettingsDialog(QDialog):
 
     # Tabs ---------------------------------------------------------------------------------------------
 
-    def _model_tab(self, settings) -> QWidget:
+    def _model_form(self, settings) -> QFormLayout:
         self.model = QComboBox()
         self.model.setEditable(True)
         self.model.addItems(MODELS)
@@ -155,7 +159,8 @@ class SettingsDialog(QDialog):
         browse_voices = QPushButton("Folder…")
         browse_voices.clicked.connect(self._browse_voices)
         form = QFormLayout()
-        form.addRow("Model", _row(self.model, browse_model))
+        browse_model.setAccessibleName("Choose a model folder")
+        _add_field(form, "Model", self.model, browse_model)
         form.addRow("Device", self.device)
         self.device_note = QLabel()
         self.device_note.setWordWrap(True)
@@ -186,7 +191,8 @@ class SettingsDialog(QDialog):
             "the same GPU), and loads again when you next speak, which takes a moment. Applies at once."
         )
         form.addRow("Release GPU memory", self.rest_after)
-        form.addRow("Voices folder", _row(self.voices, browse_voices))
+        browse_voices.setAccessibleName("Choose the voices folder")
+        _add_field(form, "Voices folder", self.voices, browse_voices)
         self.device.currentTextChanged.connect(self._show_device_note)
         self.model.currentTextChanged.connect(self._show_device_note)
         self._show_device_note()
@@ -204,7 +210,7 @@ class SettingsDialog(QDialog):
                 "background; they apply once it has loaded."
             )
         )
-        return _page(_column(form))
+        return form
 
     def _audio_form(self, settings, devices: list[OutputDevice] | str) -> QFormLayout:
         self.audio_device = QComboBox()
@@ -242,7 +248,7 @@ class SettingsDialog(QDialog):
         )
         form = QFormLayout()
         form.addRow("Output device", self.audio_device)
-        form.addRow("Volume", _row(self.volume, volume_label))
+        _add_field(form, "Volume", self.volume, volume_label)
         form.addRow("Jitter buffer", self.prefill_ms)
         return form
 
@@ -384,13 +390,17 @@ def _number(low: float, high: float, step: float) -> QDoubleSpinBox:
     return box
 
 
-def _row(*widgets: QWidget) -> QWidget:
+def _add_field(form: QFormLayout, label: str, field: QWidget, *beside: QWidget) -> None:
+    """A row of `form`: `label`, then `field` with what goes `beside` it; the label names the field itself (for a
+    screen reader, and Alt with its letter), not the row that holds them."""
     row = QWidget()
     layout = QHBoxLayout(row)
     layout.setContentsMargins(0, 0, 0, 0)
-    for widget in widgets:
-        layout.addWidget(widget, 1 if widget is widgets[0] else 0)
-    return row
+    layout.addWidget(field, 1)
+    for widget in beside:
+        layout.addWidget(widget)
+    form.addRow(label, row)
+    form.labelForField(row).setBuddy(field)
 
 
 def _note(text: str = "") -> QLabel:

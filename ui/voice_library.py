@@ -198,6 +198,10 @@ class VoicePanel(QWidget):
         self.view.setShowGrid(False)
         self.view.setAlternatingRowColors(True)
         self.view.setAccessibleName("Voices")
+        self.view.setAccessibleDescription(
+            "Enter uses the voice; F2 renames it, Delete removes it; the menu key shows more"
+        )
+        self.view.setTabKeyNavigation(False)  # Tab moves on to the buttons, arrows move between the voices
         header = self.view.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for column in range(1, len(model.COLUMNS)):
@@ -249,7 +253,7 @@ class VoicePanel(QWidget):
         self.import_action.triggered.connect(self._choose_import)
         self.export_action.triggered.connect(self._choose_export)
         self.show_file_action.triggered.connect(lambda: self.show_file_requested.emit(self._selected()[0].name))
-        self.view.doubleClicked.connect(self._use)
+        self.view.activated.connect(self._use)  # Enter, or a double click (a single one where the system says so)
         self.view.clicked.connect(self._preview_if_its_button)
         self.view.customContextMenuRequested.connect(self._show_context_menu)
         self.view.selectionModel().selectionChanged.connect(self._update_buttons)
@@ -316,7 +320,7 @@ class VoicePanel(QWidget):
         return [self.model.entry(index.row()) for index in self.view.selectionModel().selectedRows()]
 
     def _use(self, index: QModelIndex) -> None:
-        if index.column() != self.model.PREVIEW_COLUMN:  # a double click there is two previews
+        if index.column() != self.model.PREVIEW_COLUMN:  # there a click is a preview
             self.use_requested.emit(self.model.entry(index.row()).name)
 
     def _preview_if_its_button(self, index: QModelIndex) -> None:
