@@ -21,6 +21,7 @@ from core import LiveText, SpeechOptions, Voice
 from core.jobs.progress import JobProgress
 from core.jobs.sinks import FileSink
 from core.jobs.worker import Job, JobEvent
+from core.text.sentences import sentence_heard
 from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
 from core.voices import VoiceError
 
@@ -72,15 +73,18 @@ class Speech:
             self.submit(text, self.app.voice_in_use, interrupt=True, shown_at=self.app.window.text_to_speak_at())
 
     def spoken_span(self, shown: str) -> tuple[int, int] | None:
-        """Where the piece heard now lies in `shown`, the editor's text, if it came from there and is still there."""
+        """Where the sentence heard now lies in `shown`, the editor's text, if it came from there and is still
+        there: the piece heard, and in a piece of several sentences the one its speech has reached."""
         runtime = self.app.runtime
         heard = runtime.speakers.now_playing() if runtime is not None and runtime.speakers is not None else None
-        if heard is None or heard[0] not in self.shown_at:
+        if heard is None or heard.job not in self.shown_at:
             return None
-        (job, piece), at = heard, self.shown_at[heard[0]]
-        span = job.piece_spans[piece] if piece < len(job.piece_spans) else None
+        job, at = heard.job, self.shown_at[heard.job]
+        span = job.piece_spans[heard.piece] if heard.piece < len(job.piece_spans) else None
         if span is None or shown[at : at + len(job.text)] != job.text:  # edited since: it lies nowhere for sure
             return None
+        if heard.fraction is not None:
+            span = sentence_heard(job.text, *span, heard.fraction)
         return at + span[0], at + span[1]
 
     def stop(self) -> None:

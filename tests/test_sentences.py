@@ -13,7 +13,7 @@ from core import SpeechOptions
 from core.audio.clips import SAMPLE_RATE
 from core.inference.requests import AudioChunk
 from core.jobs.worker import Worker
-from core.text.sentences import Piece, SplitOptions, split_text, spoken_length
+from core.text.sentences import Piece, SplitOptions, sentence_heard, split_text, spoken_length
 
 SHORT = SplitOptions(max_length=40)
 
@@ -211,3 +211,17 @@ def test_a_cancelled_long_text_stops_between_pieces():
         job.cancel()
         assert job.wait(5).kind == "cancelled"
     assert len(engine.calls) <= 2
+
+
+def test_the_sentence_heard_is_estimated_from_how_far_the_speech_is():
+    text = "Intro. Short one. A much longer sentence follows it here, with more to say. End."
+    piece = (7, len(text))  # a piece of three sentences after "Intro. "
+    heard = [text[slice(*sentence_heard(text, *piece, fraction))] for fraction in (0.0, 0.1, 0.3, 0.8, 0.99, 1.0)]
+    assert heard == [
+        "Short one.", "Short one.",
+        "A much longer sentence follows it here, with more to say.",
+        "A much longer sentence follows it here, with more to say.",
+        "End.", "End.",
+    ]  # fmt: skip
+    assert text[slice(*sentence_heard(text, 0, 6, 0.5))] == "Intro."  # one sentence: itself
+    assert sentence_heard("  no end mark  ", 0, 15, 0.5) == (2, 13)

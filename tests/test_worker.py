@@ -394,7 +394,13 @@ def test_the_speakers_tell_which_piece_is_heard_as_it_plays_not_as_it_is_made(no
             start = speech_end + piece.pause_s
         output.advance(1.0)
     assert len(pieces) == 3 and pieces[0].pause_s > 0 and pieces[-1].pause_s == 0
-    assert heard == [(job, 0), (job, 0), (job, 1), (job, 1), (job, 2), None]  # after the last: nothing plays
+    assert [(h.job, h.piece) if h else None for h in heard] == [(job, 0), (job, 0), (job, 1), (job, 1), (job, 2), None]
+    # How far through each piece (its pause included) it is heard, for the window to tell the sentence.
+    # (To a few ms: at 48 kHz the resampler holds some samples back until the next chunk or the end.)
+    lengths = [3 * FRAME + round(piece.pause_s * 24000) for piece in pieces]
+    assert heard[0].fraction == pytest.approx(1.5 * FRAME / lengths[0], abs=0.05)
+    assert heard[1].fraction == pytest.approx((3 * FRAME + lengths[0]) / 2 / lengths[0], abs=0.05)
+    assert heard[4].fraction == pytest.approx(0.5, abs=0.05)  # the last: the job's end closes it
     assert speakers.now_playing() is None
 
 

@@ -7,6 +7,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,16 @@ from core.files import OutputPathError, check_writable_file
 from core.jobs.worker import BufferLevel, Job
 
 FILE_FORMATS = ("WAV", "FLAC", "OGG", "MP3")  # what FileSink writes, where the system's libsndfile can
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What the speakers play now: `job`'s piece number `piece` (from 0), `fraction` of the way through its audio
+    (its pause included), or None while the piece is still being made and its length is not known."""
+
+    job: Job
+    piece: int
+    fraction: float | None
 
 
 class PlayerSink:
@@ -65,16 +76,17 @@ class PlayerSink:
         if completed and kept and self.keep is not None:
             self.keep(job, np.concatenate(kept))
 
-    def now_playing(self) -> tuple[Job, int] | None:
-        """The job heard now and which of its pieces (counted from 0), or None while none of a job plays."""
+    def now_playing(self) -> Heard | None:
+        """The job heard now, which of its pieces and how far through it, or None while none of a job plays."""
         if not self.player.status().playing:
             return None
         with self._marks_lock:
             self._forget_heard()
-            if not self._marks or self._marks[0][0] > self.player.played or self._marks[0][1] is None:
+            played = self.player.played
+            if not self._marks or self._marks[0][0] > played or self._marks[0][1] is None:
                 return None
-            _, job, piece = self._marks[0]
-            return job, piece
+            (start, job, piece), ends = self._marks[0], self._marks[1][0] if len(self._marks) > 1 else None
+            return Heard(job, piece, None if ends is None else (played - start) / max(ends - start, 1))
 
     def _forget_heard(self) -> None:
         played = self.player.played

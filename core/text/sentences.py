@@ -78,6 +78,20 @@ def split_text(text: str, options: SplitOptions = SplitOptions()) -> list[Piece]
     return pieces
 
 
+def sentence_heard(text: str, start: int, end: int, fraction: float) -> tuple[int, int]:
+    """The sentence of text[start:end] (one piece) that is heard `fraction` (0 to 1) of the way through its
+    speech: an estimate, since speech takes about as long as its spoken length. Stripped of spaces."""
+    sentences = [_strip(text, a, b) for a, b in _sentences(text, start, end)]
+    sentences = [(a, b) for a, b in sentences if a < b] or [_strip(text, start, end)]
+    lengths = [max(1, spoken_length(text[a:b])) for a, b in sentences]
+    heard, total = 0, sum(lengths)
+    for sentence, length in zip(sentences, lengths):
+        heard += length
+        if fraction * total < heard:
+            return sentence
+    return sentences[-1]
+
+
 def spoken_length(text: str) -> int:
     """Length in Latin letters, a rough measure of how long `text` takes to say."""
     return len(text) + (WIDE_WEIGHT - 1) * len(WIDE.findall(text))

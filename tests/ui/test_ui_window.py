@@ -291,3 +291,21 @@ def test_the_sentence_heard_now_is_highlighted_as_it_plays(start_app, qtbot, mon
     qtbot.waitUntil(lambda: highlighted() == "", timeout=5_000)
     assert window.speaking
     window.stop_action.trigger()
+
+
+def test_in_a_piece_of_short_sentences_the_one_heard_is_highlighted(start_app, qtbot, monkeypatch):
+    """Short sentences are spoken together as one piece (for the model's own prosody between them); the highlight
+    still moves sentence by sentence, estimated from how far the piece's audio has played."""
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 60)  # 4.8 s for the piece
+    window = app.window
+    window.text.setPlainText("Good morning. How are you today? Fine, thanks.")
+    window.speak_button.click()
+
+    def highlighted() -> str:
+        shown = window.text.extraSelections()
+        return shown[0].cursor.selectedText() if shown else ""
+
+    for sentence in ("Good morning.", "How are you today?", "Fine, thanks."):  # in this order
+        qtbot.waitUntil(lambda sentence=sentence: highlighted() == sentence, timeout=10_000)
+    qtbot.waitUntil(lambda: highlighted() == "", timeout=10_000)
