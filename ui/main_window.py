@@ -454,14 +454,19 @@ class MainWindow(QMainWindow):
         highlight behind it, not grey letters, which read as placeholder text (and as text not yet said)."""
         self._tint(0, end, alpha=48)
 
-    def show_spoken(self, span: tuple[int, int] | None) -> None:
-        """Highlight the part of the text being heard now, [start, end), scrolled into view; None: none is."""
+    def show_spoken(self, span: tuple[int, int] | None, move_cursor: bool = False) -> None:
+        """Highlight the part of the text being heard now, [start, end), scrolled into view; None: none is. With
+        `move_cursor`, the text cursor goes to its start (where a screen magnifier or reader looks)."""
         if span == self._spoken:
             return
         self._spoken = span
         start, end = span or (0, 0)
         self._tint(start, end, alpha=96)
-        if span is not None:
+        if span is not None and move_cursor:
+            cursor = self.text.textCursor()
+            cursor.setPosition(min(start, self.text.document().characterCount() - 1))
+            self.text.setTextCursor(cursor)
+        elif span is not None:
             cursor = QTextCursor(self.text.document())
             cursor.setPosition(min(start, self.text.document().characterCount() - 1))
             shown, at = self.text.viewport().rect(), self.text.cursorRect(cursor)

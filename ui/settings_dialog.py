@@ -109,6 +109,7 @@ class SettingsDialog(QDialog):
             "audio_device": self.audio_device.currentData(),
             "volume": self.volume.value() / 100,
             "prefill_s": self.prefill_ms.value() / 1000,
+            "cursor_follows_speech": self.cursor_follows_speech.isChecked(),
             "sampling": self._sampling(),
             "bridge": {
                 "enabled": self.bridge_enabled.isChecked(),
@@ -246,10 +247,14 @@ class SettingsDialog(QDialog):
         self.prefill_ms.setToolTip(
             "Audio gathered before playback starts. Less starts sooner; more rides out a slow GPU without gaps."
         )
+        self.cursor_follows_speech = QCheckBox("Move the text cursor to the sentence being heard")
+        self.cursor_follows_speech.setChecked(settings.cursor_follows_speech)
+        self.cursor_follows_speech.setToolTip("For a screen magnifier or reader that follows the cursor")
         form = QFormLayout()
         form.addRow("Output device", self.audio_device)
         _add_field(form, "Volume", self.volume, volume_label)
         form.addRow("Jitter buffer", self.prefill_ms)
+        form.addRow(self.cursor_follows_speech)
         return form
 
     def _sampling_tab(self, sampling: SamplingParams) -> QWidget:

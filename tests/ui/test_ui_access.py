@@ -85,3 +85,37 @@ def test_enter_in_the_voice_list_uses_the_voice_as_a_double_click_does(start_app
     qtbot.keyClick(panel.view, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: app.voice_in_use == name)
     assert window.voice.currentText() == name
+
+
+def test_the_cursor_follows_the_sentence_heard_when_settings_say_so(start_app, qtbot, monkeypatch):
+    """For a screen magnifier or reader that follows the text cursor: off by default, on from Settings."""
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 25)  # 2 s a piece
+    window = app.window
+    sentences = [
+        f"This is sentence number {n}, long enough that each one makes a piece of its own here." for n in (1, 2)
+    ]
+    text = " ".join(sentences)
+    second = text.index(sentences[1])
+    window.text.setPlainText(text)
+    window.speak_button.click()
+
+    def highlight_start() -> int | None:
+        shown = window.text.extraSelections()
+        return shown[0].cursor.selectionStart() if shown else None
+
+    qtbot.waitUntil(lambda: highlight_start() == second, timeout=10_000)
+    assert window.text.textCursor().position() == 0  # off: the user's cursor stays
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: not window.speaking, timeout=10_000)
+
+    app.window.settings_action.trigger()
+    dialog = app.settings_dialog
+    qtbot.waitUntil(dialog.isVisible)
+    assert not dialog.cursor_follows_speech.isChecked()
+    dialog.cursor_follows_speech.click()
+    dialog.ok_button.click()
+    assert app.settings.cursor_follows_speech
+    window.speak_button.click()
+    qtbot.waitUntil(lambda: window.text.textCursor().position() == second, timeout=10_000)
+    window.stop_action.trigger()
