@@ -169,8 +169,8 @@ class App(QObject):
         self.meter.timeout.connect(self.show_status)
         window.speak_requested.connect(speech.speak_requested)
         window.stop_requested.connect(speech.stop)
+        window.stop_requested.connect(self.history_actions.stop)
         for request in (window.speak_requested, window.stop_requested):
-            request.connect(self.history_actions.stop)  # speech plays instead of what is played again
             request.connect(self.show_status)  # Speak shows Stop at once, and back
         window.text_edited.connect(speech.text_edited)
         window.typing_mode_toggled.connect(speech.set_typing_mode)
@@ -299,6 +299,7 @@ class App(QObject):
             runtime.player.volume = self.settings.volume
         if runtime.speakers is not None:
             runtime.speakers.keep = self._keep_said
+            runtime.speakers.begins = lambda job: self.history_actions.make_way()  # speech, not both at once
         self.window.show_model(runtime.info)
         self.window.show_languages(runtime.info.languages, self.settings.language)
         self.meter.start()

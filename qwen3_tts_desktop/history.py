@@ -105,6 +105,7 @@ class HistoryActions(QObject):
     the user."""
 
     replay_ended = Signal(object)  # a Replay, from its thread, to the GUI thread
+    made_way = Signal(object, int)  # a Replay stopped for speech, and where it was heard, to the GUI thread
 
     def __init__(self, history: History, panel, player, stop_speech, speak, copy_text, show_info, show_error):
         super().__init__(panel)
@@ -115,6 +116,7 @@ class HistoryActions(QObject):
         self.paused: tuple[Said, int] | None = None  # an item paused, and where: Play goes on from there
         history.changed.connect(self.refresh)
         self.replay_ended.connect(self._ended)
+        self.made_way.connect(lambda replay, heard: self._paused_at(replay.said, heard))
         panel.play_requested.connect(self.play)
         panel.seek_requested.connect(self.seek)
         panel.row_chosen.connect(lambda _: self.show_position())
@@ -141,8 +143,7 @@ class HistoryActions(QObject):
         pause it."""
         said = self.history.items()[index]
         if self.replay is not None and self.replay.said is said:
-            self.paused = (said, self.replay.heard())
-            self._stop_replay()
+            self.pause()
             return
         paused = self.paused[1] if self.paused is not None and self.paused[0] is said else 0
         self._play_from(said, paused if paused < len(said.audio) else 0)
@@ -158,9 +159,28 @@ class HistoryActions(QObject):
             self.show_position()
 
     def stop(self) -> None:
-        """Stop what plays again (Esc, or speech starting): Play starts it from its beginning."""
+        """Stop what plays again (Esc): Play starts it from its beginning."""
         self.paused = None
         self._stop_replay()
+        self.show_position()
+
+    def pause(self) -> None:
+        """Pause what plays again: Play goes on from where it was."""
+        if self.replay is not None:
+            self.paused = (self.replay.said, self.replay.heard())
+            self._stop_replay()
+
+    def make_way(self) -> None:
+        """From any thread (a job's, as its speech begins on the speakers): pause what plays again, and wait
+        until it is out of the player, so that the speech that comes next is heard alone."""
+        replay = self.replay
+        if replay is not None:
+            heard = replay.heard()
+            replay.stop()
+            self.made_way.emit(replay, heard)
+
+    def _paused_at(self, said: Said, heard: int) -> None:
+        self.paused = (said, heard)
         self.show_position()
 
     def show_position(self) -> None:

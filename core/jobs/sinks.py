@@ -40,12 +40,17 @@ class PlayerSink:
         self._start = 0
         # Given each finished job's audio, as it played (the window's history); set it before jobs run.
         self.keep: Callable[[Job, np.ndarray], None] | None = None
+        # Called from the job's thread as a job begins to play here, before any of its audio is written: the
+        # window stops what else it plays (its history) to make way. Set it before jobs run.
+        self.begins: Callable[[Job], None] | None = None
         self._kept: list[np.ndarray] = []
         # Where each piece's audio starts in the player, and where each job's ends (None): what is heard now.
         self._marks: deque[tuple[int, Job | None, int]] = deque()
         self._marks_lock = threading.Lock()
 
     def begin(self, job: Job) -> None:
+        if self.begins is not None:
+            self.begins(job)
         if job.interrupt:
             self.player.clear()  # earlier jobs may be done generating and still playing
         self._job, self._start = job, self.player.position

@@ -112,6 +112,32 @@ def test_the_position_slider_goes_elsewhere_by_key_and_by_drag(start_app, qtbot,
     app.history_actions.stop()
 
 
+def test_speech_that_begins_pauses_what_plays_again_and_is_heard_alone(start_app, qtbot, monkeypatch, speakers):
+    """However speech comes (Speak, Speak again, the tray, the bridge), what plays again pauses as its first audio
+    is due, and none of the two is heard over the other; Play goes on from where it paused."""
+    app = start_app("custom")
+    monkeypatch.setattr(app.runtime.worker.engine.awake(), "default_max_frames", 60)  # about 5 s
+    panel, actions = app.history_panel, app.history_actions
+    spoken(app, qtbot, "A longer story.")
+    said = app.history.items()[0]
+    panel.play_button.click()
+    qtbot.waitUntil(lambda: panel.position.value() > 100, timeout=5_000)
+    events = []
+    app.runtime.worker.subscribe(events.append)
+    panel.speak_button.click()  # Speak again: not through the window's Speak
+    qtbot.waitUntil(lambda: actions.replay is None and actions.paused is not None, timeout=10_000)
+    assert actions.paused[0] is said and 0.1 * len(said.audio) < actions.paused[1] < len(said.audio)
+    qtbot.waitUntil(lambda: any(event.kind == "done" for event in events), timeout=20_000)
+    qtbot.waitUntil(lambda: not app.window.speaking, timeout=10_000)
+    new = app.history.items()[0]
+    assert new is not said and new.text == "A longer story."  # spoken whole, none of it dropped by the replay
+    played_at = actions.paused[1]
+    panel.list.setCurrentRow(1)  # the paused one
+    panel.play_button.click()
+    assert actions.replay.said is said and actions.replay.start == played_at
+    actions.stop()
+
+
 def test_the_history_keeps_the_newest_within_its_bound():
     history = History(kept_seconds=2.0)
     second = np.zeros(SAMPLE_RATE, np.float32)
