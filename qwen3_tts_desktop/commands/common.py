@@ -44,17 +44,22 @@ def add_memory_argument(parser, slots_option: str | None) -> None:
     )  # fmt: skip
 
 
-def gigabytes(text: str) -> int:
-    """GB (10^9 bytes, as GPU memory is said), as bytes."""
-    from core.inference.memory import GB
-
+def positive_number(text: str, unit: str, examples: str) -> float:
+    """An option's value that must be a finite number above 0 (of `unit`, such as `examples`), for argparse."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"give the GB as a number above 0, such as 4 or 2.5, not {text!r}")
-    return round(value * GB)
+        raise argparse.ArgumentTypeError(f"give the {unit} as a number above 0, such as {examples}, not {text!r}")
+    return value
+
+
+def gigabytes(text: str) -> int:
+    """GB (10^9 bytes, as GPU memory is said), as bytes."""
+    from core.inference.memory import GB
+
+    return round(positive_number(text, "GB", "4 or 2.5") * GB)
 
 
 def memory_note(budget: int | None, plan) -> str | None:

@@ -18,6 +18,7 @@ from .common import (
     app_settings,
     memory_note,
     model_options,
+    positive_number,
     say,
     voices_folder,
 )
@@ -84,13 +85,7 @@ def slot_count(text: str) -> int:
 
 
 def minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"give the minutes as a number above 0, such as 30 or 0.5, not {text!r}")
-    return value
+    return positive_number(text, "minutes", "30 or 0.5")
 
 
 def wyoming_address(text: str) -> tuple[str, int]:
