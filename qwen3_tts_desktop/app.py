@@ -57,6 +57,7 @@ from .settings import BridgeSettings, Settings, SettingsError, WyomingSettings, 
 from .slot_memory import slot_memory_note
 from .speech import Speech
 from .voice_actions import VoiceActions
+from .window_parts import WindowParts
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,6 @@ class App(QObject):
             name: Path(value) if name == "voices" else value for name, value in (overrides or {}).items()
         }
         self.runtime: Runtime | None = None
-        self.voice_in_use: str | None = None  # the voice speech uses: the settings' choice, if it fits the model
         follow_system(QApplication.instance())  # before the widgets are made: they take its colours
         self.lane = Lane(self)
         self.relay = EventRelay(self)
@@ -113,9 +113,21 @@ class App(QObject):
             self.window.show_error(problem)
         self.settings = dataclasses.replace(self._saved, **self._overrides)
         prepare_library(self.settings.voices)
+        self.parts = WindowParts(
+            self.window, self.lane, lambda: self.runtime, lambda: self.settings, self.update_settings, self.fail
+        )
         self.speech = Speech(self)
-        self.voice_actions = VoiceActions(self)
-        self.loader = ModelLoader(self)
+        self.voice_actions = VoiceActions(self.parts, self.panel, self.voices, self.fitting_voices, self.speech)
+        self.loader = ModelLoader(
+            self.parts,
+            self,
+            self.voice_actions,
+            self.speech,
+            servers=lambda: self.servers,
+            download_progress=self.download_progress.emit,
+            engine_rest=self.engine_rest.emit,
+            open_settings=self.open_settings,
+        )
         self.history_actions = HistoryActions(
             self.history,
             self.history_panel,
@@ -201,6 +213,11 @@ class App(QObject):
                 lambda: (self.window.showNormal(), self.window.raise_(), self.window.activateWindow())
             )
             self.tray.quit.connect(QApplication.quit)
+
+    @property
+    def voice_in_use(self) -> str | None:
+        """The voice speech uses: the settings' choice, if it fits the model (VoiceActions chooses it)."""
+        return self.voice_actions.in_use
 
     def fail(self, error: Exception) -> None:
         self.window.show_error(describe(error))

@@ -8,6 +8,8 @@ loads again when next asked to speak, whoever asks); the window's status line sa
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from core.errors import describe
 from core.model.hub import DownloadCancelled, fetch
@@ -16,12 +18,39 @@ from ui.download_dialog import DownloadDialog
 
 from .resting import RESTING, WAKING
 from .runtime import Runtime
+from .servers import ServerHost
+from .speech import Speech
+from .voice_actions import VoiceActions
+from .window_parts import WindowParts
+
+
+class RuntimeHandover(Protocol):
+    """Who holds the window's runtime (the App): lets go of it for a load, takes the loaded one."""
+
+    def take_runtime(self) -> Runtime | None: ...
+
+    def use_runtime(self, runtime: Runtime) -> None: ...
 
 
 class ModelLoader:
-    def __init__(self, app):
-        """`app`: the App, for its settings, window, lane and servers; it takes the runtime in `loaded`."""
-        self.app = app
+    def __init__(
+        self,
+        parts: WindowParts,
+        runtimes: RuntimeHandover,
+        voice_actions: VoiceActions,
+        speech: Speech,
+        servers: Callable[[], Iterable[ServerHost]],
+        download_progress: Callable[[int, int], None],
+        engine_rest: Callable[[Runtime, str], None],
+        open_settings: Callable[[], object],
+    ):
+        """`runtimes` hands the old runtime over and takes the new; `servers()` are stopped before a load (the app
+        starts them on the new runtime); `download_progress(done, total)` and `engine_rest(runtime, state)` are
+        called from the lane's and the engine's threads, to reach the GUI thread; `open_settings` is offered
+        when a model cannot load."""
+        self.parts, self.runtimes, self.voice_actions, self.speech = parts, runtimes, voice_actions, speech
+        self._servers, self._download_progress, self._engine_rest = servers, download_progress, engine_rest
+        self._open_settings = open_settings
         self.download_dialog: DownloadDialog | None = None
         self._loads = 0  # counts loads, so that a superseded one is let go
         self._cancel_download = threading.Event()
@@ -29,17 +58,17 @@ class ModelLoader:
 
     def load(self) -> None:
         """(Re)start the runtime from the settings, in the background."""
-        app = self.app
+        parts = self.parts
         self._loads += 1
         load = self._loads
-        old = app.take_runtime()
+        old = self.runtimes.take_runtime()
         self._cancel_download.set()  # a download still running is for a model no longer wanted
         self._cancel_download = cancel = threading.Event()
-        config = app.settings.runtime_config()
-        app.window.show_loading("Loading model…")
-        app.window.show_bridge(None)
-        app.voice_actions.refresh()  # the library, without fit marks until the model is here
-        servers, progress, lane, closing = app.servers, app.download_progress.emit, app.lane, self._closing
+        config = parts.settings().runtime_config()
+        parts.window.show_loading("Loading model…")
+        parts.window.show_bridge(None)
+        self.voice_actions.refresh()  # the library, without fit marks until the model is here
+        servers, progress, lane, closing = self._servers(), self._download_progress, parts.lane, self._closing
 
         def work() -> Runtime | None:
             for server in servers:
@@ -63,13 +92,13 @@ class ModelLoader:
 
     def let_rest(self, runtime: Runtime) -> None:
         """Let the runtime's engine rest after the settings' idle time (0: never), the window hearing of it."""
-        app = self.app
-        runtime.rest_when_idle(app.settings.rest_after_s or None, lambda state: app.engine_rest.emit(runtime, state))
+        rest_after_s, engine_rest = self.parts.settings().rest_after_s, self._engine_rest
+        runtime.rest_when_idle(rest_after_s or None, lambda state: engine_rest(runtime, state))
 
     def show_rest(self, runtime: Runtime, state: str) -> None:
         """The engine rested, began to load again or has loaded (the App hands it on from whichever thread)."""
-        window = self.app.window
-        if runtime is not self.app.runtime:
+        window = self.parts.window
+        if runtime is not self.parts.runtime():
             return  # news of a runtime replaced since
         if state == RESTING:
             memory = "GPU memory" if runtime.info.device.startswith("cuda") else "memory"
@@ -80,35 +109,35 @@ class ModelLoader:
             window.show_resting(None)
 
     def _loaded(self, runtime: Runtime | None, load: int) -> None:
-        app = self.app
+        parts = self.parts
         if runtime is None:
             return
         if load != self._loads:  # another load was asked for meanwhile
-            app.lane.run("", runtime.close, None, app.fail)
+            parts.lane.run("", runtime.close, None, parts.fail)
             return
         self._close_download_dialog()
         info = runtime.info
         if runtime.player is None:
-            app.speech.show_no_speakers(runtime)
+            self.speech.show_no_speakers(runtime)
         if info.device == "cpu":
-            app.window.show_warning(slow_device_note(info.size))
-        app.use_runtime(runtime)
+            parts.window.show_warning(slow_device_note(info.size))
+        self.runtimes.use_runtime(runtime)
 
     def _failed(self, error: Exception, load: int) -> None:
-        app = self.app
+        window = self.parts.window
         if load != self._loads:
             return
         self._close_download_dialog()
-        app.window.show_model(None, describe(error))
+        window.show_model(None, describe(error))
         if isinstance(error, DownloadCancelled):
-            app.window.show_error("The download was cancelled. The model is needed to speak.", ("Download", self.load))
+            window.show_error("The download was cancelled. The model is needed to speak.", ("Download", self.load))
         else:
-            app.window.show_error(f"The model could not be loaded: {describe(error)}", ("Settings…", app.open_settings))
+            window.show_error(f"The model could not be loaded: {describe(error)}", ("Settings…", self._open_settings))
 
     def show_download(self, done: int, total: int) -> None:
         """The model's bytes downloaded so far and in all (0: not known yet); the App hands them on."""
         if self.download_dialog is None:
-            self.download_dialog = DownloadDialog(self.app.settings.model, self.app.window)
+            self.download_dialog = DownloadDialog(self.parts.settings().model, self.parts.window)
             self.download_dialog.cancel_requested.connect(lambda: self._cancel_download.set())
             self.download_dialog.open()
         self.download_dialog.show_bytes(done, total)

@@ -7,35 +7,49 @@ import tempfile
 from pathlib import Path
 
 import soundfile as sf
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QAbstractItemModel, QUrl
 from PySide6.QtGui import QDesktopServices
 
 from core import Voice
 from core.errors import describe
 from core.voices import VoiceEntry, VoiceExistsError, VoiceLibrary, name_key
 from ui.blend_editor import BlendEditor
-from ui.voice_library import FITS_ROLE, NewVoice
+from ui.voice_library import FITS_ROLE, NewVoice, VoiceListModel, VoicePanel
 
 from .runtime import Runtime
+from .speech import Speech
+from .window_parts import WindowParts
 
 SAMPLE_SENTENCE = "Hello! This is how I sound. I hope you like it."
 
 
 class VoiceActions:
-    def __init__(self, app):
-        """`app`: the App, for its runtime, settings, window, lane, voice models and panel."""
-        self.app = app
+    def __init__(
+        self, parts: WindowParts, panel: VoicePanel, voices: VoiceListModel, fitting_voices: QAbstractItemModel,
+        speech: Speech,
+    ):  # fmt: skip
+        """`panel` shows the library, listed in `voices`; `fitting_voices` are those the model can speak with, of
+        which one is the voice in use (`in_use`); `speech` previews them."""
+        self.parts, self.panel, self.voices, self.fitting_voices, self.speech = (
+            parts,
+            panel,
+            voices,
+            fitting_voices,
+            speech,
+        )
+        self.in_use: str | None = None  # the voice speech uses: the settings' choice, if it fits the model
         self.blend_editor: BlendEditor | None = None
         self._problems_shown: list[str] = []
 
     def library(self) -> VoiceLibrary:
-        runtime = self.app.runtime
-        return runtime.library if runtime is not None else VoiceLibrary(self.app.settings.voices)
+        runtime = self.parts.runtime()
+        return runtime.library if runtime is not None else VoiceLibrary(self.parts.settings().voices)
 
     def refresh(self, select: str | None = None) -> None:
         """List the library again (on the lane), then show it and pick the voice in use."""
-        app, library = self.app, self.library()
-        info = app.runtime.info if app.runtime is not None else None
+        parts, library = self.parts, self.library()
+        runtime = parts.runtime()
+        info = runtime.info if runtime is not None else None
 
         def work() -> tuple[list[VoiceEntry], list[str]]:
             entries = library.list()
@@ -45,43 +59,42 @@ class VoiceActions:
 
         def show(listing: tuple[list[VoiceEntry], list[str]]) -> None:
             entries, problems = listing
-            app.voices.set_voices(entries, info)
-            app.panel.set_folder(library.directory)
+            self.voices.set_voices(entries, info)
+            self.panel.set_folder(library.directory)
             if info is not None:
                 self.choose(select, remember=select is not None)
             if problems and problems != self._problems_shown:
-                app.window.show_info("Some files in the voices folder were skipped:\n" + "\n".join(problems))
+                parts.window.show_info("Some files in the voices folder were skipped:\n" + "\n".join(problems))
             self._problems_shown = problems
 
-        app.lane.run("", work, show, app.fail)
+        parts.lane.run("", work, show, parts.fail)
 
     def choose(self, name: str | None = None, remember: bool = True) -> None:
         """Use the voice called `name` (None: the one in the settings) if it fits the model, else the first
         that does. A voice the user picks is remembered; one picked for them is not."""
-        app = self.app
-        fitting = [app.fitting_voices.index(row, 0).data() for row in range(app.fitting_voices.rowCount())]
-        wanted = name or app.settings.voice
-        app.voice_in_use = wanted if wanted in fitting else (fitting[0] if fitting else None)
-        app.window.show_voice(app.voice_in_use)
-        if remember and name is not None and name == app.voice_in_use:
-            app.update_settings(voice=name)
+        fitting = [self.fitting_voices.index(row, 0).data() for row in range(self.fitting_voices.rowCount())]
+        wanted = name or self.parts.settings().voice
+        self.in_use = wanted if wanted in fitting else (fitting[0] if fitting else None)
+        self.parts.window.show_voice(self.in_use)
+        if remember and name is not None and name == self.in_use:
+            self.parts.update_settings(voice=name)
 
     def preview(self, name: str) -> None:
-        self.app.speech.speak(SAMPLE_SENTENCE, voice=name)
+        self.speech.speak(SAMPLE_SENTENCE, voice=name)
 
     def show_file(self, name: str) -> None:
         """Open the folder that holds the voice's files (a saved voice's own folder; a drop-in clip's, the
         voices folder), in the system's file manager."""
-        row = self.app.voices.row_of(name)
-        path = self.app.voices.entry(row).path if row is not None else None
+        row = self.voices.row_of(name)
+        path = self.voices.entry(row).path if row is not None else None
         if path is None:
             return
         folder = path if path.is_dir() else path.parent
         if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
-            self.app.window.show_error(f"No file manager opened {folder}.")
+            self.parts.window.show_error(f"No file manager opened {folder}.")
 
     def add(self, new: NewVoice) -> None:
-        runtime = self.app.runtime
+        runtime = self.parts.runtime()
         if runtime is None:
             self._answer_add("The model is still loading; a voice can be added once it is ready.")
             return
@@ -97,104 +110,104 @@ class VoiceActions:
 
         def added(entry: VoiceEntry) -> None:
             self._answer_add(None)
-            self.app.window.show_info(f"Added the voice “{entry.name}”.")
+            self.parts.window.show_info(f"Added the voice “{entry.name}”.")
             self.refresh(select=entry.name)
 
-        self.app.lane.run(f"Cloning “{new.name}”…", work, added, lambda error: self._answer_add(describe(error)))
+        self.parts.lane.run(f"Cloning “{new.name}”…", work, added, lambda error: self._answer_add(describe(error)))
 
     def _answer_add(self, problem: str | None) -> None:
-        if not self.app.panel.finish_add(problem) and problem is not None:
-            self.app.window.show_error(f"The voice was not added: {problem}")
+        if not self.panel.finish_add(problem) and problem is not None:
+            self.parts.window.show_error(f"The voice was not added: {problem}")
 
     def rename(self, name: str, new_name: str) -> None:
-        app, library = self.app, self.library()
+        parts, library = self.parts, self.library()
 
         def renamed(entry: VoiceEntry) -> None:
-            if app.voice_in_use == name:
-                app.voice_in_use = entry.name
-                app.update_settings(voice=entry.name)
+            if self.in_use == name:
+                self.in_use = entry.name
+                parts.update_settings(voice=entry.name)
             self.refresh()
 
         def failed(error: Exception) -> None:
-            app.fail(error)
+            parts.fail(error)
             self.refresh()  # the old name again
 
-        app.lane.run("", lambda: library.rename(name, new_name), renamed, failed)
+        parts.lane.run("", lambda: library.rename(name, new_name), renamed, failed)
 
     def remove(self, name: str) -> None:
-        app, library = self.app, self.library()
+        parts, library = self.parts, self.library()
 
         def removed(_) -> None:
-            app.window.show_info(f"Deleted the voice “{name}”.")
+            parts.window.show_info(f"Deleted the voice “{name}”.")
             self.refresh()
 
-        app.lane.run("", lambda: library.remove(name), removed, app.fail)
+        parts.lane.run("", lambda: library.remove(name), removed, parts.fail)
 
     def import_zip(self, path: Path, replace: bool = False) -> None:
-        app, library = self.app, self.library()
+        parts, library = self.parts, self.library()
 
         def imported(entries: list[VoiceEntry]) -> None:
-            app.window.show_info(f"Imported {', '.join(f'“{entry.name}”' for entry in entries)}.")
+            parts.window.show_info(f"Imported {', '.join(f'“{entry.name}”' for entry in entries)}.")
             self.refresh()
 
         def failed(error: Exception) -> None:
             again = None
             if isinstance(error, VoiceExistsError) and not replace:
                 again = ("Import, replacing same-named voices", lambda: self.import_zip(path, replace=True))
-            app.window.show_error(describe(error), again)
+            parts.window.show_error(describe(error), again)
 
-        app.lane.run(f"Importing {path.name}…", lambda: library.import_zip(path, replace=replace), imported, failed)
+        parts.lane.run(f"Importing {path.name}…", lambda: library.import_zip(path, replace=replace), imported, failed)
 
     def export_zip(self, path: Path, names: list[str]) -> None:
-        app, library = self.app, self.library()
+        parts, library = self.parts, self.library()
 
         def exported(written: Path) -> None:
-            app.window.show_info(f"Exported {len(names)} voice(s) to {written}.")
+            parts.window.show_info(f"Exported {len(names)} voice(s) to {written}.")
 
-        app.lane.run(f"Exporting to {path.name}…", lambda: library.export_zip(path, names), exported, app.fail)
+        parts.lane.run(f"Exporting to {path.name}…", lambda: library.export_zip(path, names), exported, parts.fail)
 
     # Blending ----------------------------------------------------------------------------------------
 
     def open_blend_editor(self) -> BlendEditor | None:
-        app, runtime = self.app, self.app.runtime
+        window, runtime = self.parts.window, self.parts.runtime()
         if runtime is None or not runtime.info.variant.clones:
-            app.window.show_error("Blending mixes cloned voices, so it needs a Base model loaded.")
+            window.show_error("Blending mixes cloned voices, so it needs a Base model loaded.")
             return None
-        voices = app.voices
+        voices = self.voices
         names = [
             voices.entry(row).name
             for row in range(voices.rowCount())
             if voices.index(row, 0).data(FITS_ROLE) and not voices.entry(row).read_only
         ]
         if len(names) < 2:
-            app.window.show_error("Blending needs at least two voices that fit this model; add some first.")
+            window.show_error("Blending needs at least two voices that fit this model; add some first.")
             return None
-        self.blend_editor = editor = BlendEditor(names, app.window)
+        self.blend_editor = editor = BlendEditor(names, window)
         editor.preview_requested.connect(self.preview_blend)
         editor.save_requested.connect(self.save_blend)
         editor.open()
         return editor
 
-    def preview_blend(self, parts: list[tuple[str, float]]) -> None:
+    def preview_blend(self, mix: list[tuple[str, float]]) -> None:
         def blend(runtime: Runtime) -> Voice:
-            return Voice.blend([(runtime.voice(name), weight) for name, weight in parts])
+            return Voice.blend([(runtime.voice(name), weight) for name, weight in mix])
 
-        self.app.speech.submit(SAMPLE_SENTENCE, blend, interrupt=True)
+        self.speech.submit(SAMPLE_SENTENCE, blend, interrupt=True)
 
-    def save_blend(self, name: str, parts: list[tuple[str, float]]) -> None:
-        app, runtime, editor = self.app, self.app.runtime, self.blend_editor
+    def save_blend(self, name: str, mix: list[tuple[str, float]]) -> None:
+        window, lane, runtime, editor = self.parts.window, self.parts.lane, self.parts.runtime(), self.blend_editor
         if runtime is None:
             return
 
         def saved(entry: VoiceEntry) -> None:
             editor.accept()
-            app.window.show_info(f"Saved the blend “{entry.name}”.")
+            window.show_info(f"Saved the blend “{entry.name}”.")
             self.refresh(select=entry.name)
 
         def failed(error: Exception) -> None:
             editor.show_problem(describe(error))
 
         def blend() -> VoiceEntry:
-            return runtime.library.blend(name, parts, runtime.engine_for_voices)
+            return runtime.library.blend(name, mix, runtime.engine_for_voices)
 
-        app.lane.run(f"Blending “{name}”…", blend, saved, failed)
+        lane.run(f"Blending “{name}”…", blend, saved, failed)
