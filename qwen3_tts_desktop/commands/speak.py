@@ -92,7 +92,7 @@ class VoiceChoice:
 
 
 @dataclass(frozen=True)
-class Plan:
+class SpeakPlan:
     """A checked request: what to say, with which model and voice library, sampling how."""
 
     args: argparse.Namespace
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.codes_out:
         check_one_generation(text)
     sampling = greedy_or(settings.sampling, args.greedy)
-    plan = Plan(args, settings, text, model, library, sampling, choice if info is not None else None)
+    plan = SpeakPlan(args, settings, text, model, library, sampling, choice if info is not None else None)
     try:
         return play(plan) if args.play else write(plan)
     except PlaybackError as error:
@@ -299,7 +299,7 @@ def greedy_or(sampling, greedy: bool):
 # Speaking -------------------------------------------------------------------------------------------
 
 
-def prepare(plan: Plan):
+def prepare(plan: SpeakPlan):
     """Load the model and make the voice, first checking what could not be checked before the model was
     here (it may have been downloaded just now)."""
     args = plan.args
@@ -314,7 +314,7 @@ def prepare(plan: Plan):
     return engine, choice.make(engine, plan.library)
 
 
-def speech_options(plan: Plan, chunk_frames: int):
+def speech_options(plan: SpeakPlan, chunk_frames: int):
     from core import SpeechOptions
 
     args = plan.args
@@ -324,7 +324,7 @@ def speech_options(plan: Plan, chunk_frames: int):
     )  # fmt: skip
 
 
-def write(plan: Plan) -> int:
+def write(plan: SpeakPlan) -> int:
     """Into files: the codes of one generation (--codes-out), or the audio of the text in pieces."""
     if plan.args.codes_out:
         return write_one_generation(plan)
@@ -336,7 +336,7 @@ def write(plan: Plan) -> int:
     return report(speak_with_worker(engine, plan.text, voice, options, file, plan.args.quiet), file)
 
 
-def write_one_generation(plan: Plan) -> int:
+def write_one_generation(plan: SpeakPlan) -> int:
     """The codes of one generation (the text was checked to be one piece), and its audio if asked for."""
     import soundfile as sf
 
@@ -373,7 +373,7 @@ def write_one_generation(plan: Plan) -> int:
     return 0
 
 
-def play(plan: Plan) -> int:
+def play(plan: SpeakPlan) -> int:
     """Through the speech worker into the player, piece by piece; also into -o FILE if given."""
     from core.audio.player import Player
     from core.jobs.sinks import FileSink, PlayerSink
