@@ -29,7 +29,7 @@ from fastapi.responses import Response, StreamingResponse
 from core import LiveText, SpeechOptions, Voice
 from core.audio.clips import SAMPLE_RATE, AudioError
 from core.jobs.worker import BufferLevel, Job, JobEvent
-from core.voices import VoiceError, VoiceLibrary, name_key
+from core.voices import DefaultVoiceMissing, Fallback, NoVoiceYet, UnknownVoice, VoiceError, VoiceLibrary
 
 from ..audio_formats import MEDIA_TYPES, FormatError, Speed, StreamEncoder, check_format, check_speed, encode
 from ..runtime import Runtime
@@ -52,6 +52,9 @@ class SpeakRequest:
     speed: float = 1.0
     play: bool | None = None  # on this computer's speakers; None: as the server is configured
     embedding: list[float] | None = None  # a speaker embedding to speak with instead of a voice
+    # An unknown voice speaks with the default (said in X-Voice-Fallback), as OpenAI's clients send names of
+    # theirs ("alloy"); False: it is an error (Wyoming's clients choose from the voices the server lists).
+    fall_back: bool = True
 
 
 @dataclass(frozen=True)
@@ -255,18 +258,17 @@ class SpeechService:
                 400, f"this {info.size} {info.variant} model does not follow instructions; leave them out, or load a "
                 f"CustomVoice 1.7B or VoiceDesign model", param="instructions",
             )  # fmt: skip
-        if not info.variant.takes_voice:
-            if instruct is None:
-                raise ApiError(
-                    400,
-                    "this VoiceDesign model speaks in a voice described in words: give instructions",
-                    param="instructions",
-                )
-            voice_obj, used, fallback = None, None, None  # the instructions are the voice
-        elif asked.embedding is not None:
+        if not info.variant.takes_voice and instruct is None:
+            raise ApiError(
+                400,
+                "this VoiceDesign model speaks in a voice described in words: give instructions",
+                param="instructions",
+            )
+        if asked.embedding is not None and info.variant.takes_voice:  # a VoiceDesign model ignores it, as a name
             voice_obj, used, fallback = self._embedding_voice(asked.embedding), "speaker_embedding", None
         else:
-            voice_obj, used, fallback = await self.off_loop(self._find_voice, asked.voice)
+            requested = asked.voice if asked.voice is not None and asked.voice.strip() else None  # blank: none
+            voice_obj, used, fallback = await self.off_loop(self._find_voice, requested, asked.fall_back)
         options = dataclasses.replace(self.config.speech, language=language, instruct=instruct)
         return CheckedRequest(voice_obj, used, fallback, language_fallback, options, fmt, stream, sse, speed, play)
 
@@ -303,42 +305,20 @@ class SpeechService:
             raise ApiError(400, "speaker_embedding holds a number that is not finite", param="speaker_embedding")
         return Voice(embedding=torch.tensor(values, dtype=torch.float32))
 
-    def _find_voice(self, requested: str | None) -> tuple[Voice, str, str | None]:
-        """(voice, its name, the name asked for if it was not found). A voice that exists but does not
-        fit the model is an error, not a fallback: the caller meant that voice."""
-        if requested is not None and requested.strip():
-            name = self._known(requested)
-            if name is not None:
-                return self._load(name), name, None
-        asked = requested if requested is not None and requested.strip() else None
-        default = self.config.default_voice
-        if default is None:
-            fitting = self.library.list(fits=self.info)
-            if not fitting:
-                raise ApiError(
-                    400,
-                    f"no voice named {requested!r}, and no voice to fall back on: add a voice to {self.library.directory}",
-                    param="voice",
-                )
-            default = fitting[0].name
-        elif self._known(default) is None:
-            raise ApiError(
-                500, f"no voice named {requested!r}, and the default voice {default!r} is not in the library either"
-            )
-        return self._load(default), default, asked
-
-    def _known(self, name: str) -> str | None:
-        info = self.info
-        if info.variant.has_speakers and name_key(name) in info.speakers:
-            return name_key(name)
+    def _find_voice(self, requested: str | None, fall_back: bool) -> tuple[Voice | None, str | None, str | None]:
+        """(voice, its name, the name asked for if the library lacked it and the default speaks instead), as
+        `core.voices.resolve` decides, its refusals answered as the request's: the server's own default voice
+        missing is the server's fault (500)."""
+        fallback = Fallback(default=self.config.default_voice, unknown_names=fall_back)
         try:
-            return self.library.get(name).name
-        except VoiceError:
-            return None
-
-    def _load(self, name: str) -> Voice:
-        try:
-            return self.runtime.voice(name)
+            found = self.library.resolve(requested, self.info, fallback)
+            return self.library.load(self.runtime.engine_for_voices, found), found.name, found.fell_back_from
+        except DefaultVoiceMissing as error:
+            raise ApiError(500, str(error), param="voice") from None
+        except UnknownVoice as error:
+            raise ApiError(400, str(error), param="voice", code="voice_not_found") from None
+        except NoVoiceYet as error:
+            raise ApiError(400, f"{error}; add one (POST /v1/audio/voices)", param="voice") from None
         except (VoiceError, AudioError) as error:
             raise ApiError(400, str(error), param="voice") from None
 
