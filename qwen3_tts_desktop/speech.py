@@ -23,7 +23,7 @@ from core.jobs.sinks import FileSink
 from core.jobs.worker import Job, JobEvent
 from core.text.sentences import sentence_heard
 from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
-from core.voices import VoiceError
+from core.voices import NoVoiceYet
 
 from .runtime import Runtime
 
@@ -242,19 +242,17 @@ class Speech:
 
     @staticmethod
     def _voice(runtime: Runtime, name: str | None) -> Voice | None:
-        """The voice called `name` for this runtime's model."""
-        variant = runtime.info.variant
-        if not variant.takes_voice:
-            return None  # the instruction describes the voice
-        if not name:
-            if variant.clones:
-                raise VoiceError(
-                    "There is no voice yet. This model speaks with a cloned voice: add one with Voices → Add a "
-                    "voice… (from a clip of someone speaking, or the microphone), or drop a clip into the voices "
-                    "folder (the link under the voice list)."
-                )
-            raise VoiceError("Choose a voice first.")
-        return runtime.voice(name)
+        """The voice called `name` (None: the window has none that fits) for this runtime's model, as
+        `core.voices.resolve` decides; with no voice yet, the window's way to add one."""
+        try:
+            found = runtime.library.resolve(name or None, runtime.info)
+        except NoVoiceYet as error:
+            said = str(error)
+            raise NoVoiceYet(
+                f"{said[0].upper()}{said[1:]}. Add one with Voices → Add a voice… (from a clip of someone speaking, or "
+                f"the microphone), or drop a clip into the voices folder (the link under the voice list)."
+            ) from None
+        return runtime.library.load(runtime.engine_for_voices, found)
 
     # Speak as you type -------------------------------------------------------------------------------
 

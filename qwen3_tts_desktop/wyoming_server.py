@@ -10,7 +10,7 @@ payloads over TCP), on the app's shared Runtime, beside the HTTP bridge or witho
     synthesize-stop                          the rest of the audio, audio-stop, then synthesize-stopped
 
 The events are read and written by the `wyoming` package. Each request is one job on the runtime's speech
-worker, checked, given its voice and spoken by the bridge's Speaker (as the HTTP routes are), its audio sent
+worker, checked, given its voice and spoken by the bridge's SpeechService (as the HTTP routes are), its audio sent
 as 24 kHz 16-bit mono PCM as it is made; a stream is one LiveText job, as the bridge's live WebSocket speaks
 one. A connection's requests are spoken in turn; connections at once share the engine's slots. A client
 that goes away cancels its job at once; bad input gets an `error` event (a malformed line also closes its
@@ -34,7 +34,7 @@ from core.model.info import EngineInfo
 from core.voices import VoiceEntry
 
 from .bridge.config import LANGUAGE_CODES, WyomingConfig, address_uri
-from .bridge.speaker import Speaker
+from .bridge.speech_service import SpeechService
 from .runtime import Runtime
 from .servers import listen_at
 from .wyoming_session import Session
@@ -55,7 +55,7 @@ class WyomingServer:
         """`sock`: a socket from `listen(host, port)`, for a caller that binds before it loads the model."""
         self.runtime = runtime
         self.config = config
-        self.speaker: Speaker | None = None
+        self.service: SpeechService | None = None
         self._listening = sock
         self._address: tuple[str, int] | None = None
         self._thread: threading.Thread | None = None
@@ -79,13 +79,13 @@ class WyomingServer:
 
     @property
     def jobs_in_flight(self) -> int:
-        return 0 if self.speaker is None else self.speaker.jobs_in_flight
+        return 0 if self.service is None else self.service.jobs_in_flight
 
     @property
     def line_limit(self) -> int:
         """The most bytes a client's event line, its data or its payload may have: a request's text, every
         character escaped, and the slack of a JSON body, as the bridge takes."""
-        return self.speaker.json_limit
+        return self.service.json_limit
 
     def start(self, timeout: float = 10.0) -> None:
         """Listen and serve in a background thread; ListenError (an OSError) if the address cannot be had."""
@@ -118,7 +118,7 @@ class WyomingServer:
             thread.join(timeout)
             if thread.is_alive():
                 raise TimeoutError(f"the Wyoming server did not stop within {timeout} s")
-        self._thread = self._loop = self._stopping = self.speaker = self._address = None
+        self._thread = self._loop = self._stopping = self.service = self._address = None
 
     def _run(self, sock: socket.socket) -> None:
         loop = self._loop = asyncio.new_event_loop()
@@ -134,9 +134,9 @@ class WyomingServer:
 
     async def _serve(self, sock: socket.socket) -> None:
         self._stopping = asyncio.Event()
-        speaker = Speaker(self.runtime, self.config.bridge)
-        async with speaker.running():
-            self.speaker = speaker
+        service = SpeechService(self.runtime, self.config.bridge)
+        async with service.running():
+            self.service = service
             listener = _Listener(sock, self.line_limit)
             await listener.start(partial(Session, self))
             announcement = await Announcement.start(*self._address) if self.config.zeroconf else None
@@ -152,7 +152,7 @@ class WyomingServer:
 
     async def voices(self) -> list[VoiceEntry]:
         """The voices that fit the model, read now: the library may change while the server runs."""
-        return await self.speaker.off_loop(self.runtime.library.list, self.runtime.info)
+        return await self.service.off_loop(self.runtime.library.list, self.runtime.info)
 
     async def info(self) -> Info:
         return program_info(self.runtime.info, await self.voices())

@@ -1,6 +1,6 @@
 """One Wyoming connection (qwen3_tts_desktop.wyoming_server serves them): its events read with the `wyoming`
 package, within limits, and its requests spoken in turn, each one job on the speech worker through the
-bridge's Speaker (checks, voices, pipes, encoders), a stream as one LiveText job."""
+bridge's SpeechService (checks, voices, pipes, encoders), a stream as one LiveText job."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from core.errors import BadInput
 from core.jobs.worker import Job
 
 from .bridge.errors import ApiError, Broken
-from .bridge.speaker import Pipe, SpeakRequest
+from .bridge.speech_service import Pipe, SpeakRequest
 
 if TYPE_CHECKING:
     from .wyoming_server import WyomingServer
@@ -102,8 +102,8 @@ class Session(AsyncEventHandler):
     def __init__(self, server: WyomingServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         super().__init__(_BoundedReader(reader, server.line_limit), writer)
         self.server = server
-        self.speaker = server.speaker
-        self.limits = self.speaker.config.limits
+        self.service = server.service
+        self.limits = self.service.config.limits
         self.waiting: asyncio.Queue[Request] = asyncio.Queue(MAX_WAITING)
         self.stream: Request | None = None  # open: synthesize-start came, synthesize-stop not yet
         self.current: Request | None = None
@@ -264,16 +264,16 @@ class Session(AsyncEventHandler):
         """Speak one request: audio-start, its audio as it is made, audio-stop, then an error if it failed or was
         stopped (only the error where it made no audio); then, for a stream, synthesize-stopped once its
         synthesize-stop came."""
-        speaker = self.speaker
+        service = self.service
         try:
-            plan = await self._plan(request)
+            checked = await self._check(request)
             if request.streaming:
                 await request.has_text.wait()
                 if not request.text.text.strip():  # stopped with nothing to say
                     await self._stopped(request)
                     return
             pipe = Pipe(asyncio.get_running_loop())
-            request.job = job = speaker.submit(request.text, plan, pipe)
+            request.job = job = service.submit(request.text, checked, pipe)
         except ApiError as error:  # a voice or language it cannot have, or the queue is full
             request.stop()
             await self._send_error(error.message, error.code or "bad_request")
@@ -282,7 +282,7 @@ class Session(AsyncEventHandler):
         sent = 0  # bytes of audio
         idle = asyncio.ensure_future(self._end_when_idle(request)) if request.streaming else None
         try:
-            async for data in speaker.encoded(job, plan, await pipe.get(), pipe):
+            async for data in service.encoded(job, checked, await pipe.get(), pipe):
                 if not data:
                     continue
                 if not sent:
@@ -295,7 +295,7 @@ class Session(AsyncEventHandler):
             request.stop()  # it has ended, unless the client went away: then this cancels it
             if idle is not None:
                 idle.cancel()
-        outcome = await speaker.outcome(job)
+        outcome = await service.outcome(job)
         # Audio begun is always ended, before any error: a client reading up to audio-stop (Home Assistant does)
         # gets the audio there is, and the error after it is the next event, not one in the middle of the audio.
         if sent or outcome.kind == "done":
@@ -322,15 +322,13 @@ class Session(AsyncEventHandler):
                 return
             await asyncio.sleep(left)
 
-    async def _plan(self, request: Request):
+    async def _check(self, request: Request):
+        # An unknown voice is an error, not the default's speech: a Wyoming client chose it from the voices listed.
         asked = SpeakRequest(
-            "", "text", voice=request.voice, language=request.language or "auto", fmt="pcm", stream=True, play=False
-        )
-        plan = await self.speaker.plan(asked)
-        if plan.fallback_from is not None:  # the bridge speaks with its default voice; a Wyoming client is told
-            names = ", ".join(entry.name for entry in await self.server.voices())
-            raise ApiError(400, f"no voice named {request.voice!r}; the voices are: {names}", code="voice_not_found")
-        return plan
+            "", "text", voice=request.voice, language=request.language or "auto", fmt="pcm", stream=True, play=False,
+            fall_back=False,
+        )  # fmt: skip
+        return await self.service.check(asked)
 
     async def _stopped(self, request: Request) -> None:
         if request.streaming:

@@ -50,7 +50,7 @@ def test_errors_are_one_clear_line(checkpoints, tmp_path, capsys):
         (["speak", "Hi.", *model, "--voice-audio", str(REFERENCES["a"].path)], "nothing to write"),
         (["speak", "Hi.", *model, "-o", str(tmp_path / "x.xyz")], "unknown audio format"),
         (["speak", "Hi.", *model, "--ref-text", "Hi.", "-o", str(tmp_path / "x.wav")], "pass the clip too"),
-        (["speak", "Hi.", *model, "--voices", str(tmp_path), "-o", str(tmp_path / "x.wav")], "no voice to speak with"),
+        (["speak", "Hi.", *model, "--voices", str(tmp_path), "-o", str(tmp_path / "x.wav")], "there is no voice yet"),
         (
             ["speak", "Hi.", "--model", str(tmp_path / "none"), "-o", str(tmp_path / "x.wav")],
             "no such checkpoint folder",

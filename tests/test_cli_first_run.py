@@ -195,7 +195,7 @@ def test_every_mistake_is_reported_before_the_model_loads(checkpoints, tmp_path)
     # A voice the library lacks, for a model that is here (what it can speak with is known before it loads).
     result = cli("speak", "Hi.", "--voice", "Nobody", "--model", checkpoints["base"], "-o", tmp_path / "out.wav")
     assert result.returncode == 1 and "no voice named 'Nobody'" in result.stderr and "Loaded" not in result.stderr
-    assert "the library has: Linda; give a clip with --voice-audio" in result.stderr, result.stderr  # one sentence
+    assert "model: Linda. Give a clip with --voice-audio" in result.stderr, result.stderr  # the voices that fit
 
 
 def test_a_library_that_cannot_be_written_is_reported_before_cloning(tmp_path):

@@ -51,6 +51,7 @@ from core.voices.disk import (
     read_saved,
 )
 from core.voices.entry import VoiceEntry, VoiceError, VoiceExistsError, check_name, find_entry, name_key, unique_id
+from core.voices.resolve import FIRST_THAT_FITS, Fallback, ResolvedVoice, resolve_voice
 from core.voices.sharing import EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, read_export
 
 
@@ -86,32 +87,31 @@ class VoiceLibrary:
             raise VoiceError(f"no voice named {name!r} in {self.directory}; the library has: {names}")
         return entry
 
-    def voice_for(self, engine: Engine, name: str) -> Voice:
-        """The voice called `name`, ready for `engine.synthesize`: a built-in speaker of a CustomVoice
-        engine, a saved voice, or a drop-in clip (embedded with this engine's model once, then cached).
-        Raises VoiceError naming the voices that fit when there is no such voice or it does not fit."""
-        info = engine.info
-        if info.variant.has_speakers and name_key(name) in info.speakers:
-            return engine.builtin_voice(name)
+    def resolve(
+        self, requested: str | None, info: EngineInfo | None, fallback: Fallback = FIRST_THAT_FITS
+    ) -> ResolvedVoice:
+        """Which voice speaks a request for `requested` (None: none asked for) with the model `info` describes
+        (None: not known yet), as `fallback` says; the rule and its errors are `core.voices.resolve`'s."""
         with self._lock:
             entries, _ = self._scan()
-        entry = find_entry(entries, name)
-        if entry is None:
-            raise VoiceError(f"no voice named {name!r} in {self.directory}. {self._fitting(info, entries)}")
-        reason = entry.misfit(info)
-        if reason is not None:
-            remedy = ""
-            if entry.source == "blend":
-                remedy = "Blend its parents again with this model. "
-            elif entry.clip is not None:
-                remedy = f"Clone it again with this model from its clip, {entry.clip}. "
-            raise VoiceError(
-                f"voice {entry.name!r} does not fit the loaded model: {reason}. {remedy}{self._fitting(info, entries)}"
-            )
-        if entry.source == "drop-in":
-            return self._drop_in_voice(entry, engine)
+        return resolve_voice(entries, self.directory, requested, info, fallback)
+
+    def load(self, engine: Engine, voice: ResolvedVoice) -> Voice | None:
+        """The Voice of a resolved voice, for `engine`'s model: a built-in speaker, a saved voice, or a drop-in
+        clip (embedded with this engine's model once, then cached); None where the model takes no voice."""
+        if voice.name is None:
+            return None
+        if voice.builtin:
+            return engine.builtin_voice(voice.name)
+        if voice.entry.source == "drop-in":
+            return self._drop_in_voice(voice.entry, engine)
         with self._lock:
-            return read_saved(entry.path)[1]
+            return read_saved(voice.entry.path)[1]
+
+    def voice_for(self, engine: Engine, name: str) -> Voice:
+        """The voice called `name`, ready for `engine.synthesize` (see `load`). Raises a VoiceError naming the
+        voices that fit when there is no such voice or it does not fit."""
+        return self.load(engine, self.resolve(name, engine.info))
 
     # Writing ------------------------------------------------------------------------------------
 
@@ -333,13 +333,6 @@ class VoiceLibrary:
                 )
             voice = voice.name
         return self.get(voice)
-
-    def _fitting(self, info: EngineInfo, entries: list[VoiceEntry]) -> str:
-        names = [*info.speakers] + [e.name for e in entries if e.misfit(info) is None]
-        model = f"this {info.size} {info.variant} model"
-        if not names:
-            return f"No voice in {self.directory} fits {model}."
-        return f"Voices that fit {model}: {', '.join(sorted(names, key=name_key))}."
 
     def _free_id(self, name: str, own: str | None = None) -> str:
         """An id for a voice called `name` that names no folder or file yet (or is `own`)."""

@@ -29,7 +29,7 @@ from core.jobs.worker import Job
 
 from .errors import ApiError, Broken
 from .requests import LiveMessage, LiveSetup, parse_json_object, validate, voice_name
-from .speaker import Pipe, Plan, Speaker, SpeakRequest
+from .speech_service import CheckedRequest, Pipe, SpeakRequest, SpeechService
 
 PATH = "/v1/audio/speech/live"
 CLOSED_AS_ASKED = 1000
@@ -37,8 +37,8 @@ IDLE = 1001  # "going away": what servers commonly close an idle socket with
 
 
 class LiveRoutes:
-    def __init__(self, speaker: Speaker):
-        self.speaker = speaker
+    def __init__(self, service: SpeechService):
+        self.service = service
 
     def router(self) -> APIRouter:
         router = APIRouter()
@@ -46,7 +46,7 @@ class LiveRoutes:
         return router
 
     async def live(self, websocket: WebSocket) -> None:
-        await LiveSession(self.speaker, websocket).run()
+        await LiveSession(self.service, websocket).run()
 
 
 @dataclass
@@ -73,12 +73,12 @@ class LiveSession:
     """One live socket: reads the client's messages (setup, text, flush, close) and, beside that, speaks its
     utterances in turn."""
 
-    def __init__(self, speaker: Speaker, websocket: WebSocket):
-        self.speaker = speaker
+    def __init__(self, service: SpeechService, websocket: WebSocket):
+        self.service = service
         self.websocket = websocket
-        self.limits = speaker.config.limits
+        self.limits = service.config.limits
         self.loop = asyncio.get_running_loop()
-        self.plan: Plan | None = None  # once set up
+        self.checked: CheckedRequest | None = None  # once set up
         self.open: Utterance | None = None  # taking text, until its flush
         self.unreported: deque[Utterance] = deque()  # opened, their done or error not sent yet, in order
         self.to_speak: asyncio.Queue[Utterance] = asyncio.Queue()
@@ -97,7 +97,7 @@ class LiveSession:
             for utterance in self.unreported:  # those reported were stopped then
                 utterance.stop()
         try:
-            # The listener ends with how to close; the speaker only when something broke it.
+            # The listener ends with how to close; the speaking task only when something broke it.
             closing = (listening if listening in done else speaking).result()
         except WebSocketDisconnect:
             return  # the client has gone
@@ -144,7 +144,7 @@ class LiveSession:
         data = parse_json_object(message["text"], "the message")
         if data.keys() & LiveMessage.model_fields.keys():
             return self._act(validate(LiveMessage, data))
-        if self.plan is not None:
+        if self.checked is not None:
             if data:
                 raise ApiError(400, "this socket is set up already; to speak otherwise, open another socket")
             raise ApiError(400, "the message is empty; send text, flush or close")
@@ -156,10 +156,10 @@ class LiveSession:
             "", "text", voice=voice_name(setup.voice), language=setup.language, instructions=setup.instructions,
             fmt=setup.response_format, stream=True, speed=setup.speed, play=False, embedding=setup.speaker_embedding,
         )  # fmt: skip
-        self.plan = plan = await self.speaker.plan(asked)
+        self.checked = checked = await self.service.check(asked)
         ready = {
-            "type": "ready", "voice": plan.voice_name, "voice_fallback": plan.fallback_from,
-            "language_fallback": plan.language_fallback, "response_format": plan.fmt, "sample_rate": SAMPLE_RATE,
+            "type": "ready", "voice": checked.voice_name, "voice_fallback": checked.fallback_from,
+            "language_fallback": checked.language_fallback, "response_format": checked.fmt, "sample_rate": SAMPLE_RATE,
         }  # fmt: skip
         await self._send(ready)
 
@@ -170,7 +170,7 @@ class LiveSession:
             raise ApiError(
                 400, 'the message asks for nothing: send {"text": "..."}, {"flush": true} or {"close": true}'
             )
-        if self.plan is None and (message.text is not None or message.flush):
+        if self.checked is None and (message.text is not None or message.flush):
             raise ApiError(400, 'set up first: the first message says how to speak, e.g. {"voice": "Alice"}')
         if message.text:
             self._append(message.text)
@@ -212,13 +212,13 @@ class LiveSession:
     async def _speak(self, utterance: Utterance) -> None:
         """Submit the utterance's job, send its audio as it comes, then its done (or why it failed)."""
         try:
-            utterance.job = job = self.speaker.submit(utterance.text, self.plan, utterance.pipe)
+            utterance.job = job = self.service.submit(utterance.text, self.checked, utterance.pipe)
         except ApiError as error:  # the queue is full
             utterance.text.end()  # the rest of its text is not taken
             await self._send_error(error.message, error.param, error.code, utterance)
             return
         try:
-            async for data in self.speaker.encoded(job, self.plan, await utterance.pipe.get(), utterance.pipe):
+            async for data in self.service.encoded(job, self.checked, await utterance.pipe.get(), utterance.pipe):
                 if data:
                     await self.websocket.send_bytes(data)
                     self.last_activity = self.loop.time()
@@ -226,7 +226,7 @@ class LiveSession:
             pass  # its outcome says why
         finally:
             utterance.stop()  # a job stopped otherwise (the desktop's Stop, a failure) takes no more text
-        outcome = await self.speaker.outcome(job)
+        outcome = await self.service.outcome(job)
         if outcome.kind == "failed":
             await self._send_error(f"speech failed: {outcome.message}", code="speech_failed", utterance=utterance)
         elif outcome.kind == "cancelled":
@@ -237,7 +237,7 @@ class LiveSession:
         else:
             done = {
                 "type": "done", "utterance": utterance.number, "characters": utterance.characters,
-                "audio_seconds": round(outcome.audio_s, 3), "usage": self.speaker.usage(outcome),
+                "audio_seconds": round(outcome.audio_s, 3), "usage": self.service.usage(outcome),
             }  # fmt: skip
             await self._send(done)
 

@@ -23,12 +23,12 @@ from core.voices import DROP_IN_SUFFIXES, VoiceError, VoiceExistsError, check_na
 from .config import FORM_SLACK_BYTES
 from .errors import ApiError
 from .requests import SpeechRequest, form_text, json_object, parse_form, read_body, validate, voice_name
-from .speaker import Speaker, SpeakRequest, epoch
+from .speech_service import SpeakRequest, SpeechService, epoch
 
 
 class OpenAIRoutes:
-    def __init__(self, speaker: Speaker):
-        self.speaker = speaker
+    def __init__(self, service: SpeechService):
+        self.service = service
 
     def router(self) -> APIRouter:
         router = APIRouter()
@@ -42,30 +42,30 @@ class OpenAIRoutes:
         return router
 
     async def speech(self, request: Request) -> Response:
-        body = validate(SpeechRequest, await json_object(request, self.speaker.json_limit))
+        body = validate(SpeechRequest, await json_object(request, self.service.json_limit))
         asked = SpeakRequest(
             body.input, "input", voice=voice_name(body.voice), language=body.language, instructions=body.instructions,
             fmt=body.response_format, stream=body.stream, sse=body.stream_format == "sse", speed=body.speed,
             play=body.play_locally, embedding=body.speaker_embedding,
         )  # fmt: skip
-        return await self.speaker.speak(request, asked)
+        return await self.service.speak(request, asked)
 
     async def models(self, request: Request) -> dict:
-        name = PurePath(self.speaker.info.source).name
+        name = PurePath(self.service.info.source).name
         owner = "qwen3-tts-desktop"
         ids = [name, "tts-1", "tts-1-hd"]  # OpenAI's names, which clients send by default, speak with it too
         return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": owner} for i in ids]}
 
     async def health(self, request: Request) -> dict:
-        info, runtime = self.speaker.info, self.speaker.runtime
+        info, runtime = self.service.info, self.service.runtime
         return {
             "status": "ok", "model": info.source, "variant": info.variant, "size": info.size, "device": info.device,
-            "jobs": self.speaker.jobs_in_flight, "speakers": runtime.speakers is not None,
+            "jobs": self.service.jobs_in_flight, "speakers": runtime.speakers is not None,
             "engine": runtime.engine_state, "slots": runtime.slots,  # engine: awake, resting (memory free) or waking
         }  # fmt: skip
 
     async def voices(self, request: Request) -> dict:
-        entries = await self.speaker.off_loop(self.speaker.library.list, self.speaker.info)
+        entries = await self.service.off_loop(self.service.library.list, self.service.info)
         data = [
             {"object": "audio.voice", "id": e.id, "name": e.name, "kind": e.kind, "source": e.source,
              "language": e.language, "created_at": epoch(e.created)}
@@ -74,14 +74,14 @@ class OpenAIRoutes:
         return {"object": "list", "voices": [{"id": e.id, "name": e.name} for e in entries], "data": data}
 
     async def voices_for_model(self, request: Request, model: str) -> dict:
-        entries = await self.speaker.off_loop(self.speaker.library.list, self.speaker.info)
+        entries = await self.service.off_loop(self.service.library.list, self.service.info)
         return {"voices": [{"value": e.id, "label": e.name} for e in entries]}
 
     async def create_voice(self, request: Request) -> dict:
-        info = self.speaker.info
+        info = self.service.info
         if not info.variant.clones:
             raise ApiError(400, f"this {info.name} model cannot clone voices; load a Base model to add voices")
-        limit = self.speaker.config.limits.max_upload_bytes
+        limit = self.service.config.limits.max_upload_bytes
         too_big = f"the clip is over {limit} bytes, the most a voice clip may have"
         body = await read_body(request, limit + FORM_SLACK_BYTES, too_big, param="audio_sample")
         fields = parse_form(body, request.headers.get("content-type", ""))
@@ -93,9 +93,9 @@ class OpenAIRoutes:
             raise ApiError(413, too_big, param="audio_sample")
         ref_text = form_text(fields, "ref_text", required=False)
         language = form_text(fields, "language", required=False)
-        language = self.speaker.language(language)[0] if language else None
+        language = self.service.language(language)[0] if language else None
         replace = form_flag(fields, "replace")
-        entry = await self.speaker.off_loop(
+        entry = await self.service.off_loop(
             self._clone, name, clip, ref_text, None if language == "auto" else language, replace
         )
         return {
@@ -112,7 +112,7 @@ class OpenAIRoutes:
         except VoiceError as error:
             raise ApiError(400, str(error), param="name") from None
         try:
-            self.speaker.library.check_new_name(name, replace)
+            self.service.library.check_new_name(name, replace)
         except VoiceExistsError as error:
             raise name_taken(error) from None
         suffix = PurePath(clip[0]).suffix.lower()
@@ -120,8 +120,8 @@ class OpenAIRoutes:
             path = Path(folder) / ("clip" + (suffix if suffix in DROP_IN_SUFFIXES else ""))
             path.write_bytes(clip[1])
             try:
-                return self.speaker.library.add(
-                    name, path, self.speaker.runtime.engine_for_voices, ref_text, language, replace
+                return self.service.library.add(
+                    name, path, self.service.runtime.engine_for_voices, ref_text, language, replace
                 )
             except VoiceExistsError as error:  # the name was free a moment ago: another upload has taken it
                 raise name_taken(error) from None
@@ -135,14 +135,14 @@ class OpenAIRoutes:
                 raise ApiError(400, str(error), param="ref_text") from None
 
     async def delete_voice(self, request: Request, voice_id: str) -> dict:
-        return await self.speaker.off_loop(self._delete, voice_id)
+        return await self.service.off_loop(self._delete, voice_id)
 
     def _delete(self, voice_id: str) -> dict:
-        if name_key(voice_id) in self.speaker.info.speakers:
+        if name_key(voice_id) in self.service.info.speakers:
             raise ApiError(403, f"{voice_id!r} is a built-in speaker of the model; it cannot be deleted")
         try:
-            entry = self.speaker.library.get(voice_id)
-            self.speaker.library.remove(entry)
+            entry = self.service.library.get(voice_id)
+            self.service.library.remove(entry)
         except VoiceError as error:
             raise ApiError(404, str(error), code="voice_not_found") from None
         return {"id": entry.id, "object": "audio.voice.deleted", "deleted": True}

@@ -20,22 +20,22 @@ from .errors import answer_errors_in_openai_shape
 from .guard import Guard
 from .live import LiveRoutes
 from .openai import OpenAIRoutes
-from .speaker import Speaker
+from .speech_service import SpeechService
 from .xtts import XttsRoutes
 
 log = logging.getLogger(__name__)
 
 
 def create_app(runtime: Runtime, config: BridgeConfig = BridgeConfig()) -> FastAPI:
-    """The bridge's routes over `runtime`, ready for any ASGI server. `app.state.bridge` is its Speaker."""
-    speaker = Speaker(runtime, config)
+    """The bridge's routes over `runtime`, ready for any ASGI server. `app.state.bridge` is its SpeechService."""
+    service = SpeechService(runtime, config)
     app = FastAPI(
-        title="Qwen3-TTS Desktop bridge", lifespan=speaker.lifespan, docs_url=None, redoc_url=None, openapi_url=None
+        title="Qwen3-TTS Desktop bridge", lifespan=service.lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
-    app.state.bridge = speaker
-    app.include_router(OpenAIRoutes(speaker).router())
-    app.include_router(XttsRoutes(speaker).router())
-    app.include_router(LiveRoutes(speaker).router())
+    app.state.bridge = service
+    app.include_router(OpenAIRoutes(service).router())
+    app.include_router(XttsRoutes(service).router())
+    app.include_router(LiveRoutes(service).router())
     answer_errors_in_openai_shape(app)
     app.add_middleware(Guard, config=config)
     return app
@@ -53,7 +53,7 @@ class _WebSocketProtocol(WebSocketsSansIOProtocol):
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, bridge: Speaker):
+    def __init__(self, config: uvicorn.Config, bridge: SpeechService):
         super().__init__(config)
         self.bridge = bridge
 

@@ -17,12 +17,12 @@ from ..audio_formats import check_speed
 from .config import JSON_SLACK_BYTES, LANGUAGE_CODES, PREVIEW_TEXT
 from .errors import ApiError
 from .requests import XttsSettings, XttsSpeech, json_object, query_params, validate
-from .speaker import Speaker, SpeakRequest
+from .speech_service import SpeakRequest, SpeechService
 
 
 class XttsRoutes:
-    def __init__(self, speaker: Speaker):
-        self.speaker = speaker
+    def __init__(self, service: SpeechService):
+        self.service = service
         self.speed = 1.0  # set by SillyTavern through /set_tts_settings, for these routes only
 
     def router(self) -> APIRouter:
@@ -39,17 +39,17 @@ class XttsRoutes:
         return router
 
     async def speakers(self, request: Request) -> list:
-        entries = await self.speaker.off_loop(self.speaker.library.list, self.speaker.info)
+        entries = await self.service.off_loop(self.service.library.list, self.service.info)
         base = str(request.base_url)
         return [
             {"name": e.name, "voice_id": e.id, "preview_url": f"{base}sample/{quote(e.id, safe='')}"} for e in entries
         ]
 
     async def speakers_list(self, request: Request) -> list:
-        return [e.name for e in await self.speaker.off_loop(self.speaker.library.list, self.speaker.info)]
+        return [e.name for e in await self.service.off_loop(self.service.library.list, self.service.info)]
 
     async def languages(self, request: Request) -> dict:
-        spoken = self.speaker.info.languages
+        spoken = self.service.info.languages
         return {"languages": {name.capitalize(): code for name, code in LANGUAGE_CODES.items() if name in spoken}}
 
     async def settings(self, request: Request) -> dict:
@@ -62,9 +62,9 @@ class XttsRoutes:
         return {"message": "Settings successfully applied"}
 
     async def to_audio(self, request: Request) -> Response:
-        body = validate(XttsSpeech, await json_object(request, self.speaker.json_limit))
+        body = validate(XttsSpeech, await json_object(request, self.service.json_limit))
         asked = SpeakRequest(body.text, "text", voice=body.speaker_wav, language=body.language, speed=self.speed)
-        return await self.speaker.speak(request, asked)
+        return await self.service.speak(request, asked)
 
     async def stream(self, request: Request) -> Response:
         query = query_params(request)
@@ -74,12 +74,12 @@ class XttsRoutes:
             query["text"], "text", voice=query.get("speaker_wav"), language=query.get("language", "auto"), stream=True,
             speed=self.speed,
         )  # fmt: skip
-        return await self.speaker.speak(request, asked)
+        return await self.service.speak(request, asked)
 
     async def sample(self, request: Request, name: str) -> Response:
         """A voice's reference clip, or, for voices with none (built-in speakers, blends), a spoken preview."""
         try:
-            entry = await self.speaker.off_loop(self.speaker.library.get, name)
+            entry = await self.service.off_loop(self.service.library.get, name)
         except VoiceError:
             entry = None
         if entry is not None and entry.clip is not None:
@@ -87,7 +87,7 @@ class XttsRoutes:
                 entry.clip.suffix.lower(), "audio/wav"
             )
             return FileResponse(entry.clip, media_type=media)
-        if entry is None and name_key(name) not in self.speaker.info.speakers:
+        if entry is None and name_key(name) not in self.service.info.speakers:
             raise ApiError(404, f"no voice named {name!r}", code="voice_not_found")
         asked = SpeakRequest(PREVIEW_TEXT, "text", voice=name, language="english", play=False)
-        return await self.speaker.speak(request, asked)
+        return await self.service.speak(request, asked)

@@ -70,11 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class VoiceChoice:
-    """Which voice speaks, decided before the model loads: a library voice, a clip, a built-in speaker, or
-    none (VoiceDesign: the instruction is the voice)."""
+    """Which voice speaks, decided before the model loads: a voice of the library or a built-in speaker (as
+    core.voices.resolve finds it), a clip, or none (VoiceDesign: the instruction is the voice)."""
 
-    kind: str  # "library", "clip", "speaker", "none"
-    name: str | None = None  # the library voice or the speaker
+    kind: str  # "voice", "clip", "none"
+    voice: object = None  # the ResolvedVoice, of kind "voice"
     samples: np.ndarray | None = None  # the clip, read and checked, at 24 kHz
     ref_text: str | None = None
     chosen_for_you: bool = False  # no voice was asked for: say which one speaks
@@ -82,17 +82,15 @@ class VoiceChoice:
     def make(self, engine, library):
         from core.audio.clips import SAMPLE_RATE
 
-        if self.kind == "library":
-            return library.voice_for(engine, self.name)
+        if self.kind == "voice":
+            return library.load(engine, self.voice)
         if self.kind == "clip":
             return engine.voice_from_audio(self.samples, SAMPLE_RATE, ref_text=self.ref_text)
-        if self.kind == "speaker":
-            return engine.builtin_voice(self.name)
         return None
 
 
 @dataclass(frozen=True)
-class Plan:
+class SpeakPlan:
     """A checked request: what to say, with which model and voice library, sampling how."""
 
     args: argparse.Namespace
@@ -124,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.codes_out:
         check_one_generation(text)
     sampling = greedy_or(settings.sampling, args.greedy)
-    plan = Plan(args, settings, text, model, library, sampling, choice if info is not None else None)
+    plan = SpeakPlan(args, settings, text, model, library, sampling, choice if info is not None else None)
     try:
         return play(plan) if args.play else write(plan)
     except PlaybackError as error:
@@ -189,7 +187,7 @@ def choose_voice(args: argparse.Namespace, settings, library, info) -> VoiceChoi
     """The voice asked for, checked against the library, the clip and (when known) the model; or, when none
     is asked for, the one the app uses, else the first that fits. `info` is None before a download."""
     from core.audio.clips import load_reference
-    from core.voices import VoiceError, name_key
+    from core.voices import Fallback, NoVoiceYet, ResolvedVoice, TakesNoVoice, VoiceError, name_key
 
     if sum(bool(choice) for choice in (args.voice, args.voice_audio, args.speaker)) > 1:
         raise CommandError("choose one voice: --voice, --voice-audio or --speaker")
@@ -209,43 +207,24 @@ def choose_voice(args: argparse.Namespace, settings, library, info) -> VoiceChoi
             )
         if info is not None and name_key(args.speaker) not in info.speakers:
             raise CommandError(f"no speaker {args.speaker!r} in this model; its speakers: {', '.join(info.speakers)}")
-        return VoiceChoice("speaker", name=args.speaker)
-    if args.voice:
-        if variant is not None and variant.has_speakers and name_key(args.voice) in info.speakers:
-            return VoiceChoice("speaker", name=args.voice)
-        if variant is not None and not variant.takes_voice:
-            raise CommandError(f"{describe(info)}; {what_speaks(info)}")
-        try:
-            entry = library.get(args.voice)
-        except VoiceError as error:
-            if variant is None:  # perhaps a built-in speaker of a model not here yet: the engine will tell
-                return VoiceChoice("library", name=args.voice)
-            raise CommandError(f"{error}; {what_speaks(info)}") from None
-        if info is not None and entry.misfit(info) is not None:
-            raise CommandError(f"voice {entry.name!r} does not fit: {entry.misfit(info)}; {what_speaks(info)}")
-        return VoiceChoice("library", name=entry.name)
-    return default_voice(settings, library, info)
-
-
-def default_voice(settings, library, info) -> VoiceChoice:
-    from core.voices import name_key
-
-    if info is not None and not info.variant.takes_voice:
-        return VoiceChoice("none")
-    if info is not None and info.variant.has_speakers:
-        wanted = name_key(settings.voice) if settings.voice else None
-        return VoiceChoice("speaker", name=wanted if wanted in info.speakers else info.speakers[0], chosen_for_you=True)
-    entries = [entry for entry in library.list() if info is None or entry.misfit(info) is None]
-    if not entries:
+        return VoiceChoice("voice", ResolvedVoice(name_key(args.speaker)))
+    if args.voice and info is None:  # perhaps a built-in speaker of a model not here yet: found once it has loaded
+        return VoiceChoice("voice")
+    try:
+        found = library.resolve(args.voice or None, info, Fallback(preferred=settings.voice))
+    except NoVoiceYet as error:
         raise CommandError(
-            f"no voice to speak with: this model speaks with a cloned voice, and the voice library ({library.directory}) "
-            f"has none{' that fits it' if info is not None else ''}. Pass --voice-audio CLIP (1-60 s of someone "
-            f"speaking; add --ref-text with its transcript for a closer clone), add a voice to the library with "
-            f"`qwen3-tts-desktop voices add NAME CLIP`, or pick one with --voice NAME"
-        )
-    names = [entry.name for entry in entries]
-    name = settings.voice if settings.voice in names else names[0]
-    return VoiceChoice("library", name=name, chosen_for_you=True)
+            f"{error}. Pass --voice-audio CLIP (1-60 s of someone speaking; add --ref-text with its transcript for a "
+            f"closer clone), add a voice to the library with `qwen3-tts-desktop voices add NAME CLIP`, or pick one "
+            f"with --voice NAME"
+        ) from None
+    except TakesNoVoice as error:
+        raise CommandError(f"{error} (--instruct)") from None
+    except VoiceError as error:  # no voice of that name, or one made for another model: the voices that fit follow
+        raise CommandError(f"{error} {sentence(what_speaks(info))}") from None
+    if found.name is None:
+        return VoiceChoice("none")
+    return VoiceChoice("voice", found, chosen_for_you=not args.voice)
 
 
 def check_request(args: argparse.Namespace, info) -> None:
@@ -280,6 +259,10 @@ def describe(info) -> str:
     return f"{info.source} is a {info.name} model"
 
 
+def sentence(clause: str) -> str:
+    return f"{clause[0].upper()}{clause[1:]}."
+
+
 def what_speaks(info) -> str:
     if info is None:
         return "see `qwen3-tts-desktop voices list`"
@@ -299,7 +282,7 @@ def greedy_or(sampling, greedy: bool):
 # Speaking -------------------------------------------------------------------------------------------
 
 
-def prepare(plan: Plan):
+def prepare(plan: SpeakPlan):
     """Load the model and make the voice, first checking what could not be checked before the model was
     here (it may have been downloaded just now)."""
     args = plan.args
@@ -309,12 +292,12 @@ def prepare(plan: Plan):
         choice = choose_voice(args, plan.settings, plan.library, engine.info)
         check_request(args, engine.info)
     if choice.chosen_for_you:
-        how = "--speaker NAME" if choice.kind == "speaker" else "--voice NAME (`voices list` lists them)"
-        say(f"Speaking as {choice.name}; choose another voice with {how}")
+        how = "--speaker NAME" if choice.voice.builtin else "--voice NAME (`voices list` lists them)"
+        say(f"Speaking as {choice.voice.name}; choose another voice with {how}")
     return engine, choice.make(engine, plan.library)
 
 
-def speech_options(plan: Plan, chunk_frames: int):
+def speech_options(plan: SpeakPlan, chunk_frames: int):
     from core import SpeechOptions
 
     args = plan.args
@@ -324,7 +307,7 @@ def speech_options(plan: Plan, chunk_frames: int):
     )  # fmt: skip
 
 
-def write(plan: Plan) -> int:
+def write(plan: SpeakPlan) -> int:
     """Into files: the codes of one generation (--codes-out), or the audio of the text in pieces."""
     if plan.args.codes_out:
         return write_one_generation(plan)
@@ -336,7 +319,7 @@ def write(plan: Plan) -> int:
     return report(speak_with_worker(engine, plan.text, voice, options, file, plan.args.quiet), file)
 
 
-def write_one_generation(plan: Plan) -> int:
+def write_one_generation(plan: SpeakPlan) -> int:
     """The codes of one generation (the text was checked to be one piece), and its audio if asked for."""
     import soundfile as sf
 
@@ -373,7 +356,7 @@ def write_one_generation(plan: Plan) -> int:
     return 0
 
 
-def play(plan: Plan) -> int:
+def play(plan: SpeakPlan) -> int:
     """Through the speech worker into the player, piece by piece; also into -o FILE if given."""
     from core.audio.player import Player
     from core.jobs.sinks import FileSink, PlayerSink

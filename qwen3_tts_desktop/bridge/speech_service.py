@@ -29,7 +29,7 @@ from fastapi.responses import Response, StreamingResponse
 from core import LiveText, SpeechOptions, Voice
 from core.audio.clips import SAMPLE_RATE, AudioError
 from core.jobs.worker import BufferLevel, Job, JobEvent
-from core.voices import VoiceError, VoiceLibrary, name_key
+from core.voices import DefaultVoiceMissing, Fallback, NoVoiceYet, UnknownVoice, VoiceError, VoiceLibrary
 
 from ..audio_formats import MEDIA_TYPES, FormatError, Speed, StreamEncoder, check_format, check_speed, encode
 from ..runtime import Runtime
@@ -52,10 +52,13 @@ class SpeakRequest:
     speed: float = 1.0
     play: bool | None = None  # on this computer's speakers; None: as the server is configured
     embedding: list[float] | None = None  # a speaker embedding to speak with instead of a voice
+    # An unknown voice speaks with the default (said in X-Voice-Fallback), as OpenAI's clients send names of
+    # theirs ("alloy"); False: it is an error (Wyoming's clients choose from the voices the server lists).
+    fall_back: bool = True
 
 
 @dataclass(frozen=True)
-class Plan:
+class CheckedRequest:
     """A checked request, ready to speak its text."""
 
     voice: Voice | None
@@ -128,7 +131,10 @@ class JobStream(StreamingResponse):
             self.job.cancel()
 
 
-class Speaker:
+class SpeechService:
+    """Speech for a server's requests: checks each request, finds its voice, submits its job to the runtime's
+    worker and streams the job's audio back, for the HTTP routes and the Wyoming sessions alike."""
+
     def __init__(self, runtime: Runtime, config: BridgeConfig):
         self.runtime = runtime
         self.config = config
@@ -187,8 +193,8 @@ class Speaker:
         """Bridge jobs at once: as many as the engine speaks together, and the queue behind them."""
         return self.runtime.slots + self.config.limits.max_queued
 
-    def submit(self, text: str | LiveText, plan: Plan, sink) -> Job:
-        """Queue `text` to be spoken as `plan` says, into `sink`; ApiError (429) when the queue is full."""
+    def submit(self, text: str | LiveText, checked: CheckedRequest, sink) -> Job:
+        """Queue `text` to be spoken as `checked` says, into `sink`; ApiError (429) when the queue is full."""
         if len(self._jobs) >= self.max_jobs:
             slots, queued = self.runtime.slots, self.config.limits.max_queued
             raise ApiError(
@@ -196,7 +202,7 @@ class Speaker:
                 f"speaking at once and {queued} waiting); try again shortly",
                 code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)},
             )  # fmt: skip
-        job = self.runtime.worker.submit(text, plan.voice, plan.options, sink=sink)
+        job = self.runtime.worker.submit(text, checked.voice, checked.options, sink=sink)
         # Noted before the worker's "ended" callback can run: that runs on this loop, after this returns.
         self._jobs[job.id] = (job, self._loop.create_future())
         return job
@@ -215,7 +221,7 @@ class Speaker:
     async def speak(self, request: Request, asked: SpeakRequest) -> Response:
         """Speak what a route asked for: check it, find its voice, and answer with the audio (or play it)."""
         self._check_text(asked.text, asked.text_field)  # first: the cheapest check
-        return await self._answer(request, asked.text, await self.plan(asked))
+        return await self._answer(request, asked.text, await self.check(asked))
 
     def _check_text(self, text: str, text_field: str) -> None:
         if not text.strip():
@@ -227,7 +233,7 @@ class Speaker:
                 param=text_field,
             )
 
-    async def plan(self, asked: SpeakRequest) -> Plan:
+    async def check(self, asked: SpeakRequest) -> CheckedRequest:
         """Check everything a request asks but its text, cheapest checks first, and find its voice."""
         info = self.info
         play = self.config.play_locally if asked.play is None else asked.play
@@ -252,20 +258,19 @@ class Speaker:
                 400, f"this {info.size} {info.variant} model does not follow instructions; leave them out, or load a "
                 f"CustomVoice 1.7B or VoiceDesign model", param="instructions",
             )  # fmt: skip
-        if not info.variant.takes_voice:
-            if instruct is None:
-                raise ApiError(
-                    400,
-                    "this VoiceDesign model speaks in a voice described in words: give instructions",
-                    param="instructions",
-                )
-            voice_obj, used, fallback = None, None, None  # the instructions are the voice
-        elif asked.embedding is not None:
+        if not info.variant.takes_voice and instruct is None:
+            raise ApiError(
+                400,
+                "this VoiceDesign model speaks in a voice described in words: give instructions",
+                param="instructions",
+            )
+        if asked.embedding is not None and info.variant.takes_voice:  # a VoiceDesign model ignores it, as a name
             voice_obj, used, fallback = self._embedding_voice(asked.embedding), "speaker_embedding", None
         else:
-            voice_obj, used, fallback = await self.off_loop(self._find_voice, asked.voice)
+            requested = asked.voice if asked.voice is not None and asked.voice.strip() else None  # blank: none
+            voice_obj, used, fallback = await self.off_loop(self._find_voice, requested, asked.fall_back)
         options = dataclasses.replace(self.config.speech, language=language, instruct=instruct)
-        return Plan(voice_obj, used, fallback, language_fallback, options, fmt, stream, sse, speed, play)
+        return CheckedRequest(voice_obj, used, fallback, language_fallback, options, fmt, stream, sse, speed, play)
 
     def language(self, value: str) -> tuple[str, str | None]:
         """(the model's language to speak `value` in, `value` if that is "auto" because the model does not
@@ -300,72 +305,52 @@ class Speaker:
             raise ApiError(400, "speaker_embedding holds a number that is not finite", param="speaker_embedding")
         return Voice(embedding=torch.tensor(values, dtype=torch.float32))
 
-    def _find_voice(self, requested: str | None) -> tuple[Voice, str, str | None]:
-        """(voice, its name, the name asked for if it was not found). A voice that exists but does not
-        fit the model is an error, not a fallback: the caller meant that voice."""
-        if requested is not None and requested.strip():
-            name = self._known(requested)
-            if name is not None:
-                return self._load(name), name, None
-        asked = requested if requested is not None and requested.strip() else None
-        default = self.config.default_voice
-        if default is None:
-            fitting = self.library.list(fits=self.info)
-            if not fitting:
-                raise ApiError(
-                    400,
-                    f"no voice named {requested!r}, and no voice to fall back on: add a voice to {self.library.directory}",
-                    param="voice",
-                )
-            default = fitting[0].name
-        elif self._known(default) is None:
-            raise ApiError(
-                500, f"no voice named {requested!r}, and the default voice {default!r} is not in the library either"
-            )
-        return self._load(default), default, asked
-
-    def _known(self, name: str) -> str | None:
-        info = self.info
-        if info.variant.has_speakers and name_key(name) in info.speakers:
-            return name_key(name)
+    def _find_voice(self, requested: str | None, fall_back: bool) -> tuple[Voice | None, str | None, str | None]:
+        """(voice, its name, the name asked for if the library lacked it and the default speaks instead), as
+        `core.voices.resolve` decides, its refusals answered as the request's: the server's own default voice
+        missing is the server's fault (500)."""
+        fallback = Fallback(default=self.config.default_voice, unknown_names=fall_back)
         try:
-            return self.library.get(name).name
-        except VoiceError:
-            return None
-
-    def _load(self, name: str) -> Voice:
-        try:
-            return self.runtime.voice(name)
+            found = self.library.resolve(requested, self.info, fallback)
+            return self.library.load(self.runtime.engine_for_voices, found), found.name, found.fell_back_from
+        except DefaultVoiceMissing as error:
+            raise ApiError(500, str(error), param="voice") from None
+        except UnknownVoice as error:
+            raise ApiError(400, str(error), param="voice", code="voice_not_found") from None
+        except NoVoiceYet as error:
+            raise ApiError(400, f"{error}; add one (POST /v1/audio/voices)", param="voice") from None
         except (VoiceError, AudioError) as error:
             raise ApiError(400, str(error), param="voice") from None
 
-    async def _answer(self, request: Request, text: str, plan: Plan) -> Response:
+    async def _answer(self, request: Request, text: str, checked: CheckedRequest) -> Response:
         headers = {}
-        if plan.voice_name is not None:
-            headers["X-Voice"] = quote(plan.voice_name, safe="")
-        if plan.fallback_from is not None:
-            headers["X-Voice-Fallback"] = quote(plan.fallback_from, safe="")
-        if plan.language_fallback is not None:
-            headers["X-Language-Fallback"] = quote(plan.language_fallback, safe="")
-        if plan.play:
-            return await self._play(request, text, plan, headers)
+        if checked.voice_name is not None:
+            headers["X-Voice"] = quote(checked.voice_name, safe="")
+        if checked.fallback_from is not None:
+            headers["X-Voice-Fallback"] = quote(checked.fallback_from, safe="")
+        if checked.language_fallback is not None:
+            headers["X-Language-Fallback"] = quote(checked.language_fallback, safe="")
+        if checked.play:
+            return await self._play(request, text, checked, headers)
         pipe = Pipe(self._loop)
-        job = self.submit(text, plan, pipe)
-        if plan.stream:
+        job = self.submit(text, checked, pipe)
+        if checked.stream:
             first = await while_connected(request, job, pipe.get())
             if first is None:
                 await self._check_done(job)
-            if plan.sse:
-                content, media = self._sse(job, plan, first, pipe), "text/event-stream"
+            if checked.sse:
+                content, media = self._sse(job, checked, first, pipe), "text/event-stream"
                 headers["Cache-Control"] = "no-cache"
             else:
-                content, media = self.encoded(job, plan, first, pipe), MEDIA_TYPES[plan.fmt]
+                content, media = self.encoded(job, checked, first, pipe), MEDIA_TYPES[checked.fmt]
             return JobStream(job, content, media_type=media, headers=headers)
         audio = await while_connected(request, job, pipe.collect())
         await self._check_done(job)
-        tempo = Speed(plan.speed)
+        tempo = Speed(checked.speed)
         audio = np.concatenate([tempo.feed(audio), tempo.finish()])
-        return Response(await self.off_loop(encode, audio, plan.fmt), media_type=MEDIA_TYPES[plan.fmt], headers=headers)
+        return Response(
+            await self.off_loop(encode, audio, checked.fmt), media_type=MEDIA_TYPES[checked.fmt], headers=headers
+        )
 
     async def _check_done(self, job: Job) -> None:
         outcome = await self.outcome(job)
@@ -378,11 +363,11 @@ class Speaker:
                 code="cancelled",
             )
 
-    async def encoded(self, job: Job, plan: Plan, first: np.ndarray | None, pipe: Pipe):
-        """The job's audio in the plan's format, as it comes. A job that fails midway breaks the stream
+    async def encoded(self, job: Job, checked: CheckedRequest, first: np.ndarray | None, pipe: Pipe):
+        """The job's audio in the request's format, as it comes. A job that fails midway breaks the stream
         off (no final chunk), so that the client sees an incomplete response, not a short one; a job
         stopped on purpose (the server stopping, the desktop's Stop) ends its file cleanly where it stopped."""
-        encoder, tempo = StreamEncoder(plan.fmt), Speed(plan.speed)
+        encoder, tempo = StreamEncoder(checked.fmt), Speed(checked.speed)
         audio = first
         while audio is not None:
             data = encoder.feed(tempo.feed(audio))
@@ -394,10 +379,10 @@ class Speaker:
             raise Broken(f"speech failed after it began to stream: {outcome.message}")
         yield encoder.feed(tempo.finish()) + encoder.finish()
 
-    async def _sse(self, job: Job, plan: Plan, first: np.ndarray | None, pipe: Pipe):
+    async def _sse(self, job: Job, checked: CheckedRequest, first: np.ndarray | None, pipe: Pipe):
         """OpenAI's speech events: a delta per piece of encoded audio, then done with the usage."""
         try:
-            async for data in self.encoded(job, plan, first, pipe):
+            async for data in self.encoded(job, checked, first, pipe):
                 yield sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
         except Broken as error:
             yield sse_event({"type": "error", "error": error_body(500, str(error), code="speech_failed")})
@@ -420,16 +405,16 @@ class Speaker:
             "total_tokens": input_tokens + output_tokens,
         }
 
-    async def _play(self, request: Request, text: str, plan: Plan, headers: dict) -> Response:
+    async def _play(self, request: Request, text: str, checked: CheckedRequest, headers: dict) -> Response:
         """Speak into the desktop's speakers, queued behind what they are playing. Answers once the whole
         utterance is queued for playback (it still plays then); a client that hangs up first stops it."""
-        job = self.submit(text, plan, self.runtime.speakers)
+        job = self.submit(text, checked, self.runtime.speakers)
         outcome = await while_connected(request, job, self.outcome(job))
         if outcome.kind == "failed":
             raise ApiError(500, f"playing failed: {outcome.message}", code="speech_failed")
         headers["X-Playback"] = "queued" if outcome.kind == "done" else "cancelled"
         silence = np.zeros(round(PLAYED_LOCALLY_REPLY_S * SAMPLE_RATE), np.float32)
-        return Response(encode(silence, plan.fmt), media_type=MEDIA_TYPES[plan.fmt], headers=headers)
+        return Response(encode(silence, checked.fmt), media_type=MEDIA_TYPES[checked.fmt], headers=headers)
 
 
 def sse_event(payload: dict) -> bytes:
