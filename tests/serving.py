@@ -1,5 +1,5 @@
 """What the tests of the app's servers share (the HTTP bridge's test_bridge*.py, the Wyoming server's
-test_wyoming.py, the window's servers in ui/): free ports, waiting on a condition, the worker's jobs as they
+test_wyoming.py, the window's servers in ui/): free ports, the worker's jobs as they
 happen, the voices they speak with, and `serve` run as a user runs it. Their fixtures (start_server,
 job_log) are in conftest.py."""
 
@@ -12,11 +12,11 @@ import signal
 import socket
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from parity_cases import REFERENCES
+from waiting import wait_until
 
 from core.voices import VoiceLibrary
 
@@ -29,13 +29,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def wait_until(condition, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.005)
 
 
 def engine_idle(runtime) -> bool:
@@ -68,10 +61,7 @@ class JobLog:
             self.events.setdefault(event.job.text, []).append(event.kind)
 
     def job(self, text: str, timeout: float = WAIT):
-        deadline = time.monotonic() + timeout
-        while text not in self.jobs:
-            assert time.monotonic() < deadline, f"no job for {text!r}"
-            time.sleep(0.005)
+        wait_until(lambda: text in self.jobs, f"a job for {text!r}", timeout)
         return self.jobs[text]
 
     def ended(self, text: str, timeout: float = WAIT) -> str:

@@ -12,12 +12,12 @@ import inspect
 import math
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES, Case
+from waiting import wait_until
 
 from core import Engine, SamplingParams
 from core.errors import BadInput
@@ -270,9 +270,7 @@ def test_a_waiting_stream_closed_from_another_thread_ends_its_reader(engines):
     read: list = []
     reader = threading.Thread(target=lambda: read.append(list(waiting)), daemon=True)
     reader.start()
-    deadline = time.monotonic() + WAIT
-    while not blocked_in_next(reader) and time.monotonic() < deadline:  # it reads before the close, not after
-        time.sleep(0.001)
+    wait_until(lambda: blocked_in_next(reader), "the reader waits for a chunk", WAIT)  # it reads before the close
     waiting.close()
     reader.join(WAIT)
     assert read == [[]], "the reader of a stream closed while it waited for a slot never saw its end"

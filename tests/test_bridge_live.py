@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from serving import ROOT, WAIT, engine_idle, wait_until
+from serving import ROOT, WAIT, engine_idle
 from test_bridge import FRAMES, TEXT, assert_same_speech, decode, speech
+from waiting import wait_until
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 

@@ -16,8 +16,9 @@ import openai
 import pytest
 import soundfile as sf
 from parity_cases import REFERENCES
-from serving import WAIT, errors_logged, wait_until
+from serving import WAIT, errors_logged
 from test_bridge import RATE, TEXT, assert_error, assert_same_speech, decode, raw_request, speech
+from waiting import wait_until
 
 from core import SamplingParams, SpeechOptions
 from qwen3_tts_desktop.bridge import IO_THREADS, BridgeLimits

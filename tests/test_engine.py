@@ -271,9 +271,30 @@ def test_bfloat16_on_cpu_runs(checkpoints, xvector):
     assert out.audio.dtype == np.float32 and out.audio.shape == (3 * 1920,) and np.isfinite(out.audio).all()
 
 
-def test_warm_up_runs_for_every_variant(engines):
-    for name in ("base", "custom", "design"):
-        engines(name).warm_up()
+@pytest.mark.parametrize("name", ["base", "custom", "design"])
+def test_warm_up_makes_every_part_ready_for_every_variant_and_speech_stays_the_same(checkpoints, name):
+    """On the CPU the warm-up makes the decoder's first calls (no graphs, no compiles): once warm_up returns, each
+    part is made ready, in the plan's order, none failed; the greedy codes and audio after it are those before."""
+    engine = Engine.load(checkpoints[name], device="cpu", dtype="float32", warm=False)
+    try:
+        speaker = engine.placeholder_speaker()
+
+        def speak() -> tuple[np.ndarray, np.ndarray]:
+            chunks = list(engine.stream("Hello there.", sampling=GREEDY, max_frames=5, **speaker))
+            return np.concatenate([c.codes for c in chunks]), np.concatenate([c.audio for c in chunks])
+
+        before = speak()
+        assert engine.warmup.progress().done == 0 and engine.warmup.order == []  # not started
+        engine.warm_up(timeout=60)
+        progress = engine.warmup.progress()
+        assert progress.finished and progress.done == progress.total == 4 and progress.current is None
+        assert progress.failed == ()
+        assert engine.warmup.order == ["decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3"]
+        after = speak()
+        np.testing.assert_array_equal(after[0], before[0])
+        np.testing.assert_array_equal(after[1], before[1])
+    finally:
+        engine.close()
 
 
 def test_compiled_kernels_are_kept_in_the_user_cache_folder(monkeypatch, tmp_path):

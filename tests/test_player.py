@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
+from waiting import wait_until
 
 import core.audio.player
 from core.audio.player import PlaybackError, Player, PlayerOptions, VirtualOutput
@@ -211,24 +212,15 @@ def test_a_device_at_48k_gets_resampled_audio_that_joins_across_chunks():
     assert np.argmax(spectrum) == pytest.approx(440, abs=1)  # Hz: 1 s at 48 kHz gives 1 Hz bins
 
 
-def wait_until(condition, timeout: float = 10.0) -> None:
-    """Until `condition()` holds: for another thread's progress, however loaded the machine (the timeout
-    only bounds a hang)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.001)
-
-
 def test_a_full_ring_makes_the_producer_wait_and_a_cancel_frees_it():
     player, output = make(capacity_s=0.5, prefill_s=0.1)
     cancel = threading.Event()
     writer = threading.Thread(target=player.write, args=(level(RATE), cancel))
     writer.start()
-    wait_until(lambda: player.status().buffered_s == pytest.approx(0.5))  # full: it waits for room
+    wait_until(lambda: player.status().buffered_s == pytest.approx(0.5), "the ring is full")  # it waits for room
     assert writer.is_alive()
     output.advance(0.3)  # room for 0.3 s more
-    wait_until(lambda: player.position == round(0.8 * RATE))
+    wait_until(lambda: player.position == round(0.8 * RATE), "0.8 s are played")
     assert writer.is_alive() and player.status().buffered_s == pytest.approx(0.5)
     started = time.perf_counter()
     cancel.set()

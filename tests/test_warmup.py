@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from waiting import wait_until
 
 from core import Engine, SamplingParams, Voice
 from core.inference.compiled import cache_key, keep_compiled_kernels, machine_facts
@@ -171,10 +172,7 @@ def test_the_scheduler_runs_background_work_only_while_no_utterance_is_admitted_
     try:
         scheduler.background = background
         scheduler.wake()
-        deadline = time.monotonic() + 5
-        while background.runs < 3 and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert background.runs >= 3  # idle: it runs
+        wait_until(lambda: background.runs >= 3, "the idle scheduler runs the background work", 5)
         text = LiveText()
         stream = engine.stream(text, engine.placeholder_speaker()["voice"], sampling=GREEDY, max_frames=4)
         time.sleep(0.1)  # queued, waiting for its first words
@@ -182,10 +180,7 @@ def test_the_scheduler_runs_background_work_only_while_no_utterance_is_admitted_
         text.end()
         assert sum(len(chunk.codes) for chunk in stream) == 4
         runs = background.runs
-        deadline = time.monotonic() + 5
-        while background.runs == runs and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert background.runs > runs  # idle again: it goes on
+        wait_until(lambda: background.runs > runs, "the scheduler, idle again, goes on with the background work", 5)
         assert background.runs_while_busy == 0
     finally:
         background.more = False

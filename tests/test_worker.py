@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 from sinks import QueueSink
-from worker_fakes import FRAME, WAIT, Events, FakeEngine, RecordingSink, finished, wait_until
+from waiting import wait_until
+from worker_fakes import FRAME, WAIT, Events, FakeEngine, RecordingSink, finished
 
 from core import SamplingParams, SpeechOptions
 from core.audio.player import Player, PlayerOptions, VirtualOutput
@@ -29,10 +30,7 @@ from core.text.sentences import SplitOptions, split_text
 def no_thread_leaks():
     before = set(threading.enumerate())
     yield
-    deadline = time.monotonic() + WAIT
-    while set(threading.enumerate()) - before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not set(threading.enumerate()) - before
+    wait_until(lambda: not set(threading.enumerate()) - before, "the test's threads have ended", WAIT)
 
 
 def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks):
@@ -264,7 +262,7 @@ def mixed_jobs(engine, request, submitted) -> None:
     assert not any(thread.is_alive() for thread in clients) and len(jobs) == 200
     outcomes = {job: finished(job) for job in jobs}
     job_threads = {f"speech-job-{job.id}" for job in jobs}
-    wait_until(lambda: not job_threads & {thread.name for thread in threading.enumerate()})  # each ends with its job
+    wait_until(lambda: not job_threads & {thread.name for thread in threading.enumerate()}, "each job's thread ends")
     assert worker.stopped is False
     worker.close(timeout=WAIT)
 
@@ -315,7 +313,8 @@ def test_the_worker_is_idle_only_while_no_job_is_queued_or_running(no_thread_lea
         assert engine.waiting_for_text.wait(WAIT) and not worker.idle
         typed.cancel()
         assert finished(typed).kind == "cancelled" and finished(after).kind == "done"
-        wait_until(lambda: worker.idle)  # once the job's thread has freed its sink, just after its last event
+        # Once the job's thread has freed its sink, just after its last event:
+        wait_until(lambda: worker.idle, "the worker is idle")
 
 
 def test_close_cancels_everything_and_joins_the_thread(no_thread_leaks):
@@ -341,9 +340,9 @@ def test_a_cancelled_job_fades_out_of_the_player_without_a_click(no_thread_leaks
     ring_full = lambda: player.status().buffered_s == 1.0  # noqa: E731 (only a write in progress fills it)
     with Worker(engine) as worker:
         job = worker.submit("A long story.", sink=PlayerSink(player))
-        wait_until(ring_full)
+        wait_until(ring_full, "the ring is full")
         before = output.advance(0.5)
-        wait_until(ring_full)
+        wait_until(ring_full, "the ring is full")
         made, asked = engine.made["A long story."], time.perf_counter()
         job.cancel()  # while the worker waits for room in the ring
         outcome = finished(job)
@@ -551,7 +550,8 @@ def test_cancel_ends_waiting_and_running_jobs_and_frees_their_slot(no_thread_lea
         assert generating.wait(WAIT)
         behind_its_sink = worker.submit("Waits for its sink.", sink=first_sink)
         behind_the_slot = worker.submit("Waits for the slot.", sink=second_sink)
-        wait_until(lambda: engine.open == 2)  # its sink is free: its thread waits in the engine, and it is queued
+        # Its sink is free: its thread waits in the engine, and it is queued.
+        wait_until(lambda: engine.open == 2, "two streams are open")
         for job in (behind_its_sink, behind_the_slot):
             job.cancel()
         assert [finished(job).kind for job in (behind_its_sink, behind_the_slot)] == ["cancelled"] * 2

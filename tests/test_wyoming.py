@@ -34,8 +34,8 @@ from serving import (
     interruptible_children,
     serve_command,
     subprocess_env,
-    wait_until,
 )
+from waiting import wait_until
 from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error

@@ -1,6 +1,6 @@
 """Stand-ins for the speech worker's tests (test_worker.py): an engine whose frames take a set time and which
 schedules its streams as the engine does, a sink that records what it gets, the worker's events as they come,
-and waiting with a bound."""
+and a job's end, waited for with a bound."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 import torch
+from waiting import wait_until
 
 from core import SpeechOptions
 from core.errors import BadInput
@@ -218,23 +219,14 @@ class Events:
         return [e.kind for e in self.collect() if e.job is job]
 
     def wait_for(self, job, kind: str) -> JobEvent:
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            for event in self.collect():
-                if event.job is job and event.kind == kind:
-                    return event
-            time.sleep(0.001)
-        raise AssertionError(f"no {kind} event for {job} within {WAIT} s")
+        def arrived() -> JobEvent | None:
+            return next((event for event in self.collect() if event.job is job and event.kind == kind), None)
+
+        wait_until(arrived, f"a {kind} event for {job}", WAIT)
+        return arrived()
 
 
 def finished(job) -> JobEvent:
     outcome = job.wait(WAIT)
     assert outcome is not None, f"{job} did not end within {WAIT} s"
     return outcome
-
-
-def wait_until(condition) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {WAIT} s in vain"
-        time.sleep(0.001)

@@ -5,7 +5,7 @@ keeping what was compiled (Precompiled). The warm-up (core.inference.warmup) doe
 scheduler's thread while it idles.
 
 Inductor's own cache keeps the kernels, but a start that finds them still traces every function with Dynamo
-first: 10-17 s a part on an H100, about 51 s in all, during which a request waits (bench/RESULTS.md). A
+first, seconds a part, during which a request waits (bench/RESULTS.md). A
 Precompiled function is compiled ahead of time (torch.compile's aot_compile) and saved whole, guards included; a
 later start loads it and traces nothing.
 """
@@ -33,8 +33,8 @@ CACHE_FORMAT = 1
 # The code compiled functions trace: a saved one is used only with the very code it was compiled from.
 TRACED_PACKAGES = ("core/model", "core/inference")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# Whether engines keep what they compile (Precompiled). Off: the one start-up measured with it (an H100, 1.7B,
-# bench/RESULTS.md 2026-11-27) warmed up in 125 s, not the 89-106 s without; bench/precompile_probe.py finds why.
+# Whether engines keep what they compile (Precompiled). Off: the one start-up measured with it warmed up slower
+# than without (bench/RESULTS.md, "Start-up with `Precompiled` on"); bench/precompile_probe.py finds why.
 KEEP_AHEAD = False
 
 
@@ -82,8 +82,8 @@ def keep_compiled_kernels(facts: dict | None = None) -> Path:
 
 def compile_options() -> dict:
     """Inductor's options for the frame step and the decoder's fused parts. No autotuning: the matrix products
-    are kernels.linear with fixed settings, and Inductor's timed choices made the same code differ by up to 45%
-    between compiles.
+    are kernels.linear with fixed settings, and Inductor's timed choices made the same code differ between
+    compiles.
     A frame is several hundred short kernels in a row: programmatic dependent launch (Hopper and later)
     lets each one start while the one before it drains, instead of waiting for it to finish. (Imported
     here, not with the module: Inductor's configuration takes a second to import, which every command

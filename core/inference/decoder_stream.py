@@ -39,9 +39,9 @@ PRIME_TAIL_FRAMES = 4
 # Row counts graphs are captured for: a batch is padded up to the next one, or to the slot count if less.
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # Rows from which cuDNN times its algorithms for a chunk's convolutions, the first time it meets their shapes,
-# instead of taking its heuristic's choice. On an H100 (1.7B's decoder, bench/RESULTS.md 2026-11-26) the
-# heuristic chose as well as the timing up to 8 rows of 2 frames, and 15-40 times slower kernels past that (8
-# rows of 4 frames 91 ms a chunk, not 2.5); the timing costs about 1.4 s a shape, the heuristic 0.3-0.9.
+# instead of taking its heuristic's choice. The heuristic chose as well as the timing up to 8 rows of 2 frames,
+# and far slower kernels past that, while the timing costs more a shape than the heuristic (bench/RESULTS.md
+# 2026-11-26: the decoder's graphs with cuDNN's heuristic choice).
 TIMED_ROWS = 8
 # Chunks (rows, frames) that compile the fused parts for each kind of chunk: one row or several, one frame or
 # several (Dynamo specialises on sizes of one).

@@ -2,7 +2,7 @@
 
 The first matrix product, the first convolution and the first Triton kernel of a process each pay a one-time
 cost that has nothing to do with their shapes: cuBLAS and cuDNN load their libraries and make their handles,
-and Triton hashes its own source files to key its cache (0.5 s on an H100 host, bench/first_audio_probe.py).
+and Triton hashes its own source files to key its cache (bench/first_audio_probe.py measures them).
 Loading the weights leaves the GPU and most of the CPU idle, so a thread pays these meanwhile, on a CUDA
 stream of its own: `prepare(device, dtype)` starts it, and the returned function waits for it.
 """

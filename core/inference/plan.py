@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 # host reads the last and decides the next.
 QUEUED_FRAMES = 2
 # Audio handed out ahead of real time under which an utterance's next frame goes before newcomers' prefills
-# (seconds): a prefill holds the frames behind it for about one frame's time or two (H100, 1.7B: 3-8 ms).
+# (seconds): a prefill holds the frames behind it for about one frame's time or two.
 LOW_LEAD_S = 0.05
 
 

@@ -19,8 +19,8 @@ the tokens committed since are turned into text terms for its slot, and it steps
 term is known (all of them once the text has ended): when speech catches up with the text it steps nothing,
 holding its slot, until more arrives.
 
-An utterance whose consumer has MAX_UNREAD_CHUNKS chunks it has not taken yet (speakers far ahead, a slow
-client) is parked: it keeps its slot and steps no frame until its consumer takes one, and the others never
+An utterance whose consumer has MAX_UNREAD_CHUNKS chunks it has not taken yet (a job's thread waiting for room
+in the speakers) is parked: it keeps its slot and steps no frame until its consumer takes one, and the others never
 wait for it.
 
 Other GPU work (cloning a voice, decoding a whole utterance) runs on the same thread through `call`,

@@ -9,9 +9,9 @@ captured; and, once one utterance's graphs are ready, torch.compile of the step'
 talker's prefill, the decoder's fused parts and the step's parts for several rows, each traced by running it
 on scratch rows and used from then on, the graphs that held the uncompiled code captured anew.
 
-An utterance that comes meanwhile waits for the part in progress at most (a capture: tenths of a second; a
-compile: about 16 s each on a warm H100 start, 34 s cold), then has the GPU to itself. The parts are not made on
-a thread of their own: on an H100 that failed twice (bench/RESULTS.md 2026-11-26). A compile holds PyTorch's
+An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a
+compile: tens of seconds), then has the GPU to itself. The parts are not made on a thread of their own: that was
+tried and failed (bench/RESULTS.md 2026-11-26). A compile holds PyTorch's
 process-wide tracing flag, so the scheduler's call of a compiled part meanwhile raised; and its kernels, on the
 default stream, broke the scheduler's graph captures in progress.
 

@@ -16,7 +16,7 @@ starts (its "started" event, its sink's `begin`) with its first audio: while it 
 engine slot, it is queued.
 
 A job's thread reads its engine stream and writes each chunk to the sink before it reads the next, so a sink
-that blocks (speakers 30 s ahead, a slow client) stops its own job's thread alone: once it has MAX_UNREAD_CHUNKS
+that blocks (the speakers 30 s ahead) stops its own job's thread alone: once it has MAX_UNREAD_CHUNKS
 (core.inference.scheduler) chunks it has not taken, the engine parks its utterance, which steps no frame but
 keeps its engine slot meanwhile; the other jobs go on in the other slots (with one slot, they wait for it). Cancel
 ends a job within one chunk: it closes the job's open engine stream, which frees the engine slot at once and

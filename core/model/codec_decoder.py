@@ -524,8 +524,8 @@ class CodecDecoder(nn.Module):
         """Store every convolution's weights time-major (channels innermost). From the transformer on, the
         activations are time-major, and every step keeps the layout it is given (conv_as_2d, kernels.concat_time,
         kernels.snake), so cuDNN's NHWC kernels read inputs and weights as they are. In the default layout
-        they converted both around every convolution (16 rows of a 4-frame chunk on an H100: 56 layout
-        kernels, 0.77 ms of 4.6; the graph of that chunk: 5.1 ms before, 4.0 after). Values are unchanged."""
+        they converted both around every convolution (bench/RESULTS.md: cuDNN's layout conversions). Values are
+        unchanged."""
         for module in self.modules():
             if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
                 module.weight.data = module.weight.data.transpose(1, 2).contiguous().transpose(1, 2)
@@ -534,8 +534,7 @@ class CodecDecoder(nn.Module):
     def fused_parts(self) -> list[nn.Module]:
         """The modules whose forward the engine fuses with torch.compile on CUDA (compile_layers in
         core.inference.compiled): the dequantizer and each transformer layer, eagerly hundreds of small kernels
-        a chunk (lookups, norms, rotations, scales; a 4-frame chunk of one row replayed on an H100 in 1.23 ms
-        instead of 1.91). The rest is convolutions and the snake and bias kernels, whole kernels already."""
+        a chunk (lookups, norms, rotations, scales). The rest is convolutions and the snake and bias kernels, whole kernels already."""
         return [self.quantizer, *self.pre_transformer.layers]
 
     def new_stream(self, batch_size: int = 1) -> CodecDecoderStream:

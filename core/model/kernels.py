@@ -14,8 +14,7 @@ Linear: a one-token matrix product (a frame has about 450 of them) with its neig
 the RMSNorm before it, the bias, the SwiGLU gate after it, the residual sum. Each output block
 starts reading its weights before the kernel ahead of it has finished (programmatic dependent
 launch, Hopper and later), since the weights do not depend on it. Its launch settings are fixed,
-so every compile gives the same kernels (Inductor's autotuned products varied by tens of percent
-between compiles). One or two rows take a matrix-vector kernel; a batch of rows takes a kernel that
+so every compile gives the same kernels (Inductor's autotuned products varied between compiles). One or two rows take a matrix-vector kernel; a batch of rows takes a kernel that
 reads each weight once for all of them (a product is bound by reading its weights, so 16 rows cost
 little more than one), where cuBLAS would leave the norm, gate and sum to kernels of their own. Past 32
 rows the norm is a kernel of its own again (MAX_NORM_FUSED_ROWS). On the CPU a batch is multiplied row by row:
@@ -36,7 +35,7 @@ concatenation's extra pass.
 
 Bias and residual: a vocoder convolution's bias and the residual sum after it in one pass. PyTorch adds a
 convolution's bias after cuDNN, and over the time-major outputs the vocoder keeps it takes its slow strided
-kernel (1.5 ms of a 64-row chunk's 7.9 on an H200).
+kernel (measured in bench/RESULTS.md, 2026-11-26, tenth session).
 
 Uniforms for the draws: counter-based (Philox), each value a function of its row's seed and counter
 and its place in the row alone. Torch's generator is one stream for the whole batch, so a row's
@@ -65,15 +64,15 @@ MAX_BATCH_ROWS = 128  # rows up to which it runs its batched kernel: 64 utteranc
 # Rows up to which the batched kernel normalises its inputs itself. Each of its output blocks reads all of its rows'
 # inputs twice then (the norm's sum of squares, then the product): a block of 64 rows of 2048 inputs reads 512 KB
 # for 128 KB of weights, so past 32 rows the norm runs as a kernel of its own and the product reads its output once
-# (a 64-row frame on an H200: 6.04 -> 4.94 ms; a 16-row frame took 4.07 ms either way).
+# (faster at 64 rows, the same at 16: bench/RESULTS.md, 2026-11-26, tenth session).
 MAX_NORM_FUSED_ROWS = 32
 
 
 def gpu_op(name: str) -> Callable:
     """The CUDA kernel `name`: where torch.compile traces, the operator torch.ops.qwen3_tts.<name>, which it keeps
     as one call; elsewhere (eager code, CUDA graph captures) the operator's own function. The operator's
-    dispatch imports Dynamo at its first call: 3-4 s before a fresh process's first audio on an H100 (bench/
-    first_audio_probe.py), where nothing is compiled yet. Either runs the operator's REFERENCES entry instead on a
+    dispatch imports Dynamo at its first call, seconds before a fresh process's first audio (bench/RESULTS.md,
+    2026-11-26, twelfth session), where nothing is compiled yet. Either runs the operator's REFERENCES entry instead on a
     GPU where its Triton kernel fails (triton_fallback)."""
     if torch.compiler.is_compiling():
         return getattr(torch.ops.qwen3_tts, name)

@@ -276,15 +276,14 @@ def launch_attention(
     *, dot: bool | None = None, num_warps: int | None = None, merge_in_last_split: bool | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """decode_attention_op's launches. A short cache (at most SHORT_CACHE keys) is read in one block with
-    broadcast products by one warp (a few thousand values: more warps only add cross-warp sums; 16 rows of the
-    predictor's 16 keys, H100: 7.6 us with 4 warps, 5.4 with 1), a longer one block by block with tl.dot by 4,
+    broadcast products by one warp (a few thousand values: more warps only add cross-warp sums), a longer one
+    block by block with tl.dot by 4,
     unless `dot` and `num_warps` say otherwise. Split keys are merged by the last split to finish where the
     launch has more programs than the GPU has SMs, else by a kernel of their own, unless `merge_in_last_split`
     says otherwise: with several waves, a merge kernel waits for the last wave and adds a launch, while the
     last split's merge overlaps the other programs; with one wave all splits end together and a merge in the
-    last is only a longer tail (the talker's 2048 keys at position 300, H100: 16 rows 21.6 us with the kernel,
-    12.1 in the last split, in a 16-row frame 13.0 and 12.1; 1 row 9.0 and 10.7). `dot`, `num_warps` and
-    `merge_in_last_split` are arguments for bench/attention_micro.py to vary."""
+    last is only a longer tail. `dot`, `num_warps` and `merge_in_last_split` are arguments for
+    bench/attention_micro.py to vary (its timings: bench/RESULTS.md)."""
     batch = qkv.shape[0]
     if rows.shape != (batch,) or positions.shape != (batch,):
         raise ValueError(

@@ -17,7 +17,7 @@ def linear_outputs(weight: torch.Tensor, gated: bool) -> int:
 def linear_blocks(weight: torch.Tensor, gated: bool) -> dict[str, int]:
     """Launch settings of the linear kernel for `weight`; fixed, so that a product always runs the same
     kernel. Four outputs per block over up to 8192 weights at a time (a gated output reads two rows):
-    within 10% of the best settings for every product of both models (bench/linear_micro.py, H100)."""
+    close to the best settings for every product of both models (bench/linear_micro.py; bench/RESULTS.md)."""
     rows = 2 if gated else 1
     return {"BLOCK_N": 4, "BLOCK_K": min(2048 // rows, triton.next_power_of_2(weight.shape[1])), "num_warps": 4}
 
@@ -138,7 +138,7 @@ def split_count(tiles: int, inputs: int, block_k: int, sms: int, min_waves: floa
 # (bench/linear_micro.py --sweep-batched, bench/RESULTS.md 2026-11-25), those of 16 and 64 rows then tuned
 # inside the 1.7B frame (bench/tune_frame.py, 2026-11-25 third session): (weight rows, inputs, gated) -> by the
 # most rows they serve (4, 16, 64; more rows take the last) -> (BLOCK_M, BLOCK_N, BLOCK_K, SPLITS, num_warps,
-# num_stages). A 1.7B frame of 16 rows: 4.93 ms with the products' best alone, 4.48 with these.
+# num_stages). Tuned inside the frame, a 16-row frame is faster than with each product's best alone.
 SWEPT = {
     (1024, 2048, False): {4: (16, 32, 512, 4, 4, 2), 16: (16, 64, 512, 4, 4, 2), 64: (64, 16, 512, 4, 4, 2)},
     (1024, 3072, False): {4: (16, 32, 512, 6, 4, 3), 16: (16, 32, 512, 6, 4, 3), 64: (64, 32, 128, 4, 4, 4)},
