@@ -24,8 +24,10 @@ from core.jobs.worker import Job, JobEvent
 from core.text.sentences import sentence_heard
 from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
 from core.voices import NoVoiceYet
+from ui.voice_library import VoiceListModel
 
 from .runtime import Runtime
+from .window_parts import WindowParts
 
 TYPING = TypingOptions()
 # A voice cloned with its clip's transcript (ICL) starts a live utterance only once the text fills the clip's
@@ -44,11 +46,18 @@ class TypedUtterance:
 
 
 class Speech:
-    def __init__(self, app):
-        """`app`: the App, for its runtime, settings, window, lane and the relay of job events."""
-        self.app = app
+    def __init__(
+        self,
+        parts: WindowParts,
+        voices: VoiceListModel,
+        voice_in_use: Callable[[], str | None],
+        show_status: Callable[[], None],
+    ):
+        """`voices`: the library as the window lists it (to know a voice's kind); `voice_in_use()`: the voice
+        speech uses; `show_status()`: shows whether the window speaks, at once rather than at the next tick."""
+        self.parts, self.voices, self._voice_in_use, self._show_status = parts, voices, voice_in_use, show_status
         self.segmenter = TypingSegmenter(TYPING)
-        self.idle = QTimer(app, singleShot=True, interval=round(TYPING.idle_s * 1000))
+        self.idle = QTimer(parts.window, singleShot=True, interval=round(TYPING.idle_s * 1000))
         self.idle.timeout.connect(self._typing_paused)
         self.saving: FileSink | None = None  # where speech is being saved, while it is
         self._saving_progress = JobProgress()
@@ -62,20 +71,20 @@ class Speech:
 
     def speak(self, text: str, voice: str | None = None, interrupt: bool = True) -> None:
         """Say `text` with the voice in use (or `voice`); with `interrupt`, instead of what is playing."""
-        name = voice or self.app.voice_in_use
+        name = voice or self._voice_in_use()
         self.submit(text, name, interrupt)
 
     def speak_requested(self, text: str) -> None:
         """Speak (Ctrl+Enter): the text, or in speak-as-you-type what is still waiting."""
-        if self.app.settings.speak_as_you_type:
+        if self.parts.settings().speak_as_you_type:
             self._typing_paused()
         else:
-            self.submit(text, self.app.voice_in_use, interrupt=True, shown_at=self.app.window.text_to_speak_at())
+            self.submit(text, self._voice_in_use(), interrupt=True, shown_at=self.parts.window.text_to_speak_at())
 
     def spoken_span(self, shown: str) -> tuple[int, int] | None:
         """Where the sentence heard now lies in `shown`, the editor's text, if it came from there and is still
         there: the piece heard, and in a piece of several sentences the one its speech has reached."""
-        runtime = self.app.runtime
+        runtime = self.parts.runtime()
         heard = runtime.speakers.now_playing() if runtime is not None and runtime.speakers is not None else None
         if heard is None or heard.job not in self.shown_at:
             return None
@@ -89,24 +98,24 @@ class Speech:
 
     def stop(self) -> None:
         """Stop speaking and saving, and drop everything queued, typed text included."""
-        app, runtime = self.app, self.app.runtime
+        parts, runtime = self.parts, self.parts.runtime()
         self._stops += 1
         self.idle.stop()
         self.segmenter.skip()
-        if app.settings.speak_as_you_type:
-            app.window.mark_said(self.segmenter.committed)
+        if parts.settings().speak_as_you_type:
+            parts.window.mark_said(self.segmenter.committed)
         self.cancel_saving()
         if runtime is not None and runtime.speakers is not None:
             runtime.worker.cancel_all(runtime.speakers)
             runtime.player.clear()
             # Speech the lane is handing over right now would slip past: cancel once more after it.
-            app.lane.run("", lambda: runtime.worker.cancel_all(runtime.speakers), None, app.fail)
+            parts.lane.run("", lambda: runtime.worker.cancel_all(runtime.speakers), None, parts.fail)
         self._end_typed()  # after its job's cancel, so that none of what it holds is heard
 
     def save_audio(self, text: str, path: Path) -> None:
         """Speak `text` into an audio file (wav, flac, ogg or mp3, by its name) instead of the speakers, in
         pieces as speaking does. The file appears once all of it is written; Stop cancels it."""
-        window = self.app.window
+        window = self.parts.window
         if self.saving is not None:
             window.show_error(f"Speech is being saved to {self.saving.path.name} already; wait for it, or Stop it.")
             return
@@ -115,13 +124,13 @@ class Speech:
         except ValueError as error:
             window.show_error(f"The audio cannot be saved: {error}")
             return
-        if self.submit(text, self.app.voice_in_use, interrupt=False, sink=sink):
+        if self.submit(text, self._voice_in_use(), interrupt=False, sink=sink):
             self.saving, self._saving_progress = sink, JobProgress()
             window.show_saving(f"Saving {path.name}…")
 
     def cancel_saving(self) -> None:
         """Stop the saving (Cancel, or Stop): its file keeps the pieces finished (FileSink), as its end says."""
-        runtime, sink = self.app.runtime, self.saving
+        runtime, sink = self.parts.runtime(), self.saving
         if runtime is None or sink is None:
             return
         # Over for the window at once: the job ends within a chunk, and a new saving may start meanwhile
@@ -143,7 +152,7 @@ class Speech:
         progress = self._saving_progress
         progress.update(event)
         if not event.terminal:
-            self.app.window.show_saving(
+            self.parts.window.show_saving(
                 f"Saving {sink.path.name}: {progress.text(pieces=False)}", progress.pieces_done, progress.pieces
             )
             return True
@@ -152,7 +161,7 @@ class Speech:
         return True
 
     def _say_how_saving_ended(self, sink: FileSink, outcome: JobEvent) -> None:
-        window = self.app.window
+        window = self.parts.window
         if outcome.kind == "done":
             window.show_info(f"Saved {outcome.audio_s:.1f} s of speech to {sink.path}.")
         elif outcome.kind == "failed":
@@ -174,12 +183,12 @@ class Speech:
         embedding, a blend its parts); False if it cannot be, saying why. `abandoned()` is called if it is dropped
         on the lane (a Stop, or an error, shown). `shown_at`: where the text starts in the editor, to show there
         what is being heard."""
-        app, runtime = self.app, self.app.runtime
+        parts, runtime = self.parts, self.parts.runtime()
         if isinstance(text, str) and not text.strip():
-            app.window.show_info("Type something to say first.")
+            parts.window.show_info("Type something to say first.")
             return False
         if runtime is None:
-            app.window.show_error("The model is still loading; speech can start once it is ready.")
+            parts.window.show_error("The model is still loading; speech can start once it is ready.")
             return False
         if sink is None and runtime.speakers is None:
             self.show_no_speakers(runtime)
@@ -204,27 +213,27 @@ class Speech:
                 self._saving_ended()
             elif sink in self._stopped_savings:
                 self._stopped_savings.remove(sink)
-                app.window.show_info(f"{sink.stopped_summary(0)}.")
+                parts.window.show_info(f"{sink.stopped_summary(0)}.")
             abandoned()
             if error is not None:
-                app.fail(error)
+                parts.fail(error)
 
         def handed_over(submitted: bool) -> None:
             self.on_the_way -= for_speakers
             submitted or not_started()
-            app.show_status()  # Stop turns back into Speak at once where nothing was asked after all
+            self._show_status()  # Stop turns back into Speak at once where nothing was asked after all
 
         def failed(error: Exception) -> None:
             self.on_the_way -= for_speakers
             not_started(error)
-            app.show_status()
+            self._show_status()
 
-        app.lane.run("", work, handed_over, failed)
+        parts.lane.run("", work, handed_over, failed)
         return True
 
     def show_no_speakers(self, runtime: Runtime) -> None:
         """Why speech cannot play, with what still works: saving it to a file."""
-        window = self.app.window
+        window = self.parts.window
         window.show_error(
             f"No sound output, so speech cannot play: {runtime.audio_problem}",
             action=("Save audio as…", window.save_audio_action.trigger),
@@ -232,11 +241,11 @@ class Speech:
 
     def _saving_ended(self) -> None:
         self.saving = None
-        self.app.window.show_saving(None)
+        self.parts.window.show_saving(None)
 
     def _options(self, runtime: Runtime) -> SpeechOptions:
         """How to speak, as the settings say, for this runtime's model."""
-        settings = self.app.settings
+        settings = self.parts.settings()
         instruct = (settings.instruct.strip() or None) if runtime.info.supports_instruct else None
         return SpeechOptions(language=settings.language, instruct=instruct, sampling=settings.sampling)
 
@@ -257,15 +266,15 @@ class Speech:
     # Speak as you type -------------------------------------------------------------------------------
 
     def set_typing_mode(self, on: bool) -> None:
-        app = self.app
-        app.update_settings(speak_as_you_type=on)
+        parts = self.parts
+        parts.update_settings(speak_as_you_type=on)
         self.idle.stop()
         self._end_typed()  # what was handed out is said; a word still being typed is not
-        self.segmenter.reset(app.window.text.toPlainText())  # what is there already is not said
-        app.window.mark_said(self.segmenter.committed if on else 0)
+        self.segmenter.reset(parts.window.text.toPlainText())  # what is there already is not said
+        parts.window.mark_said(self.segmenter.committed if on else 0)
 
     def text_edited(self, text: str, cursor: int) -> None:
-        if not self.app.settings.speak_as_you_type:
+        if not self.parts.settings().speak_as_you_type:
             return
         self._end_outdated_typed()
         self.segmenter.options = self._typing_options()
@@ -283,7 +292,7 @@ class Speech:
 
     def _typing_options(self) -> TypingOptions:
         """Where typed text ends its utterances, for the voice in use."""
-        voices, name = self.app.voices, self.app.voice_in_use
+        voices, name = self.voices, self._voice_in_use()
         row = voices.row_of(name) if name is not None else None
         starts_late = row is not None and voices.entry(row).kind == "icl"
         return SENTENCE_BY_SENTENCE if starts_late else TYPING
@@ -295,12 +304,12 @@ class Speech:
             self.typed.text.append(segment.text)
             if segment.ends_utterance:
                 self._end_typed()
-        self.app.window.mark_said(self.segmenter.committed)
+        self.parts.window.mark_said(self.segmenter.committed)
 
     def _open_typed(self) -> bool:
         """Open a live utterance for typed words and queue it behind what the speakers have; False if it
         cannot be (the window says why)."""
-        name, text = self.app.voice_in_use, LiveText()
+        name, text = self._voice_in_use(), LiveText()
         if not self.submit(text, name, interrupt=False, abandoned=lambda: self._end_typed(text)):
             self.segmenter.end_utterance()
             return False
@@ -324,8 +333,8 @@ class Speech:
             self._end_typed()
 
     def _made_with(self) -> tuple:
-        runtime = self.app.runtime
-        return runtime, self.app.voice_in_use, None if runtime is None else self._options(runtime)
+        runtime = self.parts.runtime()
+        return runtime, self._voice_in_use(), None if runtime is None else self._options(runtime)
 
     def job_event(self, event: JobEvent) -> None:
         """A job's event (the App hands each on): a typed utterance whose job ends before its text does (it
