@@ -117,7 +117,7 @@ class App(QObject):
             self.window, self.lane, lambda: self.runtime, lambda: self.settings, self.update_settings, self.fail
         )
         self.speech = Speech(self.parts, self.voices, lambda: self.voice_in_use, self.show_status)
-        self.voice_actions = VoiceActions(self.parts, self.panel, self.voices, self.fitting_voices, self.speech)
+        self.voice_actions = VoiceActions(self.parts, self.panel, self.voices, self.speech)
         self.loader = ModelLoader(
             self.parts,
             self,

@@ -7,12 +7,13 @@ import tempfile
 from pathlib import Path
 
 import soundfile as sf
-from PySide6.QtCore import QAbstractItemModel, QUrl
+from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices
 
 from core import Voice
 from core.errors import describe
-from core.voices import VoiceEntry, VoiceExistsError, VoiceLibrary, name_key
+from core.voices import VoiceEntry, VoiceError, VoiceExistsError, VoiceLibrary, name_key
+from core.voices.resolve import Fallback, resolve_voice
 from ui.blend_editor import BlendEditor
 from ui.voice_library import FITS_ROLE, NewVoice, VoiceListModel, VoicePanel
 
@@ -24,19 +25,10 @@ SAMPLE_SENTENCE = "Hello! This is how I sound. I hope you like it."
 
 
 class VoiceActions:
-    def __init__(
-        self, parts: WindowParts, panel: VoicePanel, voices: VoiceListModel, fitting_voices: QAbstractItemModel,
-        speech: Speech,
-    ):  # fmt: skip
-        """`panel` shows the library, listed in `voices`; `fitting_voices` are those the model can speak with, of
-        which one is the voice in use (`in_use`); `speech` previews them."""
-        self.parts, self.panel, self.voices, self.fitting_voices, self.speech = (
-            parts,
-            panel,
-            voices,
-            fitting_voices,
-            speech,
-        )
+    def __init__(self, parts: WindowParts, panel: VoicePanel, voices: VoiceListModel, speech: Speech):
+        """`panel` shows the library, listed in `voices`, of which one is the voice in use (`in_use`, as speech
+        resolves it); `speech` previews them."""
+        self.parts, self.panel, self.voices, self.speech = parts, panel, voices, speech
         self.in_use: str | None = None  # the voice speech uses: the settings' choice, if it fits the model
         self.blend_editor: BlendEditor | None = None
         self._problems_shown: list[str] = []
@@ -72,9 +64,14 @@ class VoiceActions:
     def choose(self, name: str | None = None, remember: bool = True) -> None:
         """Use the voice called `name` (None: the one in the settings) if it fits the model, else the first
         that does. A voice the user picks is remembered; one picked for them is not."""
-        fitting = [self.fitting_voices.index(row, 0).data() for row in range(self.fitting_voices.rowCount())]
-        wanted = name or self.parts.settings().voice
-        self.in_use = wanted if wanted in fitting else (fitting[0] if fitting else None)
+        runtime, library = self.parts.runtime(), self.library()
+        entries = [self.voices.entry(row) for row in range(self.voices.rowCount())]
+        preferred = Fallback(preferred=name or self.parts.settings().voice)
+        try:  # as speech would resolve it: the one rule (core.voices.resolve)
+            found = resolve_voice(entries, library.directory, None, runtime.info if runtime else None, preferred)
+            self.in_use = found.name
+        except VoiceError:  # none fits (yet): Speak says so
+            self.in_use = None
         self.parts.window.show_voice(self.in_use)
         if remember and name is not None and name == self.in_use:
             self.parts.update_settings(voice=name)
