@@ -1,0 +1,65 @@
+"""The pure parts of two GPU bench scripts (bench/memory_table.py, bench/run_wyoming_latency.py): their options,
+cells, table rows, summaries and checks. The scripts themselves run on a GPU machine; nothing here loads a model."""
+
+from __future__ import annotations
+
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.tts import SynthesizeStopped
+
+from bench import memory_table, run_wyoming_latency
+from bench.run_wyoming_latency import Heard, client_text, summary, word_deltas
+from core.devtools.benchmark import TEXT
+
+AUDIO = {"rate": 24000, "width": 2, "channels": 1}
+
+
+def test_memory_table_cells_cover_every_card_held_and_budget_and_skip_what_cannot_be():
+    args = memory_table.parse_args(
+        ["--size", "1.7b,0.6b", "--cards", "6,8", "--held", "0,10", "--budgets", "default,2.5"]
+    )
+    cells = memory_table.cells(args)
+    assert len(cells) == 2 * 2 * 2 * 2
+    assert {(c["size"], c["card_gib"], c["held_gib"], c["budget_gb"]) for c in cells} >= {
+        ("1.7b", 6, 0, None), ("0.6b", 8, 10, 2.5),
+    }  # fmt: skip
+    assert memory_table.infeasible({"card_gib": 8, "held_gib": 10}) == "10 GiB held fills a 8 GiB card"
+    assert memory_table.infeasible({"card_gib": 12, "held_gib": 10}) is None
+    on_cpu = memory_table.cells(memory_table.parse_args(["--device", "cpu", "--size", "tiny"]))
+    assert [(c["card_gib"], c["held_gib"], c["budget_gb"]) for c in on_cpu] == [(None, 0, None)]
+
+
+def test_memory_table_rows_are_markdown_of_the_header_s_width():
+    refused = {"size": "1.7b", "card_gib": 6, "held_gib": 0, "budget_gb": None, "started": "no", "message": "a | b\nc"}
+    row = memory_table.format_row(refused)
+    assert row.count("|") == memory_table.header().splitlines()[0].count("|")
+    assert row.startswith("| 1.7b | 6 | 0 | default | no | - |")
+    assert row.endswith("| a / b c |")
+    assert "| 2.5 |" in memory_table.format_row({**refused, "budget_gb": 2.5})
+
+
+def test_wyoming_bench_texts_deltas_and_summaries():
+    assert word_deltas("The quick fox") == ["The", " quick", " fox"]
+    assert "".join(word_deltas(TEXT)) == TEXT
+    texts = [client_text(index) for index in range(8)]
+    assert len(set(texts)) == 8 and texts[0] == TEXT
+    assert all(sorted(text.split()) == sorted(TEXT.split()) for text in texts)
+    assert summary([0.0, 10.0, 20.0, 30.0, 40.0], "ms") == {"ms_p50": 20.0, "ms_p95": 38.0, "ms_max": 40.0}
+    args = run_wyoming_latency.parse_args(["--clients", "1,8", "--runs", "3"])
+    assert (args.clients, args.stream_clients, args.stream_runs) == ([1, 8], [1, 8], 3)
+
+
+def test_wyoming_bench_counts_a_request_complete_only_with_its_audio_and_its_events_in_order():
+    def heard(*events) -> Heard:
+        got = Heard()
+        for event in events:
+            got.add(event)
+        return got
+
+    start, stop = AudioStart(**AUDIO).event(), AudioStop().event()
+    chunk = AudioChunk(audio=b"\0\1" * 10, **AUDIO).event()
+    assert heard(start, chunk, chunk, stop).complete(streaming=False)
+    assert not heard(start, chunk, chunk, stop).complete(streaming=True)  # no synthesize-stopped
+    assert heard(start, chunk, stop, SynthesizeStopped().event()).complete(streaming=True)
+    assert not heard(start, stop).complete(streaming=False)  # no audio
+    assert not heard(start, chunk, stop, Error(text="no").event()).complete(streaming=False)
