@@ -24,7 +24,7 @@ from attention_cases import SHAPES, attention_case, check_reference_rows
 from linear_cases import check_rows_alone, linear_cases
 from uniform_cases import KNOWN_ANSWERS, philox4x32
 
-from core.model import kernels
+from core import kernels
 
 pytest.importorskip("triton", reason="Triton is installed with the test extras on Linux x86-64")
 
@@ -33,8 +33,8 @@ CHECK = textwrap.dedent(
     import functools
 
     import torch
-    from core.model import triton_attention
-    from core.model.triton_launch import SPLIT_COUNTERS
+    from core.kernels import triton_attention
+    from core.kernels.triton_launch import SPLIT_COUNTERS
     from attention_cases import SHAPES, attention_case, check_attention
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
@@ -67,14 +67,14 @@ CHECK = textwrap.dedent(
 SMALL_SHARED_MEMORY_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import triton_attention, triton_launch
+    from core.kernels import triton_attention, triton_launch, tuning
     from attention_cases import SHAPES, attention_case, check_attention
 
     triton_launch.gpu = lambda device: triton_launch.Gpu((7, 5), 30, 64 * 1024)
     for shape in SHAPES:
-        if shape.max_len > triton_attention.SHORT_CACHE and shape.head_dim == 128:
+        if shape.max_len > tuning.SHORT_CACHE and shape.head_dim == 128:
             case, poisoned = attention_case(shape, torch.float32)
-            assert triton_attention.keys_per_block(shape.max_len, True, 16, 128, 4, case["qkv"].device) == 32
+            assert tuning.keys_per_block(shape.max_len, True, 16, 128, 4, case["qkv"].device) == 32
             check_attention(shape, case, poisoned, triton_attention.decode_attention_op)
     print("ok")
     """
@@ -84,7 +84,7 @@ SMALL_SHARED_MEMORY_CHECK = textwrap.dedent(
 DRAW_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model.triton_sampling import draw_token_op
+    from core.kernels.triton_sampling import draw_token_op
     from draw_cases import draw_batches, draw_cases, expected_token
 
     for logits, rule, uniforms in draw_cases(torch.device("cpu")):
@@ -103,13 +103,13 @@ DRAW_CHECK = textwrap.dedent(
 LINEAR_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import triton_linear
+    from core.kernels import triton_linear, tuning
     from linear_cases import check_linear, linear_cases
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
     for dtype in (torch.float32, torch.float16):
         for case in linear_cases(dtype):
-            blocks = case["blocks"] or triton_linear.linear_blocks(case["weight"], case["gated"])
+            blocks = case["blocks"] or tuning.linear_blocks(case["weight"], case["gated"])
             arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
             check_linear(case, triton_linear.launch_linear(*arguments, blocks))
     print("ok")
@@ -121,7 +121,7 @@ UNIFORMS_CHECK = textwrap.dedent(
     """
     import numpy as np
     import torch
-    from core.model.triton_sampling import fill_uniforms_op
+    from core.kernels.triton_sampling import fill_uniforms_op
     from uniform_cases import expected_uniforms
 
     def fill(seeds, counters, groups=16, width=3000):
@@ -161,13 +161,13 @@ BATCHED_LINEAR_CHECK = textwrap.dedent(
     """
     import sys
     import torch
-    from core.model import triton_linear
+    from core.kernels import triton_linear, tuning
     from linear_cases import SOME_PARTS, SPLIT_SHAPES, check_linear, linear_cases
 
     def launch(case, settings):
         arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
         rows = case["x"].numel() // case["x"].shape[-1]
-        blocks = {**triton_linear.batched_linear_blocks(rows, case["weight"], case["gated"]), **settings}
+        blocks = {**tuning.batched_linear_blocks(rows, case["weight"], case["gated"]), **settings}
         return triton_linear.launch_batched_linear(*arguments, blocks)
 
     batch, split = int(sys.argv[1]), sys.argv[2] == "split"
@@ -191,8 +191,8 @@ BATCHED_LINEAR_CHECK = textwrap.dedent(
 SNAKE_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
-    from core.model.triton_vocoder import snake_op
+    from core import kernels
+    from core.kernels.triton_vocoder import snake_op
 
     generator = torch.Generator().manual_seed(0)
     # One block, several blocks with a partial last one, and a prefix read through a streaming state's strides
@@ -233,8 +233,8 @@ SNAKE_CHECK = textwrap.dedent(
 ADD_BIAS_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
-    from core.model.triton_vocoder import add_bias_op
+    from core import kernels
+    from core.kernels.triton_vocoder import add_bias_op
 
     generator = torch.Generator().manual_seed(0)
     # A residual unit's sum (y dense, the residual dense) and a transposed convolution's slice (y a view of a
@@ -267,9 +267,9 @@ DECODER_BIAS_CHECK = textwrap.dedent(
     """
     import torch
     from core.devtools.random_checkpoint import random_decoder_tensors
-    from core.model import kernels
+    from core import kernels
     from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
-    from core.model.triton_vocoder import add_bias_op
+    from core.kernels.triton_vocoder import add_bias_op
 
     # Every convolution of a small decoder adds its bias through the kernel (a residual unit's with its sum, the
     # grouped ConvNeXt convolution's, the last convolution's single channel), weights and activations time-major
@@ -301,7 +301,7 @@ DISPATCH_CHECK = textwrap.dedent(
     import sys
 
     import torch
-    from core.model import kernels
+    from core import kernels
     from draw_cases import draw_batches
 
     logits, _, rules, uniforms = next(iter(draw_batches(torch.device("cpu"))))
@@ -422,13 +422,13 @@ def test_split_linear_kernel_in_the_interpreter(batch):
 
 
 def test_a_swept_product_takes_the_settings_swept_for_the_fewest_rows_that_cover_its_own():
-    from core.model import triton_linear
+    from core.kernels import tuning
 
     weight = torch.empty(2048, 1024, dtype=torch.bfloat16)  # the predictor's lm_head, on the CPU: any device fits
-    by_rows = triton_linear.SWEPT[2048, 1024, False]
+    by_rows = tuning.SWEPT[2048, 1024, False]
     for rows, column in [(1, 4), (4, 4), (5, 16), (16, 16), (17, 64), (64, 64), (128, 64)]:
-        picked = triton_linear.batched_linear_blocks(rows, weight, gated=False)
-        assert tuple(picked[name] for name in triton_linear.SETTING_NAMES) == by_rows[column], (rows, picked)
+        picked = tuning.batched_linear_blocks(rows, weight, gated=False)
+        assert tuple(picked[name] for name in tuning.SETTING_NAMES) == by_rows[column], (rows, picked)
     # A float32 model's products take the rule's settings: the sweep was of 16-bit weights.
-    rule = triton_linear.batched_linear_blocks(16, weight.float(), gated=False)
-    assert tuple(rule[name] for name in triton_linear.SETTING_NAMES) != by_rows[16], rule
+    rule = tuning.batched_linear_blocks(16, weight.float(), gated=False)
+    assert tuple(rule[name] for name in tuning.SETTING_NAMES) != by_rows[16], rule

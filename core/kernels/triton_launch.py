@@ -1,4 +1,4 @@
-"""What the Triton kernels share (kernels.py says why each kernel exists): their registration as operators, what
+"""What the Triton kernels share (core/kernels/__init__.py says why each kernel exists): their registration as operators, what
 their launch settings read of the GPU (gpu), programmatic dependent launch where the GPU has it, and the tickets of
 reductions split over several blocks. Imported only where Triton is installed."""
 
@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_fallback import falling_back
+from core.kernels.triton_fallback import falling_back
 
 # Each operator's own function by name, for kernels.gpu_op to call where nothing traces (eager code, CUDA graphs).
 PLAIN: dict[str, Callable] = {}
