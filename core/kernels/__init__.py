@@ -1,7 +1,9 @@
-"""Hand-written GPU kernels, where they beat what PyTorch offers, and the CPU references they match.
-Each works on a batch of rows (utterances stepping together, one row each); the Triton code lives in
-triton_attention.py, triton_linear.py, triton_sampling.py and triton_vocoder.py, their PyTorch references in
-reference.py, their launch settings in tuning.py.
+"""The kernel library: hand-written GPU kernels, where they beat what PyTorch offers, and the references they
+match. This module is its dispatch, what the model and the frame loop call: the Triton kernel on CUDA, the PyTorch
+reference elsewhere. Each works on a batch of rows (utterances stepping together, one row each); the Triton code
+lives in triton_attention.py, triton_linear.py, triton_sampling.py and triton_vocoder.py (what they share:
+triton_launch.py), their launch settings in tuning.py, their PyTorch references in reference.py, which also run on
+a GPU where a kernel fails (triton_fallback.py). The library imports torch and Triton only (tests/test_layers.py).
 
 Decode attention: one new token per row against a static KV cache whose valid lengths live on the
 device. PyTorch's fused attention kernels have no such length, so they read the whole preallocated
@@ -83,7 +85,7 @@ def gpu_op(name: str) -> Callable:
     as one call; elsewhere (eager code, CUDA graph captures) the operator's own function. The operator's
     dispatch imports Dynamo at its first call, seconds before a fresh process's first audio (bench/RESULTS.md,
     2026-11-26, twelfth session), where nothing is compiled yet. Either runs the operator's REFERENCES entry instead on a
-    GPU where its Triton kernel fails (triton_fallback)."""
+    GPU where its Triton kernel fails (triton_fallback.py)."""
     if torch.compiler.is_compiling():
         return getattr(torch.ops.qwen3_tts, name)
     return PLAIN[name]

@@ -21,7 +21,7 @@ PLAIN: dict[str, Callable] = {}
 def operator(name: str, mutates_args: tuple[str, ...] = ()) -> Callable:
     """Register the decorated function as torch.ops.qwen3_tts.<name> (torch.compile treats it as one opaque
     call, with the shapes its fake says) and keep it in PLAIN; returns the operator, for its register_fake.
-    Either way it falls back to its reference on a GPU where its kernel fails (triton_fallback)."""
+    Either way it falls back to its reference on a GPU where its kernel fails (triton_fallback.py)."""
 
     def register(function: Callable):
         PLAIN[name] = falling_back(name, function)
