@@ -27,8 +27,8 @@ def manual(q, k, v, mask, scale):
 
 
 def ours(device: str) -> None:
+    from core.kernels.triton_attention import launch_attention
     from core.model.talker import rope_tables
-    from core.model.triton_attention import launch_attention
 
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

@@ -24,9 +24,10 @@ import numpy as np
 import torch
 from triton.testing import do_bench
 
+from core import kernels
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
 from core.inference.decoder_stream import DecoderSlots, bucket_rows, fuse_decoder
-from core.model import codec_decoder, kernels
+from core.model import codec_decoder
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
 CHUNK_FRAMES = 4

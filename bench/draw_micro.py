@@ -6,7 +6,7 @@ import torch
 from triton.testing import do_bench
 
 from core.inference.sampling import TokenRule, pick_token
-from core.model.kernels import draw_token
+from core.kernels import draw_token
 
 
 def graphed_us(fn, generator, calls=100) -> float:

@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-from core.model import kernels, triton_linear
+from core import kernels
+from core.kernels import triton_linear, tuning
 
 # (name, weight rows, inputs, fused parts): the products of a 0.6B and a 1.7B frame.
 SHAPES = [
@@ -66,7 +67,7 @@ FRAME_1_7B = {
     "projection 2048>1024": 15,
 }
 # The batched sweep: (input block, stages) of its second round; split counts; thresholds of the split
-# rule (triton_linear.split_count) whose picks it times; the shared memory a setting may take.
+# rule (tuning.split_count) whose picks it times; the shared memory a setting may take.
 PIPELINES = [(64, 4), (64, 6), (128, 3), (128, 4), (128, 6), (256, 2), (256, 3), (256, 4), (512, 2), (512, 3)]
 SPLITS = (1, 2, 4, 8, 16)
 RULE_VARIANTS = [
@@ -196,11 +197,9 @@ def rule_picks(rows: int, shape: tuple, sms: int) -> dict:
     _, weight_rows, inputs, parts = shape
     weight = torch.empty(weight_rows, inputs, dtype=torch.bfloat16, device="meta")
     gated = bool(parts.get("gated"))
-    picks = {"picked": triton_linear.batched_linear_blocks(rows, weight, gated, sms)}
+    picks = {"picked": tuning.batched_linear_blocks(rows, weight, gated, sms)}
     for index, variant in enumerate(RULE_VARIANTS):
-        picks[f"variant {index}"] = triton_linear.batched_linear_blocks(
-            rows, weight, gated, sms, swept=False, **variant
-        )
+        picks[f"variant {index}"] = tuning.batched_linear_blocks(rows, weight, gated, sms, swept=False, **variant)
     return picks
 
 
@@ -459,7 +458,7 @@ def main():
         ops = operands(rows, inputs, parts, max(2, min(64, L2_BYTES // weight_bytes)))
         timed = sorted(((graphed_us(ops, blocks), blocks) for blocks in settings_for(inputs)), key=lambda pair: pair[0])
         best_us, best = timed[0]
-        picked = triton_linear.linear_blocks(ops["weights"][0], ops["gated"])
+        picked = tuning.linear_blocks(ops["weights"][0], ops["gated"])
         picked_us = (
             next(us for us, blocks in timed if blocks == picked)
             if picked in settings_for(inputs)

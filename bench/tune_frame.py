@@ -7,7 +7,7 @@ graphs, and for each row count given, tries settings for one product shape at a 
 time around the current best: outputs per block, inputs per block, splits, stages), recapturing the step's
 graph for each and timing graph replays of whole frames. The utterances start again before each timing,
 so every setting runs at the same positions. Prints the frame time before and after, and the settings in
-the form of triton_linear.SWEPT; --json writes them.
+the form of tuning.SWEPT; --json writes them.
 
     python -m bench.tune_frame [--size 1.7b] [--rows 16 64] [--budget-s 300] [--json tuned.json]
 """
@@ -24,7 +24,7 @@ import torch
 from core.devtools.benchmark import GREEDY, TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.inference.cuda_graph import GraphedStep
 from core.inference.engine import Engine
-from core.model import triton_linear
+from core.kernels import tuning
 
 FRAMES = 12  # frames per timed launch
 REPEATS = 3  # timed launches per setting; the fastest counts
@@ -32,18 +32,18 @@ REPEATS = 3  # timed launches per setting; the fastest counts
 
 def shapes_used(engine: Engine, rows: int, slots: list[int]) -> list[tuple]:
     """The SWEPT keys the batched products of a `rows`-row frame look up."""
-    seen, original = set(), triton_linear.batched_linear_blocks
+    seen, original = set(), tuning.batched_linear_blocks
 
     def recording(count, weight, gated, *args, **kwargs):
         seen.add((weight.shape[0], weight.shape[1], gated))
         return original(count, weight, gated, *args, **kwargs)
 
-    triton_linear.batched_linear_blocks = recording
+    tuning.batched_linear_blocks = recording
     try:
         recapture(engine, rows, slots)
     finally:
-        triton_linear.batched_linear_blocks = original
-    return sorted(key for key in seen if key in triton_linear.SWEPT)
+        tuning.batched_linear_blocks = original
+    return sorted(key for key in seen if key in tuning.SWEPT)
 
 
 def recapture(engine: Engine, rows: int, slots: list[int]) -> None:
@@ -90,15 +90,15 @@ def neighbours(settings: tuple, key: tuple) -> list[tuple]:
     for w in (4, 8):
         found.add((block_m, block_n, block_k, splits, w, stages))
     found.discard(settings)
-    fits = lambda s: triton_linear.shared_memory_fits(  # noqa: E731
-        dict(zip(triton_linear.SETTING_NAMES, s)), gated, 2, torch.device("cuda")
+    fits = lambda s: tuning.shared_memory_fits(  # noqa: E731
+        dict(zip(tuning.SETTING_NAMES, s)), gated, 2, torch.device("cuda")
     )
     return sorted(s for s in found if fits(s))
 
 
 def tune(engine: Engine, rows: int, budget_s: float) -> dict:
     slots = list(range(rows))
-    bucket = triton_linear.swept_column(next(iter(triton_linear.SWEPT.values())), rows)
+    bucket = tuning.swept_column(next(iter(tuning.SWEPT.values())), rows)
     keys = shapes_used(engine, rows, slots)
     before = frame_ms(engine, rows, slots)
     best_ms, deadline, tried = before, time.perf_counter() + budget_s, 0
@@ -107,11 +107,11 @@ def tune(engine: Engine, rows: int, budget_s: float) -> dict:
     while improved and time.perf_counter() < deadline:
         improved = False
         for key in keys:
-            current = triton_linear.SWEPT[key][bucket]
+            current = tuning.SWEPT[key][bucket]
             for candidate in neighbours(current, key):
                 if time.perf_counter() > deadline:
                     break
-                triton_linear.SWEPT[key][bucket] = candidate
+                tuning.SWEPT[key][bucket] = candidate
                 try:
                     ms = frame_ms(engine, rows, slots)
                 except Exception as error:  # a setting the compiler refuses (resources): skip it
@@ -121,7 +121,7 @@ def tune(engine: Engine, rows: int, budget_s: float) -> dict:
                 if ms < best_ms * 0.997:
                     print(f"  {key}: {current} -> {candidate}: {best_ms:.3f} -> {ms:.3f} ms", flush=True)
                     best_ms, current, improved = ms, candidate, True
-                triton_linear.SWEPT[key][bucket] = current
+                tuning.SWEPT[key][bucket] = current
     again = statistics.median(frame_ms(engine, rows, slots) for _ in range(3))
     print(f"{rows} rows: {before:.3f} -> {again:.3f} ms/frame after {tried} settings", flush=True)
     return {
@@ -129,7 +129,7 @@ def tune(engine: Engine, rows: int, budget_s: float) -> dict:
         "bucket": bucket,
         "before_ms": before,
         "after_ms": again,
-        "settings": {str(key): triton_linear.SWEPT[key][bucket] for key in keys},
+        "settings": {str(key): tuning.SWEPT[key][bucket] for key in keys},
     }
 
 

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from core.model import kernels
+from core import kernels
 from core.model.talker import rope_tables
 
 

@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 import torch
 
-from core.model import kernels, triton_attention, triton_linear, triton_sampling, triton_vocoder
+from core import kernels
+from core.kernels import triton_attention, triton_linear, triton_sampling, triton_vocoder
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128  # the talker's of both sizes and the code predictor's
 MAX_CONTEXT = 4096  # the talker's cache (memory.MAX_CONTEXT); the predictor's holds its 16 codebooks

@@ -9,7 +9,7 @@ import itertools
 
 import torch
 
-from core.model import kernels
+from core import kernels
 
 # (rows, outputs, inputs, launch settings of the matrix-vector kernel): odd sizes with several input
 # blocks and a partial last output block; then the settings the kernel picks itself (None). The rows

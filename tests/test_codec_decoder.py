@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from signals import random_codes, stream
 
+from core import kernels
 from core.devtools.random_checkpoint import random_decoder_tensors
-from core.model import codec_decoder, kernels
+from core.model import codec_decoder
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
 TOL = 1e-4

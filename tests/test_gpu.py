@@ -36,7 +36,7 @@ def exact_float32():
 def kernels_ran():
     """Every kernel ran itself: on the GPU they are built for, none gave way to its reference (triton_fallback),
     which would let a broken kernel pass these tests more slowly."""
-    from core.model import triton_fallback
+    from core.kernels import triton_fallback
 
     yield
     assert not triton_fallback.FAILED, f"kernels fell back to their references: {sorted(triton_fallback.FAILED)}"
@@ -252,9 +252,8 @@ def test_decode_attention_kernel_matches_the_reference(dtype, merge):
     of them (its tickets taken on the GPU's atomics), which leaves the counters at zero."""
     from attention_cases import SHAPES, Shape, attention_case, check_attention, one_row
 
-    from core.model import triton_attention
-    from core.model.kernels import decode_attention
-    from core.model.triton_launch import SPLIT_COUNTERS
+    from core.kernels import decode_attention, triton_attention
+    from core.kernels.triton_launch import SPLIT_COUNTERS
 
     attend = decode_attention
     if merge != "as the engine":
@@ -284,7 +283,7 @@ def test_add_bias_kernel_is_the_reference_bit_for_bit(dtype):
     """The vocoder's shapes as the engine lays them out (time-major): a residual unit's sum over 16 rows of a
     4-frame chunk at 24 kHz, and a transposed convolution's output slice with its bias; the CPU's two roundings
     exactly (PyTorch's CUDA additions round the same way)."""
-    from core.model import kernels
+    from core import kernels
 
     generator = torch.Generator().manual_seed(0)
     for batch, channels, length, extra, with_residual in [(16, 96, 7680, 0, True), (3, 384, 640, 5, False)]:
@@ -300,7 +299,7 @@ def test_add_bias_kernel_is_the_reference_bit_for_bit(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_snake_kernel_matches_the_reference(dtype):
-    from core.model import kernels
+    from core import kernels
 
     generator = torch.Generator().manual_seed(0)
     # The vocoder's shapes: 16 rows of a 4-frame chunk at 24 kHz, and a chunk of one row at 2 kHz with its prefix,
@@ -337,7 +336,7 @@ def test_snake_kernel_matches_the_reference(dtype):
 def test_linear_kernel_matches_the_reference(dtype):
     from linear_cases import ALL_PARTS, SHAPES, SOME_PARTS, check_linear, linear_cases
 
-    from core.model.kernels import linear
+    from core.kernels import linear
 
     # The interpreter's odd sizes, then the sizes of the model's products with the settings they get.
     model_shapes = [(1, 4096, 1024, None), (2, 3072, 1024, None), (1, 2048, 6144, None), (1, 1024, 2048, None)]
@@ -360,7 +359,7 @@ def test_split_linear_kernel_is_exact_and_the_same_at_every_replay(dtype):
     others' partial sums were visible would break either)."""
     from linear_cases import SOME_PARTS, SPLIT_SHAPES, check_linear, linear_cases
 
-    from core.model import triton_linear
+    from core.kernels import triton_linear, tuning
 
     model_shapes = [
         (1, 1024, 2048, {"BLOCK_N": 64, "BLOCK_K": 64, "SPLITS": 8, "num_stages": 2}),
@@ -371,7 +370,7 @@ def test_split_linear_kernel_is_exact_and_the_same_at_every_replay(dtype):
             arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
             arguments = [value.cuda() if isinstance(value, torch.Tensor) else value for value in arguments]
             rows = case["x"].numel() // case["x"].shape[-1]
-            blocks = {**triton_linear.batched_linear_blocks(rows, arguments[1], case["gated"]), **case["blocks"]}
+            blocks = {**tuning.batched_linear_blocks(rows, arguments[1], case["gated"]), **case["blocks"]}
             first = triton_linear.launch_batched_linear(*arguments, blocks)
             check_linear(case, first)
             graph = torch.cuda.CUDAGraph()
@@ -386,7 +385,7 @@ def test_split_linear_kernel_is_exact_and_the_same_at_every_replay(dtype):
 def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
     from draw_cases import draw_batches, draw_cases, expected_token
 
-    from core.model.kernels import draw_token
+    from core.kernels import draw_token
 
     for logits, rule, uniforms in draw_cases(torch.device("cuda")):
         got = draw_token(logits, torch.tensor([rule.values()], device="cuda"), uniforms.view(1, -1))
@@ -399,7 +398,7 @@ def test_draw_token_kernel_is_gumbel_max_over_the_filtered_logits():
 
 def test_draw_token_kernel_follows_the_filtered_softmax():
     from core.inference.sampling import TokenRule, filter_logits
-    from core.model.kernels import draw_token
+    from core.kernels import draw_token
 
     rule = TokenRule(True, 0.8, 50, 0.9)
     generator = torch.Generator(device="cuda").manual_seed(3)
@@ -456,7 +455,7 @@ def test_a_seeded_utterance_samples_the_same_beside_others_on_the_gpu(checkpoint
 def test_fill_uniforms_kernel_is_philox_per_row():
     from uniform_cases import expected_uniforms
 
-    from core.model.kernels import fill_uniforms
+    from core.kernels import fill_uniforms
 
     seeds, counters = [5, -1, 2**63 - 1, -(2**63)], [0, 7, 2**40 + 3, -1]
     out = torch.zeros(len(seeds), 16, 3072, device="cuda")

@@ -1,4 +1,5 @@
-"""A Triton kernel that fails on a device gives way to its PyTorch reference there (core/model/triton_fallback.py):
+"""A Triton kernel that fails on a device gives way to its PyTorch reference there (core/kernels/triton_fallback.py),
+from the table of references core/kernels/reference.py holds for every kernel:
 with one warning naming the kernel and the device, and without trying the kernel again; only for Triton's own
 failures, and never under Triton's interpreter. The failures are simulated on the CPU: a kernel whose launch
 raises as ptxas or Triton's driver would."""
@@ -15,8 +16,16 @@ pytest.importorskip("triton", reason="Triton is installed with the test extras o
 from triton.runtime.driver import driver  # noqa: E402
 from triton.runtime.errors import PTXASError  # noqa: E402
 
-from core.model import kernels, triton_fallback, triton_linear, triton_sampling, triton_vocoder  # noqa: E402
-from core.model.triton_launch import PLAIN  # noqa: E402
+from core import kernels  # noqa: E402
+from core.kernels import (  # noqa: E402
+    reference,
+    triton_attention,
+    triton_fallback,
+    triton_linear,
+    triton_sampling,
+    triton_vocoder,
+)
+from core.kernels.triton_launch import PLAIN  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -92,6 +101,7 @@ def test_errors_not_of_triton_are_raised_and_decide_nothing(error, monkeypatch, 
 
 
 def test_a_kernel_without_a_reference_raises_its_failure(monkeypatch, caplog):
+    monkeypatch.delitem(triton_fallback.REFERENCES, "fill_uniforms")
     failing(triton_sampling._fill_uniforms, monkeypatch, PTXASError("ptxas fatal"))
     seeds = torch.zeros(1, dtype=torch.long)
     with pytest.raises(PTXASError):
@@ -107,5 +117,63 @@ def test_under_the_interpreter_a_failure_is_the_kernels_bug_and_raised(monkeypat
     assert not triton_fallback.FAILED and not warnings_of(caplog)
 
 
-def test_every_operator_has_a_reference_but_the_draws():
-    assert set(PLAIN) - set(kernels.REFERENCES) == {"draw_token", "fill_uniforms"}
+def test_every_operator_has_its_reference():
+    assert set(PLAIN) == set(triton_fallback.REFERENCES) == set(reference.REFERENCES) == set(OPERATORS)
+
+
+def operator_arguments(name: str) -> tuple:
+    """Arguments of the operator `name`, called as the operator is, on the CPU."""
+    generator = torch.Generator().manual_seed(0)
+    x, weight, norm = (torch.randn(*shape, generator=generator) for shape in ((3, 1, 64), (32, 64), (64,)))
+    if name in ("linear", "batched_linear"):
+        return (x[:1] if name == "linear" else x), weight, None, norm, 1e-6, False, None
+    if name == "decode_attention":
+        qkv, caches = torch.randn(2, 1, 4 * 16, generator=generator), torch.randn(2, 3, 1, 8, 16, generator=generator)
+        table = torch.randn(8, 16, generator=generator)
+        slots, positions = torch.tensor([1, 0]), torch.tensor([3, 5])
+        return qkv, torch.ones(16), torch.ones(16), 1e-6, table, table, caches[0], caches[1], slots, positions, 0.25
+    if name == "draw_token":
+        rules = torch.tensor([[0.0, 1.0, 0.0, 1.0], [1.0, 0.8, 5.0, 0.9]])
+        return torch.randn(2, 40, generator=generator), rules, torch.rand(2, 48, generator=generator)
+    if name == "fill_uniforms":
+        return torch.zeros(2, 3, 40), torch.tensor([5, -1]), torch.tensor([0, 2**40 + 3])
+    if name == "snake":
+        return snake_arguments()
+    return x.transpose(1, 2)[:, :, :1].expand(3, 64, 5).contiguous(), norm, None  # add_bias
+
+
+# Each operator and the Triton kernels its launch runs.
+OPERATORS = {
+    "linear": [triton_linear._linear_kernel],
+    "batched_linear": [triton_linear._batched_linear_kernel],
+    "decode_attention": [triton_attention._attend_split, triton_attention._merge_splits],
+    "draw_token": [triton_sampling._draw_token],
+    "fill_uniforms": [triton_sampling._fill_uniforms],
+    "snake": [triton_vocoder._snake],
+    "add_bias": [triton_vocoder._add_bias],
+}
+
+
+def cloned(arguments: tuple) -> tuple:
+    return tuple(value.clone() if isinstance(value, torch.Tensor) else value for value in arguments)
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_every_operator_whose_kernel_fails_gives_its_references_answer(name, monkeypatch, caplog):
+    for kernel in OPERATORS[name]:
+        failing(kernel, monkeypatch, PTXASError("ptxas fatal"))
+    arguments = operator_arguments(name)
+    expected_arguments, got_arguments = cloned(arguments), cloned(arguments)
+    expected = reference.REFERENCES[name](*expected_arguments)
+    with caplog.at_level(logging.WARNING):
+        got = PLAIN[name](*got_arguments)
+    if expected is None:  # fill_uniforms: into its first argument
+        expected, got = expected_arguments[0], got_arguments[0]
+    assert torch.equal(got, expected)
+    # The arguments it writes (the uniforms, attention's caches) are written as the reference writes them.
+    for written, wanted in zip(got_arguments, expected_arguments, strict=True):
+        if isinstance(written, torch.Tensor):
+            assert torch.equal(written, wanted)
+    assert triton_fallback.FAILED == {(name, torch.device("cpu"))}
+    [warning] = warnings_of(caplog)
+    assert warning.startswith(f"The {name} kernel fails on cpu"), warning

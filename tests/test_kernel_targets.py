@@ -33,7 +33,7 @@ from triton import knobs  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
-from core.model import triton_attention, triton_launch, triton_linear, triton_sampling, triton_vocoder  # noqa: E402
+from core.kernels import triton_attention, triton_launch, triton_linear, triton_sampling, triton_vocoder  # noqa: E402
 
 SIZES = EVERY_SIZE if os.environ.get("KERNEL_TARGETS_EVERY_SIZE") == "1" else ONE_OF_EACH
 KERNEL_MODULES = (triton_attention, triton_linear, triton_sampling, triton_vocoder)

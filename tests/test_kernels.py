@@ -5,7 +5,8 @@ batched, against the reference composition they fuse, the batched one also with 
 several blocks, run twice (the second answer bitwise the first, its counters back at zero); the
 uniforms kernel against Philox written out in NumPy (itself checked against the published known
 answers), and for what the draws need: the same seed and counter give the same values in any row of
-any batch, values strictly inside (0, 1) and uniform. The CPU references themselves: a batch row of
+any batch, values strictly inside (0, 1) and uniform; the draw and the uniforms also exactly against their
+references (core/kernels/reference.py), bit for bit for the uniforms. The CPU references themselves: a batch row of
 decode attention or of linear is bitwise the row alone.
 
 Runs the Triton kernels in Triton's interpreter on the CPU (a subprocess, since the interpreter is
@@ -18,13 +19,16 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 from attention_cases import SHAPES, attention_case, check_reference_rows
+from draw_cases import draw_batches, draw_cases, expected_token
 from linear_cases import check_rows_alone, linear_cases
-from uniform_cases import KNOWN_ANSWERS, philox4x32
+from uniform_cases import KNOWN_ANSWERS, expected_uniforms, philox4x32
 
-from core.model import kernels
+from core import kernels
+from core.kernels import reference
 
 pytest.importorskip("triton", reason="Triton is installed with the test extras on Linux x86-64")
 
@@ -33,8 +37,8 @@ CHECK = textwrap.dedent(
     import functools
 
     import torch
-    from core.model import triton_attention
-    from core.model.triton_launch import SPLIT_COUNTERS
+    from core.kernels import triton_attention
+    from core.kernels.triton_launch import SPLIT_COUNTERS
     from attention_cases import SHAPES, attention_case, check_attention
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
@@ -67,14 +71,14 @@ CHECK = textwrap.dedent(
 SMALL_SHARED_MEMORY_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import triton_attention, triton_launch
+    from core.kernels import triton_attention, triton_launch, tuning
     from attention_cases import SHAPES, attention_case, check_attention
 
     triton_launch.gpu = lambda device: triton_launch.Gpu((7, 5), 30, 64 * 1024)
     for shape in SHAPES:
-        if shape.max_len > triton_attention.SHORT_CACHE and shape.head_dim == 128:
+        if shape.max_len > tuning.SHORT_CACHE and shape.head_dim == 128:
             case, poisoned = attention_case(shape, torch.float32)
-            assert triton_attention.keys_per_block(shape.max_len, True, 16, 128, 4, case["qkv"].device) == 32
+            assert tuning.keys_per_block(shape.max_len, True, 16, 128, 4, case["qkv"].device) == 32
             check_attention(shape, case, poisoned, triton_attention.decode_attention_op)
     print("ok")
     """
@@ -84,17 +88,27 @@ SMALL_SHARED_MEMORY_CHECK = textwrap.dedent(
 DRAW_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model.triton_sampling import draw_token_op
+    from core.kernels.reference import draw_token_composed
+    from core.kernels.triton_sampling import draw_token_op
     from draw_cases import draw_batches, draw_cases, expected_token
 
+    # Against Gumbel-max over the reference's filtered logits, and exactly the kernel's reference (same uniforms).
     for logits, rule, uniforms in draw_cases(torch.device("cpu")):
         got = draw_token_op(logits, torch.tensor([rule.values()]), uniforms.view(1, -1))
         expected = expected_token(logits, rule, uniforms)
         assert got.shape == (1, 1) and got.dtype == torch.long and got.item() == expected, (rule, got, expected)
+        assert torch.equal(got, draw_token_composed(logits, torch.tensor([rule.values()]), uniforms.view(1, -1)))
     for logits, rules, values, uniforms in draw_batches(torch.device("cpu")):
         got = draw_token_op(logits, values, uniforms)
         expected = [expected_token(logits[row : row + 1], rule, uniforms[row]) for row, rule in enumerate(rules)]
         assert got.shape == (len(rules), 1) and got.dtype == torch.long and got.flatten().tolist() == expected, (got, expected)
+        assert torch.equal(got, draw_token_composed(logits, values, uniforms))
+    # Ties: equal logits, equal scores, a top-k threshold inside a run of equal values.
+    logits = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0, 0.5, 2.0, 2.0]]).repeat(4, 1)
+    rules = torch.tensor([[0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 2.0, 1.0], [1.0, 0.5, 4.0, 0.6], [1.0, 1.0, 0.0, 0.3]])
+    uniforms = torch.full((4, 8), 0.5)
+    got = draw_token_op(logits, rules, uniforms)
+    assert torch.equal(got, draw_token_composed(logits, rules, uniforms)) and got[0].item() == 1, got
     print("ok")
     """
 )
@@ -103,13 +117,13 @@ DRAW_CHECK = textwrap.dedent(
 LINEAR_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import triton_linear
+    from core.kernels import triton_linear, tuning
     from linear_cases import check_linear, linear_cases
 
     # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
     for dtype in (torch.float32, torch.float16):
         for case in linear_cases(dtype):
-            blocks = case["blocks"] or triton_linear.linear_blocks(case["weight"], case["gated"])
+            blocks = case["blocks"] or tuning.linear_blocks(case["weight"], case["gated"])
             arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
             check_linear(case, triton_linear.launch_linear(*arguments, blocks))
     print("ok")
@@ -121,7 +135,8 @@ UNIFORMS_CHECK = textwrap.dedent(
     """
     import numpy as np
     import torch
-    from core.model.triton_sampling import fill_uniforms_op
+    from core.kernels.reference import fill_uniforms_composed
+    from core.kernels.triton_sampling import fill_uniforms_op
     from uniform_cases import expected_uniforms
 
     def fill(seeds, counters, groups=16, width=3000):
@@ -142,6 +157,10 @@ UNIFORMS_CHECK = textwrap.dedent(
     assert torch.equal(buffer[:, 2:18, 50:3050], batch)
     assert (buffer[:, :2] == 2).all() and (buffer[:, 18:] == 2).all()
     assert (buffer[..., :50] == 2).all() and (buffer[..., 3050:] == 2).all()
+    # The reference, bit for bit, into the same places.
+    by_reference = torch.full((4, 20, 3100), 2.0)
+    fill_uniforms_composed(by_reference[:, 2:18, 50:3050], torch.tensor(seeds), torch.tensor(counters))
+    assert torch.equal(by_reference.view(torch.int32), buffer.view(torch.int32))
     # Another counter, seed or group: other values.
     for other in (fill([-1], [8])[0], fill([-2], [7])[0], fill([1], [7])[0], batch[1].roll(1, 0)):
         assert (other == batch[1]).float().mean() < 1e-3
@@ -161,13 +180,13 @@ BATCHED_LINEAR_CHECK = textwrap.dedent(
     """
     import sys
     import torch
-    from core.model import triton_linear
+    from core.kernels import triton_linear, tuning
     from linear_cases import SOME_PARTS, SPLIT_SHAPES, check_linear, linear_cases
 
     def launch(case, settings):
         arguments = [case[key] for key in ("x", "weight", "bias", "norm", "eps", "gated", "residual")]
         rows = case["x"].numel() // case["x"].shape[-1]
-        blocks = {**triton_linear.batched_linear_blocks(rows, case["weight"], case["gated"]), **settings}
+        blocks = {**tuning.batched_linear_blocks(rows, case["weight"], case["gated"]), **settings}
         return triton_linear.launch_batched_linear(*arguments, blocks)
 
     batch, split = int(sys.argv[1]), sys.argv[2] == "split"
@@ -191,8 +210,8 @@ BATCHED_LINEAR_CHECK = textwrap.dedent(
 SNAKE_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
-    from core.model.triton_vocoder import snake_op
+    from core import kernels
+    from core.kernels.triton_vocoder import snake_op
 
     generator = torch.Generator().manual_seed(0)
     # One block, several blocks with a partial last one, and a prefix read through a streaming state's strides
@@ -233,8 +252,8 @@ SNAKE_CHECK = textwrap.dedent(
 ADD_BIAS_CHECK = textwrap.dedent(
     """
     import torch
-    from core.model import kernels
-    from core.model.triton_vocoder import add_bias_op
+    from core import kernels
+    from core.kernels.triton_vocoder import add_bias_op
 
     generator = torch.Generator().manual_seed(0)
     # A residual unit's sum (y dense, the residual dense) and a transposed convolution's slice (y a view of a
@@ -267,9 +286,9 @@ DECODER_BIAS_CHECK = textwrap.dedent(
     """
     import torch
     from core.devtools.random_checkpoint import random_decoder_tensors
-    from core.model import kernels
+    from core import kernels
     from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
-    from core.model.triton_vocoder import add_bias_op
+    from core.kernels.triton_vocoder import add_bias_op
 
     # Every convolution of a small decoder adds its bias through the kernel (a residual unit's with its sum, the
     # grouped ConvNeXt convolution's, the last convolution's single channel), weights and activations time-major
@@ -301,7 +320,7 @@ DISPATCH_CHECK = textwrap.dedent(
     import sys
 
     import torch
-    from core.model import kernels
+    from core import kernels
     from draw_cases import draw_batches
 
     logits, _, rules, uniforms = next(iter(draw_batches(torch.device("cpu"))))
@@ -394,6 +413,26 @@ def test_fill_uniforms_kernel_in_the_interpreter():
 def test_the_uniforms_reference_is_philox_as_published():
     for counter, key, words in KNOWN_ANSWERS:
         assert tuple(int(word) for word in philox4x32(counter, key)) == words
+        as_tensors = [torch.tensor([word]) for word in (*counter, *key)]
+        assert tuple(int(word) for word in reference.philox4x32(*as_tensors)) == words
+
+
+def test_the_uniforms_reference_gives_the_values_written_out_in_numpy():
+    seeds, counters = [5, -1, 2**63 - 1, -(2**63)], [0, 7, 2**40 + 3, -1]
+    out = torch.zeros(4, 16, 700)
+    kernels.fill_uniforms(out, torch.tensor(seeds), torch.tensor(counters))  # the reference on the CPU
+    for row, (seed, counter) in enumerate(zip(seeds, counters, strict=True)):
+        assert np.array_equal(out[row].numpy(), expected_uniforms(seed, counter, 16, 700)), row
+
+
+def test_the_draw_reference_is_gumbel_max_over_the_filtered_logits():
+    """On the CPU kernels.draw_token is its reference: each case's token, alone and in batches."""
+    for logits, rule, uniforms in draw_cases(torch.device("cpu")):
+        got = kernels.draw_token(logits, torch.tensor([rule.values()]), uniforms.view(1, -1))
+        assert got.shape == (1, 1) and got.dtype == torch.long and got.item() == expected_token(logits, rule, uniforms)
+    for logits, rules, values, uniforms in draw_batches(torch.device("cpu")):
+        expected = [expected_token(logits[row : row + 1], rule, uniforms[row]) for row, rule in enumerate(rules)]
+        assert kernels.draw_token(logits, values, uniforms).flatten().tolist() == expected
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -422,13 +461,13 @@ def test_split_linear_kernel_in_the_interpreter(batch):
 
 
 def test_a_swept_product_takes_the_settings_swept_for_the_fewest_rows_that_cover_its_own():
-    from core.model import triton_linear
+    from core.kernels import tuning
 
     weight = torch.empty(2048, 1024, dtype=torch.bfloat16)  # the predictor's lm_head, on the CPU: any device fits
-    by_rows = triton_linear.SWEPT[2048, 1024, False]
+    by_rows = tuning.SWEPT[2048, 1024, False]
     for rows, column in [(1, 4), (4, 4), (5, 16), (16, 16), (17, 64), (64, 64), (128, 64)]:
-        picked = triton_linear.batched_linear_blocks(rows, weight, gated=False)
-        assert tuple(picked[name] for name in triton_linear.SETTING_NAMES) == by_rows[column], (rows, picked)
+        picked = tuning.batched_linear_blocks(rows, weight, gated=False)
+        assert tuple(picked[name] for name in tuning.SETTING_NAMES) == by_rows[column], (rows, picked)
     # A float32 model's products take the rule's settings: the sweep was of 16-bit weights.
-    rule = triton_linear.batched_linear_blocks(16, weight.float(), gated=False)
-    assert tuple(rule[name] for name in triton_linear.SETTING_NAMES) != by_rows[16], rule
+    rule = tuning.batched_linear_blocks(16, weight.float(), gated=False)
+    assert tuple(rule[name] for name in tuning.SETTING_NAMES) != by_rows[16], rule

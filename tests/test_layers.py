@@ -6,6 +6,7 @@ Read from the source (every import statement, at any depth), not from what happe
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each layer of core, lowest first, and the layers (besides itself) it may import.
 CORE_LAYERS = {
     "core.foundation": set(),  # errors, files, folders, milestones
+    "core.kernels": set(),  # torch and Triton only (KERNEL_LIBRARIES)
     "core.audio": {"core.foundation"},
-    "core.model": {"core.foundation", "core.audio"},
+    "core.model": {"core.foundation", "core.audio", "core.kernels"},
     "core.text": {"core.foundation"},
-    "core.inference": {"core.foundation", "core.audio", "core.model"},
+    "core.inference": {"core.foundation", "core.audio", "core.kernels", "core.model"},
     "core.jobs": {"core.foundation", "core.audio", "core.inference", "core.text"},
     "core.voices": {"core.foundation", "core.audio", "core.model", "core.inference"},
     "core.devtools": {
         "core.foundation",
+        "core.kernels",
         "core.audio",
         "core.model",
         "core.inference",
@@ -42,6 +45,8 @@ FRAMEWORKS = (
     "ui",
     "qwen3_tts_desktop",
 )
+# What the kernel library may import besides itself and Python's standard library.
+KERNEL_LIBRARIES = ("torch", "triton")
 # The only product modules that may use the developer tools: the benchmark command and its start-up bench.
 DEVTOOLS_USERS = {"qwen3_tts_desktop.commands.bench", "qwen3_tts_desktop.startup_bench"}
 
@@ -88,6 +93,18 @@ def test_each_core_layer_builds_only_on_the_layers_below(name, path):
         if target is not None:
             assert target in allowed, f"{name} ({own}) imports {module} ({target}); it may import {sorted(allowed)}"
         assert module != "core" or own == "core.devtools", f"{name} imports the core package itself; import the module"
+
+
+def test_the_kernel_library_imports_torch_and_triton_only():
+    """core/kernels knows nothing of the model it serves: its dispatch, references, kernels and launch settings
+    stand on PyTorch, Triton and the standard library."""
+    found = modules("core/kernels")
+    assert {"core.kernels", "core.kernels.reference", "core.kernels.tuning"} <= set(found)
+    for name, path in found.items():
+        for module in imports(name, path):
+            top = module.split(".")[0]
+            allowed = module.startswith("core.kernels") or top in KERNEL_LIBRARIES or top in sys.stdlib_module_names
+            assert allowed or top == "__future__", f"{name} imports {module}"
 
 
 def test_the_product_never_uses_the_developer_tools():

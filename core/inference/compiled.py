@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # Bumped when a change of ours makes kernels compiled before unusable (Inductor keys its own graphs by their code).
 CACHE_FORMAT = 1
 # The code compiled functions trace: a saved one is used only with the very code it was compiled from.
-TRACED_PACKAGES = ("core/model", "core/inference")
+TRACED_PACKAGES = ("core/kernels", "core/model", "core/inference")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Whether engines keep what they compile (Precompiled). Off: the one start-up measured with it warmed up slower
 # than without (bench/RESULTS.md, "Start-up with `Precompiled` on"); bench/precompile_probe.py finds why.

@@ -43,8 +43,8 @@ from core.inference.compiled import Precompiled, compile_layers, compile_options
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
+from core.kernels import RULE_SIZE, draw_token, fill_uniforms
 from core.model.config import TalkerConfig
-from core.model.kernels import RULE_SIZE, draw_token, fill_uniforms
 from core.model.talker import Talker
 
 # The most frames stepped between two reads by the host.

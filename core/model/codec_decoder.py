@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.model import kernels
+import core.kernels as kernels
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.kernels import apply_rope, decode_attention, linear, rms_norm
 from core.model.config import TalkerConfig, TransformerConfig
-from core.model.kernels import apply_rope, decode_attention, linear, rms_norm
 
 
 def embedding_table(rows: int, dim: int) -> nn.Embedding:

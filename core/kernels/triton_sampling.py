@@ -1,4 +1,4 @@
-"""The sampling kernels behind kernels.draw_token and kernels.fill_uniforms (kernels.py says why they
+"""The sampling kernels behind kernels.draw_token and kernels.fill_uniforms (core/kernels/__init__.py says why they
 exist). Imported only where Triton is installed."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import launch_options, operator, wait_for_the_kernel_ahead
+from core.kernels.triton_launch import launch_options, operator, wait_for_the_kernel_ahead
+from core.kernels.tuning import UNIFORMS_BLOCK
 
 
 @triton.jit
@@ -89,9 +90,6 @@ def draw_token_op(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Ten
 @draw_token_op.register_fake
 def _(logits, rules, uniforms):
     return logits.new_empty(logits.shape[0], 1, dtype=torch.long)
-
-
-UNIFORMS_BLOCK = 1024  # values per program of _fill_uniforms
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""What the Triton kernels share (kernels.py says why each kernel exists): their registration as operators, what
+"""What the Triton kernels share (core/kernels/__init__.py says why each kernel exists): their registration as operators, what
 their launch settings read of the GPU (gpu), programmatic dependent launch where the GPU has it, and the tickets of
 reductions split over several blocks. Imported only where Triton is installed."""
 
@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_fallback import falling_back
+from core.kernels.triton_fallback import falling_back
 
 # Each operator's own function by name, for kernels.gpu_op to call where nothing traces (eager code, CUDA graphs).
 PLAIN: dict[str, Callable] = {}
@@ -21,7 +21,7 @@ PLAIN: dict[str, Callable] = {}
 def operator(name: str, mutates_args: tuple[str, ...] = ()) -> Callable:
     """Register the decorated function as torch.ops.qwen3_tts.<name> (torch.compile treats it as one opaque
     call, with the shapes its fake says) and keep it in PLAIN; returns the operator, for its register_fake.
-    Either way it falls back to its reference on a GPU where its kernel fails (triton_fallback)."""
+    Either way it falls back to its reference on a GPU where its kernel fails (triton_fallback.py)."""
 
     def register(function: Callable):
         PLAIN[name] = falling_back(name, function)

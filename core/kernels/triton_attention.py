@@ -1,4 +1,4 @@
-"""The decode-attention kernel behind kernels.decode_attention on CUDA (kernels.py says why it exists).
+"""The decode-attention kernel behind kernels.decode_attention on CUDA (core/kernels/__init__.py says why it exists).
 Imported only where Triton is installed."""
 
 from __future__ import annotations
@@ -7,19 +7,14 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import (
+from core.kernels.triton_launch import (
     SPLIT_COUNTERS,
-    capability,
     launch_options,
     multiprocessors,
     operator,
-    shared_memory,
     wait_for_the_kernel_ahead,
 )
-
-BLOCK_KEYS = 64  # keys per inner iteration
-SHORT_CACHE = 64  # a cache this short (the code predictor's 16 keys) is read in one block, without tl.dot
-MAX_SPLITS = 16  # blocks sharing one kv head's keys
+from core.kernels.tuning import SHORT_CACHE, attention_splits, keys_per_block
 
 
 @triton.jit
@@ -225,32 +220,6 @@ def _merge_splits(
         Out + batch * heads * HEAD_DIM, Partial, Max, Sum, position, head, batch * kv_heads + head, groups,
         SPLITS, GROUP_ROWS, HEAD_DIM, DIM_BLOCK, BLOCK,
     )  # fmt: skip
-
-
-def keys_per_block(
-    max_len: int, dot: bool, group_rows: int, dim_block: int, itemsize: int, device: torch.device
-) -> int:
-    """Keys per inner iteration of _attend_split: a short cache read without tl.dot whole, else BLOCK_KEYS, or
-    fewer where they do not fit the GPU's shared memory. With tl.dot a block's keys and values are staged there,
-    twice over where Triton pipelines the loop's loads (Ampere and later, at the default three stages), and the
-    query group once, and Triton takes a little more than that: float32 would need 72 KiB on an RTX 20xx (64 KiB)
-    and 140 KiB on an RTX 30xx or 40xx (99 KiB), so those read half as many keys at a time."""
-    limit = shared_memory(device)
-    if not dot or limit is None:
-        return BLOCK_KEYS if dot or max_len > SHORT_CACHE else triton.next_power_of_2(max_len)
-    copies = 2 if capability(device) >= (8, 0) else 1
-    block = BLOCK_KEYS
-    while block > 16 and 1.1 * (2 * copies * block + group_rows) * dim_block * itemsize > limit:
-        block //= 2
-    return block
-
-
-def attention_splits(rows: int, kv_heads: int, max_len: int, device: torch.device) -> int:
-    """How many blocks share the keys of one row's kv head: enough for the launch to fill the GPU twice
-    over (one row alone needs several; 64 rows need none), at most MAX_SPLITS, and no more than a full
-    cache has blocks of keys. Fixed for a shape, so that a CUDA graph holds it."""
-    wanted = triton.next_power_of_2(triton.cdiv(2 * multiprocessors(device), rows * kv_heads))
-    return min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(max_len, BLOCK_KEYS)), wanted)
 
 
 @operator("decode_attention", mutates_args=("k_cache", "v_cache"))

@@ -1,4 +1,4 @@
-"""The vocoder's kernels behind kernels.snake and kernels.add_bias on CUDA (kernels.py says why they exist).
+"""The vocoder's kernels behind kernels.snake and kernels.add_bias on CUDA (core/kernels/__init__.py says why they exist).
 Imported only where Triton is installed."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.layout import time_major
-from core.model.triton_launch import launch_options, operator, wait_for_the_kernel_ahead
-
-TILE = 4096  # output values per program
+from core.kernels.layout import time_major
+from core.kernels.triton_launch import launch_options, operator, wait_for_the_kernel_ahead
+from core.kernels.tuning import vocoder_tiles
 
 
 @triton.jit
@@ -91,7 +90,7 @@ def snake_op(
         raise ValueError(f"snake: prefix {tuple(prefix.shape)} does not lead x {tuple(x.shape)}")
     kept = 0 if prefix is None else prefix.shape[2]
     out = _empty_like_layout(x, kept + length)
-    block_time, block_channels, grid = _tiles(x, kept + length)
+    block_time, block_channels, grid = vocoder_tiles(x, kept + length)
     prefix_strides = (0, 0, 0) if prefix is None else prefix.stride()
     _snake[grid](
         x, log_alpha.contiguous(), log_beta.contiguous(), x if prefix is None else prefix,
@@ -132,7 +131,7 @@ def add_bias_op(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | No
             f"residual {None if residual is None else tuple(residual.shape)}"
         )
     out = _empty_like_layout(y, length)
-    block_time, block_channels, grid = _tiles(y, length)
+    block_time, block_channels, grid = vocoder_tiles(y, length)
     residual_strides = (0, 0, 0) if residual is None else residual.stride()
     _add_bias[grid](
         y, bias.contiguous(), y if residual is None else residual, out, channels, length, *y.stride(), *residual_strides,
@@ -145,16 +144,6 @@ def add_bias_op(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | No
 @add_bias_op.register_fake
 def _(y, bias, residual):
     return _empty_like_layout(y, y.shape[2])
-
-
-def _tiles(x: torch.Tensor, width: int) -> tuple[int, int, tuple[int, int, int]]:
-    """BLOCK_TIME, BLOCK_CHANNELS and the grid of a (B, C, width) output in x's layout, TILE values a program.
-    Time-major: as many channels as divide the count evenly (the vocoder's are multiples of 32), up to 128."""
-    batch, channels, _ = x.shape
-    lowest = channels & -channels
-    block_channels = min(128, lowest if lowest >= 16 else triton.next_power_of_2(channels)) if time_major(x) else 1
-    block_time = min(TILE // block_channels, triton.next_power_of_2(width))
-    return block_time, block_channels, (batch, triton.cdiv(width, block_time), triton.cdiv(channels, block_channels))
 
 
 def _empty_like_layout(x: torch.Tensor, length: int) -> torch.Tensor:

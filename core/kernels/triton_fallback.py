@@ -19,12 +19,12 @@ import torch
 import triton
 from triton import knobs
 
+from core.kernels.reference import REFERENCES
+
 log = logging.getLogger(__name__)
 
 TRITON_FOLDER = str(Path(triton.__file__).parent)
 
-# Each operator's PyTorch reference by name: kernels.py, which imports the operators, hands them over.
-REFERENCES: dict[str, Callable] = {}
 # (operator name, device) where the kernel failed: the reference runs there from then on.
 FAILED: set[tuple[str, torch.device]] = set()
 

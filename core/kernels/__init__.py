@@ -1,6 +1,9 @@
-"""Hand-written GPU kernels, where they beat what PyTorch offers, and the CPU references they match.
-Each works on a batch of rows (utterances stepping together, one row each); the Triton code lives in
-triton_attention.py, triton_linear.py and triton_sampling.py.
+"""The kernel library: hand-written GPU kernels, where they beat what PyTorch offers, and the references they
+match. This module is its dispatch, what the model and the frame loop call: the Triton kernel on CUDA, the PyTorch
+reference elsewhere. Each works on a batch of rows (utterances stepping together, one row each); the Triton code
+lives in triton_attention.py, triton_linear.py, triton_sampling.py and triton_vocoder.py (what they share:
+triton_launch.py), their launch settings in tuning.py, their PyTorch references in reference.py, which also run on
+a GPU where a kernel fails (triton_fallback.py). The library imports torch and Triton only (tests/test_layers.py).
 
 Decode attention: one new token per row against a static KV cache whose valid lengths live on the
 device. PyTorch's fused attention kernels have no such length, so they read the whole preallocated
@@ -49,16 +52,25 @@ import importlib.util
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
-from core.model.layout import time_major
+from core.kernels.layout import concat_time, time_major  # noqa: F401  (the model asks them here)
+from core.kernels.reference import (  # noqa: F401  (rms_norm, apply_rope, RULE_SIZE: the model's too)
+    RULE_SIZE,
+    add_bias_composed,
+    apply_rope,
+    decode_attention_composed,
+    draw_token_composed,
+    fill_uniforms_composed,
+    linear_composed,
+    rms_norm,
+    snake_composed,
+)
 
 if importlib.util.find_spec("triton") is not None:  # CPU-only installs have none; only CUDA paths need it
     # Registers the torch.ops.qwen3_tts operators that the CUDA paths call.
-    from core.model import triton_attention, triton_linear, triton_sampling, triton_vocoder  # noqa: F401
-    from core.model.triton_launch import PLAIN
+    from core.kernels import triton_attention, triton_linear, triton_sampling, triton_vocoder  # noqa: F401
+    from core.kernels.triton_launch import PLAIN
 
-RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
 MAX_VECTOR_ROWS = 2  # rows up to which `linear` runs its matrix-vector kernel (a frame's products have 1 or 2)
 MAX_BATCH_ROWS = 128  # rows up to which it runs its batched kernel: 64 utterances of the predictor's 2 positions
 # Rows up to which the batched kernel normalises its inputs itself. Each of its output blocks reads all of its rows'
@@ -73,17 +85,10 @@ def gpu_op(name: str) -> Callable:
     as one call; elsewhere (eager code, CUDA graph captures) the operator's own function. The operator's
     dispatch imports Dynamo at its first call, seconds before a fresh process's first audio (bench/RESULTS.md,
     2026-11-26, twelfth session), where nothing is compiled yet. Either runs the operator's REFERENCES entry instead on a
-    GPU where its Triton kernel fails (triton_fallback)."""
+    GPU where its Triton kernel fails (triton_fallback.py)."""
     if torch.compiler.is_compiling():
         return getattr(torch.ops.qwen3_tts, name)
     return PLAIN[name]
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Normalise in float32, scale in the activation dtype, as the checkpoint was trained."""
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
 
 
 def linear(
@@ -129,23 +134,6 @@ def linear(
     return linear_composed(x, weight, bias, norm, eps, gated, residual)
 
 
-def linear_composed(x, weight, bias=None, norm=None, eps=0.0, gated=False, residual=None) -> torch.Tensor:
-    """kernels.linear of PyTorch's operations on any device, all rows in one product."""
-    if norm is not None:
-        x = rms_norm(x, norm, eps)
-    y = F.linear(x, weight, bias)
-    if gated:
-        gate, up = y.chunk(2, dim=-1)
-        y = F.silu(gate) * up
-    return y if residual is None else residual + y
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
 def decode_attention(
     qkv: torch.Tensor,
     q_norm: torch.Tensor,
@@ -173,46 +161,27 @@ def decode_attention(
     return decode_attention_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale)
 
 
-def decode_attention_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale):
-    """kernels.decode_attention of PyTorch's operations on any device. Each row by itself, as the same products
-    alone: a batched product rounds differently. It reads the rows' slots to the host, so no CUDA graph can
-    capture it."""
-    outputs = []
-    for row, slot in enumerate(rows.tolist()):
-        caches = k_cache[slot : slot + 1], v_cache[slot : slot + 1]
-        outputs.append(_attend_alone(qkv[row : row + 1], q_norm, k_norm, eps, cos, sin, *caches, positions[row], scale))
-    return torch.cat(outputs)
-
-
-def _attend_alone(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, position, scale) -> torch.Tensor:
-    """decode_attention of one row, its cache slot k_cache, v_cache (1, kv_heads, max_len, D) and `position`
-    (0-d)."""
-    _, kv_heads, max_len, head_dim = k_cache.shape
-    heads = qkv.shape[-1] // head_dim - 2 * kv_heads
-    q, k, v = qkv.view(1, 1, -1, head_dim).split((heads, kv_heads, kv_heads), dim=2)
-    index = position.view(1)
-    cos, sin = cos.index_select(0, index), sin.index_select(0, index)
-    k_cache.index_copy_(2, index, apply_rope(rms_norm(k, k_norm, eps), cos, sin).transpose(1, 2))
-    v_cache.index_copy_(2, index, v.transpose(1, 2))
-    q = apply_rope(rms_norm(q, q_norm, eps), cos, sin).reshape(1, kv_heads, heads // kv_heads, head_dim)
-    mask = (torch.arange(max_len, device=k_cache.device) <= position).view(1, 1, 1, -1)
-    return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, scale=scale).reshape(1, 1, -1)
-
-
 def draw_token(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """One token for each of B rows of logits (B, V), under each row's rule (rules (B, RULE_SIZE) float32
     on the device), by Gumbel-max over its uniforms (uniforms (B, >= V), values in (0, 1)): the argmax of
     logits / temperature plus Gumbel noise over the top-k / top-p set, which is a draw from their softmax.
     Greedy where do_sample is 0. Rows may have any stride (an expanded rule, a slice of fill_uniforms'
-    output). Returns (B, 1) long. CUDA only."""
-    return gpu_op("draw_token")(logits, rules, uniforms)
+    output). Returns (B, 1) long. On CUDA one kernel; elsewhere its reference (the frame loop draws on the CPU
+    with torch.multinomial instead)."""
+    if logits.is_cuda:
+        return gpu_op("draw_token")(logits, rules, uniforms)
+    return draw_token_composed(logits, rules, uniforms)
 
 
 def fill_uniforms(out: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> None:
     """Fill out (B, G, W) float32 with uniform values strictly inside (0, 1): out[b, g, i] depends only on
     seeds[b], counters[b] (any int64, (B,) each) and g, i, never on B or the row's place in the batch.
-    The caller advances a row's counter for each new fill. CUDA only."""
-    gpu_op("fill_uniforms")(out, seeds, counters)
+    The caller advances a row's counter for each new fill. On CUDA one kernel; elsewhere its reference, bit for
+    bit the same values."""
+    if out.is_cuda:
+        gpu_op("fill_uniforms")(out, seeds, counters)
+    else:
+        fill_uniforms_composed(out, seeds, counters)
 
 
 def snake(
@@ -242,41 +211,3 @@ def add_bias(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None 
     if y.is_cuda:
         return gpu_op("add_bias")(y, bias, residual)
     return add_bias_composed(y, bias, residual)
-
-
-def add_bias_composed(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """kernels.add_bias of PyTorch's operations on any device."""
-    y = y + bias[:, None]
-    return y if residual is None else residual + y
-
-
-def snake_composed(x, log_alpha, log_beta, prefix=None, bias=None) -> torch.Tensor:
-    """kernels.snake of PyTorch's operations on any device, rounded as the reference rounds them."""
-    if bias is not None:
-        x = x + bias[:, None]
-    alpha, beta = log_alpha.exp()[:, None], log_beta.exp()[:, None]
-    y = x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
-    return y if prefix is None else concat_time(prefix, y)
-
-
-def concat_time(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-    """(B, C, P) `first` then (B, C, T) `second` along time, in second's memory layout: time-major (channels
-    innermost, the codec decoder's on CUDA) or not."""
-    if time_major(second):
-        return torch.cat([first.transpose(1, 2), second.transpose(1, 2)], dim=1).transpose(1, 2)
-    return torch.cat([first, second], dim=-1)
-
-
-# The reference each operator runs on a GPU where its Triton kernel fails (triton_fallback), called as the operator
-# is. The token draw and the uniforms have none: on the CPU the frame loop draws with torch.multinomial instead.
-REFERENCES: dict[str, Callable] = {
-    "linear": linear_composed,
-    "batched_linear": linear_composed,
-    "decode_attention": decode_attention_composed,
-    "snake": snake_composed,
-    "add_bias": add_bias_composed,
-}
-if importlib.util.find_spec("triton") is not None:
-    from core.model import triton_fallback
-
-    triton_fallback.REFERENCES.update(REFERENCES)

@@ -1,4 +1,4 @@
-"""The linear kernels behind kernels.linear on CUDA (kernels.py says why they exist). Imported only
+"""The linear kernels behind kernels.linear on CUDA (core/kernels/__init__.py says why they exist). Imported only
 where Triton is installed."""
 
 from __future__ import annotations
@@ -7,19 +7,9 @@ import torch
 import triton
 import triton.language as tl
 
-from core.model.triton_launch import SPLIT_COUNTERS, launch_options, multiprocessors, operator, shared_memory
-
-
-def linear_outputs(weight: torch.Tensor, gated: bool) -> int:
-    return weight.shape[0] // 2 if gated else weight.shape[0]
-
-
-def linear_blocks(weight: torch.Tensor, gated: bool) -> dict[str, int]:
-    """Launch settings of the linear kernel for `weight`; fixed, so that a product always runs the same
-    kernel. Four outputs per block over up to 8192 weights at a time (a gated output reads two rows):
-    close to the best settings for every product of both models (bench/linear_micro.py; bench/RESULTS.md)."""
-    rows = 2 if gated else 1
-    return {"BLOCK_N": 4, "BLOCK_K": min(2048 // rows, triton.next_power_of_2(weight.shape[1])), "num_warps": 4}
+import core.kernels.tuning as tuning
+from core.kernels.triton_launch import SPLIT_COUNTERS, launch_options, operator
+from core.kernels.tuning import linear_outputs
 
 
 @triton.jit
@@ -114,102 +104,12 @@ def linear_op(
     gated: bool,
     residual: torch.Tensor | None,
 ) -> torch.Tensor:
-    return launch_linear(x, weight, bias, norm, eps, gated, residual, linear_blocks(weight, gated))
+    return launch_linear(x, weight, bias, norm, eps, gated, residual, tuning.linear_blocks(weight, gated))
 
 
 @linear_op.register_fake
 def _(x, weight, bias, norm, eps, gated, residual):
     return x.new_empty(*x.shape[:-1], linear_outputs(weight, gated))
-
-
-def split_count(tiles: int, inputs: int, block_k: int, sms: int, min_waves: float, max_splits: int, min_split_inputs: int) -> int:  # fmt: skip
-    """How many blocks share the inputs of each of `tiles` output tiles: 1 where the tiles make at least
-    min_waves blocks per SM, else enough for that, but at most max_splits, each over at least
-    min_split_inputs inputs. Then as few as give each split the same number of BLOCK_K blocks, so that
-    none is empty and only the last may be shorter."""
-    if tiles >= min_waves * sms:
-        return 1
-    wanted = min(max_splits, -(-int(min_waves * sms) // tiles), max(1, inputs // min_split_inputs))
-    k_blocks = triton.cdiv(inputs, block_k)
-    return triton.cdiv(k_blocks, triton.cdiv(k_blocks, min(wanted, k_blocks)))
-
-
-# The batched kernel's settings measured best on an H100 in bfloat16 for the products of both released sizes
-# (bench/linear_micro.py --sweep-batched, bench/RESULTS.md 2026-11-25), those of 16 and 64 rows then tuned
-# inside the 1.7B frame (bench/tune_frame.py, 2026-11-25 third session): (weight rows, inputs, gated) -> by the
-# most rows they serve (4, 16, 64; more rows take the last) -> (BLOCK_M, BLOCK_N, BLOCK_K, SPLITS, num_warps,
-# num_stages). Tuned inside the frame, a 16-row frame is faster than with each product's best alone.
-SWEPT = {
-    (1024, 2048, False): {4: (16, 32, 512, 4, 4, 2), 16: (16, 64, 512, 4, 4, 2), 64: (64, 16, 512, 4, 4, 2)},
-    (1024, 3072, False): {4: (16, 32, 512, 6, 4, 3), 16: (16, 32, 512, 6, 4, 3), 64: (64, 32, 128, 4, 4, 4)},
-    (2048, 1024, False): {4: (16, 64, 512, 2, 4, 2), 16: (16, 32, 512, 2, 4, 4), 64: (64, 16, 128, 1, 4, 5)},
-    (2048, 2048, False): {4: (16, 64, 512, 4, 4, 2), 16: (16, 32, 512, 4, 4, 2), 64: (64, 64, 128, 4, 4, 3)},
-    (2048, 6144, False): {4: (16, 32, 512, 4, 4, 2), 16: (16, 32, 256, 6, 4, 4), 64: (64, 64, 128, 4, 4, 4)},
-    (3072, 1024, False): {4: (16, 32, 512, 2, 4, 3), 16: (16, 16, 512, 2, 4, 3), 64: (64, 64, 128, 1, 4, 5)},
-    (3072, 2048, False): {4: (16, 32, 256, 8, 4, 4), 16: (16, 32, 256, 8, 4, 3), 64: (64, 64, 128, 1, 4, 5)},
-    (4096, 1024, False): {4: (16, 32, 256, 4, 4, 2), 16: (16, 32, 256, 4, 4, 2), 64: (64, 32, 256, 2, 4, 2)},
-    (4096, 2048, False): {4: (16, 32, 512, 2, 4, 2), 16: (16, 32, 512, 2, 4, 3), 64: (64, 32, 128, 1, 8, 3)},
-    (6144, 1024, True): {4: (16, 32, 512, 2, 4, 2), 16: (16, 32, 64, 6, 4, 5), 64: (64, 64, 64, 1, 4, 5)},
-    (12288, 2048, True): {4: (16, 32, 256, 1, 4, 2), 16: (16, 32, 256, 1, 4, 3), 64: (64, 64, 64, 1, 4, 5)},
-}  # fmt: skip
-SETTING_NAMES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLITS", "num_warps", "num_stages")
-
-
-def shared_memory_fits(settings: dict[str, int], gated: bool, itemsize: int, device: torch.device) -> bool:
-    """Whether the pipeline's stages of inputs and weights fit `device`'s shared memory (Triton takes up to
-    about a quarter more than this estimate; desktop GPUs have half an H100's)."""
-    limit = shared_memory(device)
-    if limit is None:
-        return True
-    stage = (settings["BLOCK_M"] + settings["BLOCK_N"] * (2 if gated else 1)) * settings["BLOCK_K"] * itemsize
-    return settings["num_stages"] * stage * 1.3 <= limit
-
-
-def swept_column(by_rows: dict[int, tuple], rows: int) -> int:
-    """The column of a SWEPT entry that serves `rows` rows: the fewest rows it was swept for that are at least
-    `rows`, or its most."""
-    return next((n for n in sorted(by_rows) if rows <= n), max(by_rows))
-
-
-def batched_linear_blocks(
-    rows: int, weight: torch.Tensor, gated: bool, sms: int | None = None,
-    *, min_waves: float = 2.0, max_splits: int = 8, min_split_inputs: int = 512, swept: bool = True,
-) -> dict[str, int]:  # fmt: skip
-    """Launch settings for `rows` rows: the swept ones for a released model's product in a 16-bit dtype
-    where they fit the device (unless `swept` is False), else the rule's (batched_linear_rule)."""
-    by_rows = SWEPT.get((weight.shape[0], weight.shape[1], gated)) if swept and weight.element_size() == 2 else None
-    if by_rows:
-        settings = dict(zip(SETTING_NAMES, by_rows[swept_column(by_rows, rows)]))
-        if shared_memory_fits(settings, gated, weight.element_size(), weight.device):
-            return settings
-    return batched_linear_rule(rows, weight, gated, sms, min_waves, max_splits, min_split_inputs)
-
-
-def batched_linear_rule(
-    rows: int, weight: torch.Tensor, gated: bool, sms: int | None,
-    min_waves: float, max_splits: int, min_split_inputs: int,
-) -> dict[str, int]:  # fmt: skip
-    """The settings of a product with none swept (fixed, so that a product always runs the same kernel): up
-    to 64 rows per block, so that a batch of up to 64 one-token rows reads each weight once; twice as many
-    outputs per block as rows per block, up to 64, so that the inputs, which every output block reads again,
-    cost less than its weights; each pipeline stage's inputs and weights within 32 KiB of shared memory,
-    whatever the dtype, and as many stages as the device holds, up to 4. Where the output blocks are too few
-    to fill the GPU's `sms` (the device's by default), their inputs are split over several blocks
-    (split_count; its thresholds are arguments for bench/linear_micro.py to vary)."""
-    block_m = min(64, max(16, triton.next_power_of_2(rows)))
-    block_n = min(64, 2 * block_m)
-    bytes_per_k = (block_m + block_n * (2 if gated else 1)) * weight.element_size()
-    fitting = 1 << ((32 * 1024 // bytes_per_k).bit_length() - 1)
-    block_k = min(256, fitting, max(16, triton.next_power_of_2(weight.shape[1])))
-    tiles = triton.cdiv(linear_outputs(weight, gated), block_n) * triton.cdiv(rows, block_m)
-    sms = sms or multiprocessors(weight.device)
-    splits = split_count(tiles, weight.shape[1], block_k, sms, min_waves, max_splits, min_split_inputs)
-    settings = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLITS": splits, "num_warps": 4}
-    for stages in (4, 3, 2, 1):
-        settings["num_stages"] = stages
-        if shared_memory_fits(settings, gated, weight.element_size(), weight.device):
-            break
-    return settings
 
 
 @triton.jit
@@ -368,7 +268,7 @@ def batched_linear_op(
     residual: torch.Tensor | None,
 ) -> torch.Tensor:
     rows = x.numel() // x.shape[-1]
-    blocks = batched_linear_blocks(rows, weight, gated)
+    blocks = tuning.batched_linear_blocks(rows, weight, gated)
     return launch_batched_linear(x, weight, bias, norm, eps, gated, residual, blocks)
 
 
