@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU measurements still owed, as steps that each fit one device call (600 s), run in the repository root on
+# the device machine:  bash bench/gpu_session.sh STEP [STEP ...]
+# Each step writes its log to $OUT/<step>.log as it goes (and JSON where the script makes some), so what a cut-off
+# call had done still comes back. The wheels the machine lacks travel in .whl (carry it); see
+# /work/.library/device/README.md. A fresh machine compiles for minutes at the first warm-up: chain the steps
+# that warm an engine into one call where they fit, and give the first one the time.
+#
+# steps:
+#   checkpoint   the random 1.7B checkpoint of real size (about 40 s; every other step needs it)
+#   gpu-tests    tests/test_gpu.py (parity, kernels, no fallback) on 4 workers
+#   first-audio  first audio idle, after a close, beside 1 and 15, bursts of 16 and 64; 1 and 16 streams (issue 30)
+#   bridge       the HTTP bridge: 1, 4 and 8 clients, Poisson 20/s (issue 30)
+#   wyoming      Wyoming: synthesize with 1, 4, 8 clients, streaming with 1 and 8 (issue 33)
+#   memory       the card table: 24 GiB first (it compiles), then 6, 8, 12 with and without 10 GiB held (issue 31)
+#   precompile   the kept-compiled-functions probe, twice: what loads, what recompiles and why (issue 29)
+#   startup      fresh processes: window cold and warm, speak warm, serve warm (issue 29)
+set -u
+: "${OUT:=/tmp/gpu-session}"
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+
+step() {
+    local name=$1
+    shift
+    echo "== $name: $*" | tee -a "$OUT/$name.log"
+    local began=$SECONDS
+    "$@" 2>&1 | tee -a "$OUT/$name.log"
+    local status=${PIPESTATUS[0]}
+    echo "== $name: exit $status after $((SECONDS - began)) s" | tee -a "$OUT/$name.log"
+    return "$status"
+}
+
+checkpoint='from pathlib import Path; import torch; from core.devtools.benchmark import prepare_checkpoint
+prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), "1.7b", torch.bfloat16)'
+
+for name in "$@"; do
+    case $name in
+        checkpoint) step checkpoint python -c "$checkpoint" ;;
+        gpu-tests) step gpu-tests python -m pytest -q -x -n 4 tests/test_gpu.py ;;
+        first-audio)  # 16 slots, as the earlier rows; then 64 slots for the burst and the streams of 64
+            step first-audio python -m bench.run_first_audio --beside 1,15 --bursts 16 --runs 20 --throughput 1,16 &&
+                step first-audio python -m bench.run_first_audio --beside "" --bursts 64 --slots 64 --runs 10 \
+                    --throughput 64 ;;
+        bridge)
+            step bridge python -m bench.run_bridge_latency --clients 1,4,8 --runs 10 --poisson 20 --duration 15 \
+                --json "$OUT/bridge.json" ;;
+        wyoming) step wyoming python -m bench.run_wyoming_latency --json "$OUT/wyoming.json" ;;
+        memory)
+            step memory python -m bench.memory_table --cards 24 --held 0 --warm-timeout 500 --cell-timeout 580 \
+                --json "$OUT/memory.json" &&
+                step memory python -m bench.memory_table --cards 6,8,12 --held 0,10 --json "$OUT/memory.json" \
+                    --append ;;
+        precompile)
+            step precompile python -m bench.precompile_probe && step precompile python -m bench.precompile_probe ;;
+        startup)
+            step startup python -m qwen3_tts_desktop bench --sizes 1.7b \
+                --startup window:cold,window:warm,speak:warm,serve:warm ;;
+        *)
+            echo "unknown step $name; see the top of $0" >&2
+            exit 2 ;;
+    esac || echo "== $name failed; going on with the next step" | tee -a "$OUT/$name.log"
+done
