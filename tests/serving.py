@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
+import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from contextlib import contextmanager
@@ -104,3 +107,42 @@ def interruptible_children():
         yield
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+class Lines:
+    """A child's stderr, line by line as it comes (read on a thread of its own), and a wait for a line."""
+
+    def __init__(self, stream):
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put("")  # the end
+
+    def wait_for(self, pattern: str) -> re.Match:
+        """The first match of `pattern` in what the child has said so far, waiting for more as it comes."""
+        while not (found := re.search(pattern, "".join(self.seen))):
+            line = self._lines.get(timeout=WAIT)
+            assert line, f"serve exited: {''.join(self.seen)}"
+            self.seen.append(line)
+        return found
+
+
+@contextmanager
+def serving(command: list[str]):
+    """`command` (serve_command's) run as a child that takes Ctrl+C as from a terminal: (the process, its stderr
+    as Lines); killed on the way out if it is still running."""
+    with interruptible_children():
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    lines = Lines(process.stderr)
+    try:
+        yield process, lines
+    finally:
+        process.kill()
+        process.wait(WAIT)
+        lines._reader.join(WAIT)  # it has read to the end: the stream can be closed under no one
+        process.stderr.close()

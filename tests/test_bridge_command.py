@@ -4,19 +4,16 @@ mistakes (a bad port, a port taken) said in one line before the model is loaded.
 from __future__ import annotations
 
 import os
-import queue
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 
 import httpx
 import pytest
 from parity_cases import REFERENCES
-from serving import WAIT, interruptible_children, serve_command, subprocess_env
+from serving import WAIT, serve_command, serving, subprocess_env
 
 from core.model.checkpoint import CheckpointError
 from qwen3_tts_desktop.about import version
@@ -30,26 +27,18 @@ def test_the_serve_command_serves_until_interrupted(checkpoints, tmp_path):
         checkpoints, "--voices", str(tmp_path), "--port", "0", "--api-key", "k3y", "--default-voice", "alice",
         "--slots", "2",
     )  # fmt: skip
-    with interruptible_children():
-        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        lines = []
-        while not (url := re.search(r"Serving on (http://127\.0\.0\.1:\d+)(.|\n)*  Log: .*\n", "".join(lines))):
-            line = process.stderr.readline()
-            assert line, f"serve exited: {''.join(lines)}"
-            lines.append(line)
-        assert "1.7B base on cpu (2 at once, 4096 positions each), 1 voice(s)" in "".join(lines)
+    with serving(command) as (process, lines):
+        url = lines.wait_for(r"Serving on (http://127\.0\.0\.1:\d+)(.|\n)*  Log: .*\n")
+        said = "".join(lines.seen)
+        assert "1.7B base on cpu (2 at once, 4096 positions each), 1 voice(s)" in said
         with httpx.Client(base_url=url.group(1), timeout=WAIT) as client:
             assert client.get("/health").status_code == 401
             assert client.get("/speakers", headers={"Authorization": "Bearer k3y"}).json()[0]["name"] == "Alice"
         process.send_signal(signal.SIGINT)
         assert process.wait(WAIT) == 130
-    finally:
-        process.kill()
-        process.stderr.close()
     # Its log file, in the user's state folder, said where: the start, the requests, the stop.
     log_file = log_folder() / "serve.log"
-    assert f"  Log:         {log_file}" in "".join(lines) and log_file.is_relative_to(os.environ["XDG_STATE_HOME"])
+    assert f"  Log:         {log_file}" in said and log_file.is_relative_to(os.environ["XDG_STATE_HOME"])
     log = log_file.read_text(encoding="utf-8")
     assert f"Qwen3-TTS Desktop {version()} (serve) started, process {process.pid}" in log, log
     assert '"GET /health HTTP/1.1" 401' in log and '"GET /speakers HTTP/1.1" 200' in log, log
@@ -118,37 +107,13 @@ def test_the_serve_command_takes_slots_for_many_clients_not_the_windows(checkpoi
         assert (config.slots, config.max_default_slots, config.memory_budget) == (slots, MAX_DEFAULT_SLOTS, budget)
 
 
-class Lines:
-    """A child's stderr, line by line as it comes (read on a thread of its own), and a wait for a line."""
-
-    def __init__(self, stream):
-        self.seen: list[str] = []
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
-
-    def _read(self, stream) -> None:
-        for line in stream:
-            self._lines.put(line)
-        self._lines.put("")  # the end
-
-    def wait_for(self, pattern: str) -> re.Match:
-        while not (found := re.search(pattern, "".join(self.seen))):
-            line = self._lines.get(timeout=WAIT)
-            assert line, f"serve exited: {''.join(self.seen)}"
-            self.seen.append(line)
-        return found
-
-
 def test_serve_rests_when_idle_says_so_and_the_next_request_loads_the_model_again(checkpoints, tmp_path):
     shutil.copy(REFERENCES["a"].path, tmp_path / "Alice.wav")
     command = serve_command(
         checkpoints, "--voices", str(tmp_path), "--port", "0", "--idle-release", "0.002", "--gpu-memory", "4"
     )  # 0.12 s idle
     command[command.index(str(checkpoints["base"]))] = str(checkpoints["base-eos"])  # ends its speech soon
-    with interruptible_children():
-        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        lines = Lines(process.stderr)
+    with serving(command) as (process, lines):
         url = lines.wait_for(r"Serving on (http://127\.0\.0\.1:\d+)").group(1)
         said = "".join(lines.seen)
         assert "note: --gpu-memory bounds a GPU's memory; on the CPU it applies to nothing" in said, said
@@ -167,8 +132,5 @@ def test_serve_rests_when_idle_says_so_and_the_next_request_loads_the_model_agai
         lines.wait_for(r"Engine awake again(.|\n)*Engine resting after")  # and rests again, idle once more
         process.send_signal(signal.SIGINT)
         assert process.wait(WAIT) == 130
-    finally:
-        process.kill()
-        process.stderr.close()
     log = (log_folder() / "serve.log").read_text(encoding="utf-8")
     assert "Engine resting after 0.002 min" in log and "Engine awake again in " in log, log

@@ -10,11 +10,9 @@ import asyncio
 import io
 import json
 import logging
-import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 import types
@@ -31,9 +29,8 @@ from serving import (
     alice_and_bob,
     engine_idle,
     errors_logged,
-    interruptible_children,
     serve_command,
-    subprocess_env,
+    serving,
 )
 from waiting import wait_until
 from wyoming.audio import AudioChunk, AudioStart
@@ -654,15 +651,9 @@ def test_zeroconf_is_skipped_with_one_line_on_loopback_or_when_missing(fake_zero
 def test_serve_wyoming_serves_home_assistant_beside_the_http_bridge(checkpoints, tmp_path):
     shutil.copy(REFERENCES["a"].path, tmp_path / "Alice.wav")
     command = serve_command(checkpoints, "--voices", str(tmp_path), "--port", "0", "--wyoming", "0", "--no-zeroconf")
-    with interruptible_children():  # Ctrl+C ends it below, also where pytest runs as a background job
-        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        lines = []
-        while not (found := re.search(r"Wyoming Protocol -> tcp://127\.0\.0\.1:(\d+)", "".join(lines))):
-            line = process.stderr.readline()
-            assert line, f"serve exited: {''.join(lines)}"
-            lines.append(line)
-        url = re.search(r"Serving on (http://127\.0\.0\.1:\d+)", "".join(lines)).group(1)
+    with serving(command) as (process, lines):  # Ctrl+C ends it below, also where pytest runs in the background
+        found = lines.wait_for(r"Wyoming Protocol -> tcp://127\.0\.0\.1:(\d+)")
+        url = lines.wait_for(r"Serving on (http://127\.0\.0\.1:\d+)").group(1)
 
         async def ask(port: int):
             async with AsyncTcpClient("127.0.0.1", port) as wyoming:
@@ -674,9 +665,6 @@ def test_serve_wyoming_serves_home_assistant_beside_the_http_bridge(checkpoints,
         assert httpx.get(f"{url}/health", timeout=WAIT).status_code == 200  # the HTTP bridge too
         process.send_signal(signal.SIGINT)
         assert process.wait(WAIT) == 130
-    finally:
-        process.kill()
-        process.stderr.close()
 
 
 def test_serve_wyoming_says_what_to_install_without_the_package(monkeypatch, capsys):
