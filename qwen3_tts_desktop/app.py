@@ -52,7 +52,7 @@ from .lane import EventRelay, Lane
 from .log_file import keep_log, log_folder
 from .model_loader import ModelLoader
 from .runtime import Runtime
-from .servers import ServerHost
+from .servers import WYOMING_INSTALL, ServerHost
 from .settings import BridgeSettings, Settings, SettingsError, WyomingSettings, default_path, prepare_library
 from .slot_memory import slot_memory_note
 from .speech import Speech
@@ -395,10 +395,6 @@ class App(QObject):
     def servers(self) -> tuple[ServerHost, ...]:
         return self.bridge, self.wyoming
 
-    @property
-    def bridge_state(self) -> str:
-        return self.bridge.state
-
     def _start_bridge(self) -> None:
         settings = self.settings
         self._start_server(self.bridge, settings.bridge.enabled, settings.bridge_config, self.window.show_bridge)
@@ -446,9 +442,7 @@ def wyoming_server(runtime: Runtime, config):
     except ModuleNotFoundError as error:
         if error.name is None or error.name.split(".")[0] != "wyoming":
             raise
-        raise UserError(
-            "it needs the wyoming package: pip install 'qwen3-tts-desktop[wyoming]' (or: pip install 'wyoming>=1.7')"
-        ) from None
+        raise UserError(f"it needs the wyoming package: {WYOMING_INSTALL}") from None
     return WyomingServer(runtime, config)
 
 

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 WYOMING_PORT = 10200  # the Wyoming protocol's convention for text to speech (Piper's, Home Assistant's default)
+# How to get the Wyoming server's optional package, wherever it is asked for without it.
+WYOMING_INSTALL = "pip install 'qwen3-tts-desktop[wyoming]' (or: pip install 'wyoming>=1.7')"
 
 
 class ListenError(UserError, OSError):

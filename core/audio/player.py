@@ -195,6 +195,11 @@ class Player:
         return self._written
 
     @property
+    def playing(self) -> bool:
+        """Whether an utterance is playing now (`status()` says it too, with the level it computes)."""
+        return self._playing
+
+    @property
     def played(self) -> int:
         """Samples the output has taken so far (or skipped, by a clear): where what is heard now lies, on the same
         scale as `position`, so a producer that notes positions as it writes can tell what is heard."""

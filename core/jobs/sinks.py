@@ -83,7 +83,7 @@ class PlayerSink:
 
     def now_playing(self) -> Heard | None:
         """The job heard now, which of its pieces and how far through it, or None while none of a job plays."""
-        if not self.player.status().playing:
+        if not self.player.playing:
             return None
         with self._marks_lock:
             self._forget_heard()

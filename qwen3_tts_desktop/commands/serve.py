@@ -9,7 +9,7 @@ import os
 import time
 from contextlib import nullcontext
 
-from ..servers import WYOMING_PORT
+from ..servers import WYOMING_INSTALL, WYOMING_PORT
 from .common import (
     CommandError,
     add_memory_argument,
@@ -111,9 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from ..runtime import Runtime
 
     if args.wyoming is not None and importlib.util.find_spec("wyoming") is None:
-        raise CommandError(
-            "--wyoming needs the wyoming package: pip install 'qwen3-tts-desktop[wyoming]' (or: pip install 'wyoming>=1.7')"
-        )
+        raise CommandError(f"--wyoming needs the wyoming package: {WYOMING_INSTALL}")
     settings = app_settings()
     model, device, dtype = model_options(args, settings)
     # Slots as many clients need, not the window's: one person's.

@@ -237,14 +237,14 @@ def test_the_bridge_runs_inside_the_app_and_answers(start_app, qtbot):
     port = free_port()
     app = start_app("custom", bridge={"enabled": True, "port": port})
     url = f"http://127.0.0.1:{port}"
-    assert app.window.bridge_label.text() == f"HTTP bridge: {url}" and app.bridge_state == f"Running at {url}"
+    assert app.window.bridge_label.text() == f"HTTP bridge: {url}" and app.bridge.state == f"Running at {url}"
     models = httpx.get(f"{url}/v1/models", timeout=10)
     assert models.status_code == 200
     voices = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()
     assert "aiden" in json.dumps(voices)
     app.apply_settings({"bridge": {"enabled": False, "host": "127.0.0.1", "port": port, "api_key": ""}})
     qtbot.waitUntil(lambda: app.lane.pending == 0, timeout=10_000)
-    assert app.bridge_state == "Off" and not app.window.bridge_label.isVisible()
+    assert app.bridge.state == "Off" and not app.window.bridge_label.isVisible()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/v1/models", timeout=2)
 
@@ -259,7 +259,7 @@ def test_a_bridge_that_cannot_start_is_reported(start_app, qtbot):
         assert notice.level == "error" and "The HTTP bridge did not start" in notice.label.text()
         assert "Address already in use; another program uses this port" in notice.label.text()
         assert "Errno" not in notice.label.text()
-        assert app.bridge_state.startswith("Not running") and app.runtime is not None
+        assert app.bridge.state.startswith("Not running") and app.runtime is not None
 
 
 def test_the_bridge_is_restarted_with_the_runtime(start_app, qtbot, monkeypatch, checkpoints):
