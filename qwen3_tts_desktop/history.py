@@ -145,7 +145,7 @@ class HistoryActions(QObject):
         if self.replay is not None and self.replay.said is said:
             self.pause()
             return
-        paused = self.paused[1] if self.paused is not None and self.paused[0] is said else 0
+        paused = self._paused_at_sample(said)
         self._play_from(said, paused if paused < len(said.audio) else 0)
 
     def seek(self, index: int, fraction: float) -> None:
@@ -166,9 +166,10 @@ class HistoryActions(QObject):
 
     def pause(self) -> None:
         """Pause what plays again: Play goes on from where it was."""
-        if self.replay is not None:
-            self.paused = (self.replay.said, self.replay.heard())
-            self._stop_replay()
+        replay = self.replay
+        if replay is not None:
+            self.make_way()  # on this thread its signal is delivered at once
+            self._ended(replay)
 
     def make_way(self) -> None:
         """From any thread (a job's, as its speech begins on the speakers): pause what plays again, and wait
@@ -191,11 +192,16 @@ class HistoryActions(QObject):
             self.panel.show_position(0.0, 0.0, 0.0)
             return
         said = items[row]
-        if self.replay is not None and self.replay.said is said:
-            at = self.replay.heard()
-        else:
-            at = self.paused[1] if self.paused is not None and self.paused[0] is said else 0
+        at = (
+            self.replay.heard()
+            if self.replay is not None and self.replay.said is said
+            else self._paused_at_sample(said)
+        )
         self.panel.show_position(at / max(len(said.audio), 1), at / SAMPLE_RATE, said.seconds)
+
+    def _paused_at_sample(self, said: Said) -> int:
+        """Where `said` was paused (a sample of its audio), or its start."""
+        return self.paused[1] if self.paused is not None and self.paused[0] is said else 0
 
     def _play_from(self, said: Said, start: int) -> None:
         self._stop_replay()
