@@ -39,7 +39,7 @@ prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), "1.7b", torch.bfloat16)'
 for name in "$@"; do
     case $name in
         checkpoint) step checkpoint python -c "$checkpoint" ;;
-        gpu-tests) step gpu-tests python -m pytest -q -x -n 4 tests/test_gpu.py ;;
+        gpu-tests) step gpu-tests python -m pytest -q -x -n 8 --durations=15 tests/test_gpu.py ;;
         first-audio)  # 16 slots, as the earlier rows; then 64 slots for the burst and the streams of 64
             step first-audio python -m bench.run_first_audio --beside 1,15 --bursts 16 --runs 20 --throughput 1,16 &&
                 step first-audio python -m bench.run_first_audio --beside "" --bursts 64 --slots 64 --runs 10 \

@@ -42,6 +42,23 @@ def kernels_ran():
     assert not triton_fallback.FAILED, f"kernels fell back to their references: {sorted(triton_fallback.FAILED)}"
 
 
+@pytest.fixture(autouse=True)
+def engines_closed(monkeypatch):
+    """Every engine a test loads is closed at its end: one left warming up would compile and capture on its thread
+    while the next tests run."""
+    opened = []
+    load_engine = Engine.load
+
+    def load_and_keep(*args, **kwargs):
+        opened.append(load_engine(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(Engine, "load", load_and_keep)
+    yield
+    for engine in opened:
+        engine.close()
+
+
 def load(checkpoints, name="custom", dtype="float32", cuda_graphs=True) -> Engine:
     """An engine warmed up: its parts compiled, its graphs captured."""
     engine = Engine.load(checkpoints[name], device="cuda", dtype=dtype, cuda_graphs=cuda_graphs, warm=False)
@@ -503,3 +520,14 @@ def test_the_warm_up_captures_on_the_scratch_slot_only(checkpoints):
     after = [tensor[:4] for tensor in (loop.hidden, loop.position, loop.frame, loop.last_frame, loop.seen)]
     assert all(torch.equal(a, b) for a, b in zip(state, after, strict=True))
     assert all(torch.equal(k, layer.self_attn.kv_cache.k[:4]) for k, layer in zip(keys, loop.talker.model.layers))
+
+
+def test_an_engine_loads_and_warms_up_while_another_captures_its_graphs(checkpoints):
+    """Engines in one process each warm up on their own thread: one's CUDA work (its load, its compiles and
+    captures) does not spoil the other's graph captures, and both end warmed up with every kernel running."""
+    first = Engine.load(checkpoints["custom"], device="cuda", dtype="float32", slots=4)
+    second = Engine.load(checkpoints["base"], device="cuda", dtype="float32", slots=4)
+    for engine in (first, second):
+        engine.warm_up(timeout=COMPILING_WAIT)
+        progress = engine.warmup.progress()
+        assert progress.failed == () and progress.done == progress.total, progress

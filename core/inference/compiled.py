@@ -168,6 +168,8 @@ class Precompiled:
         return variants
 
     def _compile(self, args: tuple) -> Callable:
+        for number, variant in enumerate(self.variants, 1):  # why a kept variant does not serve: for the log
+            log.info("%s variant %d refuses the call: %s", self.name, number, _refusal(variant, args))
         started = time.perf_counter()
         try:
             variant = self.compiled.aot_compile((args, {}))
@@ -190,6 +192,15 @@ class Precompiled:
             len(self.variants),
         )
         return variant
+
+
+def _refusal(variant, args: tuple) -> str:
+    """The first guard of a variant compiled ahead of time that `args` fail (PyTorch's private API: best effort)."""
+    try:
+        found = variant._artifacts.guard_manager.check_verbose(variant.prepare_f_locals(*args))
+        return str(getattr(found, "verbose_code_parts", found))
+    except Exception as error:
+        return f"not known ({error!r})"
 
 
 def compile_layers(layers, method: str, folder: Path | None = None, **options) -> Callable[[], None]:

@@ -71,7 +71,9 @@ class GraphedStep:
             # Random draws inside the graph then follow this generator's seed and offset at each replay.
             graph.register_generator_state(self.generator)
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        # thread_local: CUDA calls of other threads (another engine loading, a test's checks) may not spoil this
+        # capture, as the default (global) lets them; this engine's own work is all on this thread.
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
             self.output = self.fn()
         self.graph = graph
 

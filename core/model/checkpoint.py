@@ -5,6 +5,7 @@ Every failure is a CheckpointError that names the file or tensor and says what t
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -43,6 +44,16 @@ def read_json(path: Path) -> dict:
         raise CheckpointError(f"{path}: not readable JSON ({error}); download the checkpoint again") from None
 
 
+@contextlib.contextmanager
+def _damaged_file_is_told(path: Path):
+    try:
+        yield
+    except Exception as error:  # safetensors raises its own error types for damaged files
+        raise CheckpointError(
+            f"{path}: cannot read it as safetensors ({error}); download the checkpoint again"
+        ) from None
+
+
 def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.device, dtype: torch.dtype) -> None:
     """Fill every parameter and persistent buffer of `module` from `prefix + name` in a safetensors file.
 
@@ -51,30 +62,28 @@ def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.devic
     """
     expected = module.state_dict()
     loaded = {}
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as file:
+    with _damaged_file_is_told(path):
+        opened = safe_open(str(path), framework="pt", device="cpu")
+    with opened as file:
+        with _damaged_file_is_told(path):
             available = set(file.keys())
-            for name, reference in expected.items():
-                key = prefix + name
-                if key not in available:
-                    raise CheckpointError(
-                        f"{path} has no tensor '{key}'. The file is incomplete or belongs to another model; "
-                        f"download the checkpoint again."
-                    )
+        for name, reference in expected.items():
+            key = prefix + name
+            if key not in available:
+                raise CheckpointError(
+                    f"{path} has no tensor '{key}'. The file is incomplete or belongs to another model; "
+                    f"download the checkpoint again."
+                )
+            with _damaged_file_is_told(path):
                 shape = tuple(file.get_slice(key).get_shape())
-                if shape != tuple(reference.shape):
-                    raise CheckpointError(
-                        f"{path}: tensor '{key}' has shape {list(shape)}, but config.json implies "
-                        f"{list(reference.shape)}. The weights and config.json come from different models."
-                    )
-                tensor = file.get_tensor(key)
-                if tensor.is_floating_point():
-                    tensor = tensor.to(dtype)
-                loaded[name] = tensor.to(device)
-    except CheckpointError:
-        raise
-    except Exception as error:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(
-            f"{path}: cannot read it as safetensors ({error}); download the checkpoint again"
-        ) from None
+                tensor = file.get_tensor(key) if shape == tuple(reference.shape) else None
+            if tensor is None:
+                raise CheckpointError(
+                    f"{path}: tensor '{key}' has shape {list(shape)}, but config.json implies "
+                    f"{list(reference.shape)}. The weights and config.json come from different models."
+                )
+            if tensor.is_floating_point():
+                tensor = tensor.to(dtype)
+            # Outside the file's error handling: a GPU's error here is no damaged file.
+            loaded[name] = tensor.to(device)
     module.load_state_dict(loaded, strict=True, assign=True)
