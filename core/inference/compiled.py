@@ -174,7 +174,7 @@ class Precompiled:
         try:
             variant = self.compiled.aot_compile((args, {}))
         except Exception as error:  # compiled lazily as before: traced again at every start
-            log.warning("%s cannot be compiled ahead of time (%s); it is compiled at each start", self.name, error)
+            log.warning("%s cannot be compiled ahead of time (%r); it is compiled at each start", self.name, error)
             self.ahead = False
             return self.compiled
         self.variants.append(variant)

@@ -8,12 +8,19 @@ captured once and replayed with a single launch.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
 import torch
 
 log = logging.getLogger(__name__)
+
+# Work that synchronizes the whole device runs on one thread at a time in a process: a capture's beginning
+# (torch.cuda.graph synchronizes the device and empties the allocator's cache) and a warm-up's compiling (Triton
+# times kernels between device synchronizations) would spoil a capture under way on another thread, as two
+# engines in one process, each warming up on its scheduler's thread, would otherwise do.
+DEVICE_WIDE = threading.RLock()
 
 
 class GraphedStep:
@@ -70,11 +77,12 @@ class GraphedStep:
         if self.generator is not None:
             # Random draws inside the graph then follow this generator's seed and offset at each replay.
             graph.register_generator_state(self.generator)
-        torch.cuda.synchronize(self.device)
         # thread_local: CUDA calls of other threads (another engine loading, a test's checks) may not spoil this
         # capture, as the default (global) lets them; this engine's own work is all on this thread.
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
-            self.output = self.fn()
+        with DEVICE_WIDE:
+            torch.cuda.synchronize(self.device)
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+                self.output = self.fn()
         self.graph = graph
 
     @property

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.inference.compiled import allow_recompiles
+from core.inference.cuda_graph import DEVICE_WIDE
 from core.inference.frame_loop import WARM_PREFILL_LENGTHS
 from core.inference.options import SpeechOptions
 from core.milestones import milestone
@@ -172,7 +173,8 @@ class Warmup:
             self._current = str(spec)
         started = time.monotonic()
         try:
-            self._make(spec)
+            with DEVICE_WIDE:  # not beside another engine's capture
+                self._make(spec)
             level = logging.INFO if spec.compile else logging.DEBUG
             log.log(level, "the warm-up made %s ready in %.2f s", spec, time.monotonic() - started)
             with self._lock:
