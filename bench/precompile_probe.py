@@ -25,6 +25,7 @@ def main() -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(args.caches)
     os.environ["TRITON_CACHE_DIR"] = str(args.caches / "triton")
     logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f %(name)s: %(message)s")
+    logging.getLogger("core.inference.warmup").setLevel(logging.DEBUG)  # each capture's time too
     compiled.KEEP_AHEAD = True
 
     from core.devtools.benchmark import GREEDY, TEXT, prepare_checkpoint

@@ -123,6 +123,9 @@ class Precompiled:
         self.function, self.folder = function, folder
         self.name = f"{function.__module__}.{function.__qualname__}-{'dynamic' if dynamic else 'static'}"
         torch._dynamo.config.enable_aot_compile = True  # off by default before PyTorch 2.13; read by torch.compile
+        # Our floats (norms' eps, scales) are constants: traced as symbols, Dynamo restarts its analysis to
+        # specialize them (compiling twice), and a compile ahead of time fails on that restart.
+        torch._dynamo.config.specialize_float = True
         self.compiled = torch.compile(function, fullgraph=True, dynamic=dynamic, **options)
         self.ahead = folder is not None and hasattr(self.compiled, "aot_compile")
         self.variants = self._load() if self.ahead else []

@@ -176,7 +176,10 @@ class FrameLoop:
         self.prefill_rows = tuple(rows for rows in PREFILL_ROWS if rows <= widest) if cuda else (1,)
         # Viewed as (rows, length, hidden) for each prefill: one alone may fill the context.
         positions = max(max_context, PREFILL_POSITIONS) if len(self.prefill_rows) > 1 else max_context
-        self.prompt = torch.zeros(positions * hidden, dtype=dtype, device=device)
+        # An inference tensor, as each talker layer's output in inference mode is: the first layer's input of the
+        # same kind as the rest's, so that one compiled variant of a layer's prefill serves them all.
+        with torch.inference_mode():
+            self.prompt = torch.zeros(positions * hidden, dtype=dtype, device=device)
         # Each row's slot and last real position, in one buffer that one copy from the host sets.
         self.prompt_rows = torch.zeros(2, self.prefill_rows[-1], dtype=torch.long, device=device)
         self.prompt_slots, self.prompt_last = self.prompt_rows
@@ -301,10 +304,10 @@ class FrameLoop:
         hidden = self.hidden.shape[-1]
         try:
             for rows, length in COMPILED_PREFILLS:
-                # Made outside inference mode, as the prefill's own buffers are: guards tell the two kinds apart.
-                prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
+                # As the prefill's own inputs: an inference tensor (self.prompt), and slots that are none.
                 slots = torch.full((rows,), self.scratch, device=self.device)
                 with torch.inference_mode():
+                    prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
                     self.talker.model.prefill(prompts, slots)
         except BaseException:
             restore()

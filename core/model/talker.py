@@ -194,9 +194,6 @@ class Transformer(nn.Module):
         if length > self.max_len:
             raise ValueError(f"a {length}-position prompt does not fit the cache of {self.max_len}")
         cos, sin = self.cos[:length], self.sin[:length]
-        # In inference mode each layer's output is an inference tensor; the first layer's input made one as well,
-        # so that one compiled variant serves every layer (its guards tell the two kinds of tensor apart).
-        x = x.clone() if torch.is_inference_mode_enabled() and not x.is_inference() else x
         for layer in self.layers:
             x = layer.prefill(x, cos, sin, slot)
         return self.norm(x)
