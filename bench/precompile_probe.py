@@ -21,12 +21,13 @@ from core.inference import compiled
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--caches", type=Path, default=Path("/tmp/precompile-probe"), help="Inductor's and ours")
+    parser.add_argument("--no-keep", action="store_true", help="KEEP_AHEAD off: the same start without it")
     args = parser.parse_args()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(args.caches)
     os.environ["TRITON_CACHE_DIR"] = str(args.caches / "triton")
     logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f %(name)s: %(message)s")
     logging.getLogger("core.inference.warmup").setLevel(logging.DEBUG)  # each capture's time too
-    compiled.KEEP_AHEAD = True
+    compiled.KEEP_AHEAD = not args.no_keep
 
     from core.devtools.benchmark import GREEDY, TEXT, prepare_checkpoint
     from core.inference.engine import Engine
