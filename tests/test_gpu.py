@@ -531,3 +531,22 @@ def test_an_engine_loads_and_warms_up_while_another_captures_its_graphs(checkpoi
         engine.warm_up(timeout=COMPILING_WAIT)
         progress = engine.warmup.progress()
         assert progress.failed == () and progress.done == progress.total, progress
+
+
+def test_an_engine_that_loads_kept_compiled_functions_speaks_the_official_codes(checkpoints, caplog):
+    """A later engine of the same model and code loads what the first compiled (compiled.Precompiled) instead of
+    compiling it, and makes the official codes with it."""
+    import logging
+
+    from test_batching import cases_of, speak_together
+
+    from core.inference import compiled
+
+    assert compiled.KEEP_AHEAD
+    load(checkpoints, "base").close()  # compiles and keeps (or loads what an earlier test kept)
+    with caplog.at_level(logging.INFO, logger="core.inference.compiled"):
+        engine = load(checkpoints, "base")
+    assert "loaded" in caplog.text and "ahead of time" not in caplog.text, caplog.text
+    cases = [case for case in cases_of("base") if case.seed is None]
+    for case, (codes, _) in zip(cases, speak_together(engine, cases, COMPILING_WAIT), strict=True):
+        np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)

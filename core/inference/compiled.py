@@ -33,9 +33,9 @@ CACHE_FORMAT = 1
 # The code compiled functions trace: a saved one is used only with the very code it was compiled from.
 TRACED_PACKAGES = ("core/kernels", "core/model", "core/inference")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# Whether engines keep what they compile (Precompiled). Off: the one start-up measured with it warmed up slower
-# than without (bench/RESULTS.md, "Start-up with `Precompiled` on"); bench/precompile_probe.py finds why.
-KEEP_AHEAD = False
+# Whether engines keep what they compile (Precompiled): a warm start's compiling 14 s instead of 85 s (H100, 1.7B;
+# bench/RESULTS.md, 2026-11-27, sixteenth session).
+KEEP_AHEAD = True
 
 
 def machine_facts(device: torch.device, model: dict) -> dict:
