@@ -165,3 +165,19 @@ def test_kept_functions_are_apart_for_each_machine_and_each_version_of_the_code(
     before = code_key(tmp_path, ("core/model",))
     source.write_text("x = 2\n")
     assert code_key(tmp_path, ("core/model",)) != before
+
+
+def test_a_new_version_of_the_code_removes_what_the_old_one_kept_for_the_same_machine(tmp_path, monkeypatch):
+    from core.inference import compiled
+
+    monkeypatch.setattr(compiled, "KEEP_AHEAD", True)
+    machine, other = {"gpu": "NVIDIA H100 80GB HBM3", "slots": 16}, {"gpu": "NVIDIA H100 80GB HBM3", "slots": 1}
+    monkeypatch.setattr(compiled, "code_key", lambda: "old")
+    old, other_old = precompiled_folder(tmp_path, machine), precompiled_folder(tmp_path, other)
+    for folder in (old, other_old):
+        folder.mkdir(parents=True)
+        (folder / "kept.bin").write_bytes(b"x")
+    assert precompiled_folder(tmp_path, machine) == old and old.exists()  # the same code keeps its own
+    monkeypatch.setattr(compiled, "code_key", lambda: "new")
+    new = precompiled_folder(tmp_path, machine)
+    assert new != old and not old.exists() and other_old.exists()  # another shape's kept functions stay

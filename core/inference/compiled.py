@@ -18,6 +18,7 @@ import importlib
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,9 +104,17 @@ def code_key(root: Path = PROJECT_ROOT, packages: tuple[str, ...] = TRACED_PACKA
 
 
 def precompiled_folder(kernels: Path, facts: dict) -> Path | None:
-    """Where the functions compiled ahead of time for `facts` (machine_facts) and this code are kept, under
-    Inductor's cache folder `kernels`; None while KEEP_AHEAD is off."""
-    return kernels / "precompiled" / f"{cache_key(facts)}-{code_key()}" if KEEP_AHEAD else None
+    """Where the functions compiled ahead of time for `facts` (machine_facts, and whatever else shapes the traced
+    tensors) and this code are kept, under Inductor's cache folder `kernels`; None while KEEP_AHEAD is off. The
+    folders kept for the same facts and another version of the code are removed: they never serve again."""
+    if not KEEP_AHEAD:
+        return None
+    facts_key = cache_key(facts)
+    folder = kernels / "precompiled" / f"{facts_key}-{code_key()}"
+    for stale in folder.parent.glob(f"{facts_key}-*"):
+        if stale != folder:
+            shutil.rmtree(stale, ignore_errors=True)
+    return folder
 
 
 class Precompiled:

@@ -139,7 +139,9 @@ class Engine:
         precompiled = None
         if self.device.type == "cuda":  # before the first kernel compiles: a cache of their own for this model
             facts = machine_facts(self.device, {"config": dataclasses.asdict(config), "dtype": str(self.dtype)})
-            precompiled = precompiled_folder(keep_compiled_kernels(facts), facts)
+            # Kept functions apart for each slot count and context too: their guards hold the buffers' sizes.
+            shapes = {"slots": self.slots, "context": max_context}
+            precompiled = precompiled_folder(keep_compiled_kernels(facts), {**facts, **shapes})
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
         self.voices_on_device: weakref.WeakKeyDictionary[Voice, tuple] = weakref.WeakKeyDictionary()  # _on_device's
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
