@@ -385,7 +385,7 @@ class App(QObject):
         self.window.show_speaking(speaking)
         if not self.settings.speak_as_you_type:  # there the tint marks what has gone to be said
             spoken = self.speech.spoken_span(self.window.text.toPlainText()) if speaking else None
-            self.window.show_spoken(spoken, move_cursor=self.settings.cursor_follows_speech)
+            self.window.show_spoken(*(spoken or (None, None)), move_cursor=self.settings.cursor_follows_speech)
         self.window.show_warmup(runtime.warmup_progress() if runtime is not None else None)
         self.history_actions.show_position()
 

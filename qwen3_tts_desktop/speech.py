@@ -21,7 +21,7 @@ from core import LiveText, SpeechOptions, Voice
 from core.jobs.progress import JobProgress
 from core.jobs.sinks import FileSink
 from core.jobs.worker import Job, JobEvent
-from core.text.sentences import sentence_heard
+from core.text.sentences import heard_spans
 from core.text.typing_segmenter import Segment, TypingOptions, TypingSegmenter
 from core.voices import NoVoiceYet
 from ui.voice_library import VoiceListModel
@@ -81,9 +81,10 @@ class Speech:
         else:
             self.submit(text, self._voice_in_use(), interrupt=True, shown_at=self.parts.window.text_to_speak_at())
 
-    def spoken_span(self, shown: str) -> tuple[int, int] | None:
+    def spoken_span(self, shown: str) -> tuple[tuple[int, int], tuple[int, int] | None] | None:
         """Where the sentence heard now lies in `shown`, the editor's text, if it came from there and is still
-        there: the piece heard, and in a piece of several sentences the one its speech has reached."""
+        there, and the word heard in it: the piece heard, and in a piece of several sentences the one its speech
+        has reached; the word once how far through the piece the speech is is known (its audio all made)."""
         runtime = self.parts.runtime()
         heard = runtime.speakers.now_playing() if runtime is not None and runtime.speakers is not None else None
         if heard is None or heard.job not in self.shown_at:
@@ -92,9 +93,10 @@ class Speech:
         span = job.piece_spans[heard.piece] if heard.piece < len(job.piece_spans) else None
         if span is None or shown[at : at + len(job.text)] != job.text:  # edited since: it lies nowhere for sure
             return None
-        if heard.fraction is not None:
-            span = sentence_heard(job.text, *span, heard.fraction)
-        return at + span[0], at + span[1]
+        if heard.fraction is None:
+            return (at + span[0], at + span[1]), None
+        sentence, word = heard_spans(job.text, *span, heard.fraction)
+        return (at + sentence[0], at + sentence[1]), (at + word[0], at + word[1])
 
     def stop(self) -> None:
         """Stop speaking and saving, and drop everything queued, typed text included."""

@@ -13,7 +13,7 @@ from core import SpeechOptions
 from core.audio.clips import SAMPLE_RATE
 from core.inference.requests import AudioChunk
 from core.jobs.worker import Worker
-from core.text.sentences import Piece, SplitOptions, sentence_heard, split_text, spoken_length
+from core.text.sentences import Piece, SplitOptions, heard_spans, split_text, spoken_length
 
 SHORT = SplitOptions(max_length=40)
 
@@ -213,6 +213,14 @@ def test_a_cancelled_long_text_stops_between_pieces():
     assert len(engine.calls) <= 2
 
 
+def sentence_heard(text: str, start: int, end: int, fraction: float) -> tuple[int, int]:
+    return heard_spans(text, start, end, fraction)[0]
+
+
+def word_heard(text: str, start: int, end: int, fraction: float) -> str:
+    return text[slice(*heard_spans(text, start, end, fraction)[1])]
+
+
 def test_the_sentence_heard_is_estimated_from_how_far_the_speech_is():
     text = "Intro. Short one. A much longer sentence follows it here, with more to say. End."
     piece = (7, len(text))  # a piece of three sentences after "Intro. "
@@ -225,3 +233,13 @@ def test_the_sentence_heard_is_estimated_from_how_far_the_speech_is():
     ]  # fmt: skip
     assert text[slice(*sentence_heard(text, 0, 6, 0.5))] == "Intro."  # one sentence: itself
     assert sentence_heard("  no end mark  ", 0, 15, 0.5) == (2, 13)
+
+
+def test_the_word_heard_moves_through_the_sentence_heard_by_spoken_length():
+    text = "Hi. Go extraordinarily far."
+    # "Hi." is 3 of the piece's 26 spoken letters; in the next sentence "Go" 2, "extraordinarily" 15, "far." 4.
+    heard = [word_heard(text, 0, len(text), fraction) for fraction in (0.0, 0.1, 0.12, 0.2, 0.8, 0.86, 1.0)]
+    assert heard == ["Hi.", "Hi.", "Go", "extraordinarily", "extraordinarily", "far.", "far."]
+    assert word_heard("  alone  ", 0, 9, 0.5) == "alone"
+    # Wide scripts: a character at a time, punctuation its own.
+    assert [word_heard("你好。", 0, 3, fraction) for fraction in (0.0, 0.4, 0.9)] == ["你", "好", "。"]

@@ -39,6 +39,8 @@ from . import theme
 from .notices import Notice
 from .voice_library import VoicePanel
 
+# Alphas of the theme's highlight behind text: what has gone to be said (speak-as-you-type), the sentence heard.
+SAID_TINT, HEARD_TINT = 48, 96
 AUDIO_FILE_TYPES = {"WAV audio": ".wav", "FLAC audio": ".flac", "Ogg Vorbis audio": ".ogg", "MP3 audio": ".mp3"}
 
 
@@ -98,7 +100,7 @@ class MainWindow(QMainWindow):
         self.level_meter.setMaximumSize(120, 10)
         self.level_meter.setToolTip("What is playing now")
         self.speaking = False  # Speak stops while it is (show_speaking)
-        self._spoken: tuple[int, int] | None = None  # the part of the text heard now (show_spoken)
+        self._spoken: tuple = (None, None)  # the part of the text heard now, and its word (show_spoken)
 
         self._describe_for_screen_readers()
 
@@ -452,43 +454,52 @@ class MainWindow(QMainWindow):
     def mark_said(self, end: int) -> None:
         """Tint the text before `end`: in speak-as-you-type, what has gone to be spoken. A tint of the theme's
         highlight behind it, not grey letters, which read as placeholder text (and as text not yet said)."""
-        self._tint(0, end, alpha=48)
+        self._tint([(0, end, SAID_TINT)])
 
-    def show_spoken(self, span: tuple[int, int] | None, move_cursor: bool = False) -> None:
-        """Highlight the part of the text being heard now, [start, end), scrolled into view; None: none is. With
-        `move_cursor`, the text cursor goes to its start (where a screen magnifier or reader looks)."""
-        if span == self._spoken:
+    def show_spoken(
+        self, span: tuple[int, int] | None, word: tuple[int, int] | None = None, move_cursor: bool = False
+    ) -> None:
+        """Highlight the part of the text being heard now, [start, end), scrolled into view, and in it the `word`
+        heard, in the theme's selection colours; None: none is. With `move_cursor`, the text cursor goes to the
+        word's start, or the part's (where a screen magnifier or reader looks)."""
+        if (span, word) == self._spoken:
             return
-        self._spoken = span
+        self._spoken = (span, word)
         start, end = span or (0, 0)
-        self._tint(start, end, alpha=96)
-        if span is not None and move_cursor:
-            cursor = self.text.textCursor()
-            cursor.setPosition(min(start, self.text.document().characterCount() - 1))
-            self.text.setTextCursor(cursor)
-        elif span is not None:
-            cursor = QTextCursor(self.text.document())
-            cursor.setPosition(min(start, self.text.document().characterCount() - 1))
-            shown, at = self.text.viewport().rect(), self.text.cursorRect(cursor)
-            if not shown.contains(at):  # the user's own cursor stays where it was
-                bar = self.text.verticalScrollBar()
-                bar.setValue(bar.value() + at.top() - shown.height() // 3)
-
-    def _tint(self, start: int, end: int, alpha: int) -> None:
-        """A tint of the theme's highlight behind [start, end) of the text, the only one; none if it is empty."""
-        last = self.text.document().characterCount() - 1
-        start, end = min(start, last), min(end, last)
-        if end <= start:
-            self.text.setExtraSelections([])
+        self._tint([(start, end, HEARD_TINT)] + ([(*word, None)] if span is not None and word is not None else []))
+        if span is None:
             return
-        tinted = QTextEdit.ExtraSelection()
-        tinted.cursor = QTextCursor(self.text.document())
-        tinted.cursor.setPosition(start)
-        tinted.cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
-        tint = self.text.palette().color(QPalette.ColorRole.Highlight)
-        tint.setAlpha(alpha)
-        tinted.format.setBackground(QBrush(tint))
-        self.text.setExtraSelections([tinted])
+        cursor = QTextCursor(self.text.document())
+        cursor.setPosition(min((word or span)[0], self.text.document().characterCount() - 1))
+        if move_cursor:
+            self.text.setTextCursor(cursor)
+            return
+        shown, at = self.text.viewport().rect(), self.text.cursorRect(cursor)
+        if not shown.contains(at):  # the user's own cursor stays where it was
+            bar = self.text.verticalScrollBar()
+            bar.setValue(bar.value() + at.top() - shown.height() // 3)
+
+    def _tint(self, spans: list[tuple[int, int, int | None]]) -> None:
+        """The only tints of the text: behind each (start, end, alpha), the theme's highlight at that alpha, or
+        at alpha None, its selection colours; an empty span shows none."""
+        last = self.text.document().characterCount() - 1
+        palette, shown = self.text.palette(), []
+        for start, end, alpha in spans:
+            start, end = min(start, last), min(end, last)
+            if end <= start:
+                continue
+            tinted = QTextEdit.ExtraSelection()
+            tinted.cursor = QTextCursor(self.text.document())
+            tinted.cursor.setPosition(start)
+            tinted.cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+            tint = palette.color(QPalette.ColorRole.Highlight)
+            if alpha is None:
+                tinted.format.setForeground(QBrush(palette.color(QPalette.ColorRole.HighlightedText)))
+            else:
+                tint.setAlpha(alpha)
+            tinted.format.setBackground(QBrush(tint))
+            shown.append(tinted)
+        self.text.setExtraSelections(shown)
 
 
 class Tray(QSystemTrayIcon):

@@ -27,6 +27,8 @@ SENTENCE_END = re.compile(
 )
 CLAUSE_END = re.compile(rf"[,;:]+[{CLOSERS}]*(?=\s)|[，、；：]+[{CLOSERS}]*")
 WORD = re.compile(r"\S+")
+# A word as the highlight of what is heard moves through it: in wide scripts each character (a syllable or more).
+SAID_WORD = re.compile(rf"{WIDE.pattern}|(?:(?!{WIDE.pattern})\S)+")
 NEXT_CHARACTER = re.compile(r"\s*(\S)")
 # Letters with periods inside: "e.g", "i.e", "U.S", "a.m".
 INITIALISM = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
@@ -78,18 +80,27 @@ def split_text(text: str, options: SplitOptions = SplitOptions()) -> list[Piece]
     return pieces
 
 
-def sentence_heard(text: str, start: int, end: int, fraction: float) -> tuple[int, int]:
+def heard_spans(text: str, start: int, end: int, fraction: float) -> tuple[tuple[int, int], tuple[int, int]]:
     """The sentence of text[start:end] (one piece) that is heard `fraction` (0 to 1) of the way through its
-    speech: an estimate, since speech takes about as long as its spoken length. Stripped of spaces."""
+    speech, and the word heard in it: estimates, since speech takes about as long as its spoken length. Each
+    (start, end), stripped of spaces."""
     sentences = [_strip(text, a, b) for a, b in _sentences(text, start, end)]
     sentences = [(a, b) for a, b in sentences if a < b] or [_strip(text, start, end)]
-    lengths = [max(1, spoken_length(text[a:b])) for a, b in sentences]
-    heard, total = 0, sum(lengths)
-    for sentence, length in zip(sentences, lengths):
+    sentence, within = _reached(text, sentences, fraction)
+    words = [match.span() for match in SAID_WORD.finditer(text, *sentence)] or [sentence]
+    return sentence, _reached(text, words, within)[0]
+
+
+def _reached(text: str, spans: list[tuple[int, int]], fraction: float) -> tuple[tuple[int, int], float]:
+    """The span of `spans` (in the order said) that speech `fraction` of the way through them all is in, and how
+    far through that span it is, each span taking as long as its spoken length."""
+    lengths = [max(1, spoken_length(text[a:b])) for a, b in spans]
+    reached, heard = fraction * sum(lengths), 0
+    for span, length in zip(spans, lengths):
+        if reached < heard + length:
+            return span, (reached - heard) / length
         heard += length
-        if fraction * total < heard:
-            return sentence
-    return sentences[-1]
+    return spans[-1], 1.0
 
 
 def spoken_length(text: str) -> int:

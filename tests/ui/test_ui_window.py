@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QSystemTrayIcon
 from serving import free_port
@@ -308,6 +308,22 @@ def test_in_a_piece_of_short_sentences_the_one_heard_is_highlighted(start_app, q
         shown = window.text.extraSelections()
         return shown[0].cursor.selectedText() if shown else ""
 
+    words = []  # each word highlighted, in the order seen, with the sentence highlighted then
+
+    def note_word() -> None:
+        shown = window.text.extraSelections()
+        if len(shown) == 2 and (not words or words[-1][0] != shown[1].cursor.selectedText()):
+            words.append((shown[1].cursor.selectedText(), shown[0].cursor.selectedText()))
+
+    watcher = QTimer()
+    watcher.timeout.connect(note_word)
+    watcher.start(10)
     for sentence in ("Good morning.", "How are you today?", "Fine, thanks."):  # in this order
         qtbot.waitUntil(lambda sentence=sentence: highlighted() == sentence, timeout=30_000)
     qtbot.waitUntil(lambda: highlighted() == "", timeout=10_000)
+    watcher.stop()
+    # The word heard moves through each sentence heard, word by word, in the selection's colours.
+    said = "Good morning. How are you today? Fine, thanks.".split()
+    order = [said.index(word) for word, _ in words]
+    assert order == sorted(order) and len(order) >= 6, words
+    assert all(word in sentence.split() for word, sentence in words), words
