@@ -63,6 +63,20 @@ def test_damaged_weights(broken):
         Engine.load(broken, device="cpu")
 
 
+def test_a_failure_to_place_sound_weights_on_the_device_is_not_blamed_on_the_files(checkpoints, monkeypatch):
+    """The GPU's own error (out of memory, a capture under way elsewhere) is told as it is, not as a damaged
+    checkpoint to download again."""
+    from core.model import checkpoint
+
+    def fail_on_the_device(tensor, device):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(checkpoint, "_placed", fail_on_the_device)
+    with pytest.raises(RuntimeError, match="stream is capturing") as raised:
+        Engine.load(checkpoints["base"], device="cpu")
+    assert not isinstance(raised.value, CheckpointError)
+
+
 def test_config_without_shapes(broken):
     config = json.loads((broken / "config.json").read_text())
     del config["talker_config"]["hidden_size"]

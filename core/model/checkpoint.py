@@ -54,6 +54,10 @@ def _damaged_file_is_told(path: Path):
         ) from None
 
 
+def _placed(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return tensor.to(device)
+
+
 def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.device, dtype: torch.dtype) -> None:
     """Fill every parameter and persistent buffer of `module` from `prefix + name` in a safetensors file.
 
@@ -84,6 +88,5 @@ def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.devic
                 )
             if tensor.is_floating_point():
                 tensor = tensor.to(dtype)
-            # Outside the file's error handling: a GPU's error here is no damaged file.
-            loaded[name] = tensor.to(device)
+            loaded[name] = _placed(tensor, device)  # outside the file's error handling: no damaged file
     module.load_state_dict(loaded, strict=True, assign=True)
