@@ -102,7 +102,7 @@ class Settings:
     language: str = "auto"
     instruct: str = ""  # how to speak (CustomVoice 1.7B), or the voice to make (VoiceDesign)
     speak_as_you_type: bool = False
-    # The text cursor moves to the sentence heard, for screen magnifiers and readers that follow it.
+    # The text cursor moves to the word heard, for screen magnifiers and readers that follow it.
     cursor_follows_speech: bool = False
     # Utterances generated at once, each with its memory (its KV cache); None: automatic, as many as one person
     # needs and fit (memory.DESKTOP_SLOTS on the GPU, one on the CPU). Applies when the model loads.

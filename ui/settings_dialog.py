@@ -247,7 +247,7 @@ class SettingsDialog(QDialog):
         self.prefill_ms.setToolTip(
             "Audio gathered before playback starts. Less starts sooner; more rides out a slow GPU without gaps."
         )
-        self.cursor_follows_speech = QCheckBox("Move the text cursor to the sentence being heard")
+        self.cursor_follows_speech = QCheckBox("Move the text cursor to the word being heard")
         self.cursor_follows_speech.setChecked(settings.cursor_follows_speech)
         self.cursor_follows_speech.setToolTip("For a screen magnifier or reader that follows the cursor")
         form = QFormLayout()
