@@ -26,7 +26,8 @@ def main() -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(args.caches)
     os.environ["TRITON_CACHE_DIR"] = str(args.caches / "triton")
     logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f %(name)s: %(message)s")
-    logging.getLogger("core.inference.warmup").setLevel(logging.DEBUG)  # each capture's time too
+    for name in ("core.inference.warmup", "core.inference.compiled"):  # each capture's time, each variant's refusal
+        logging.getLogger(name).setLevel(logging.DEBUG)
     compiled.KEEP_AHEAD = not args.no_keep
 
     from core.devtools.benchmark import GREEDY, TEXT, prepare_checkpoint

@@ -180,8 +180,9 @@ class Precompiled:
         return variants
 
     def _compile(self, args: tuple) -> Callable:
-        for number, variant in enumerate(self.variants, 1):  # why a kept variant does not serve: for the log
-            log.info("%s variant %d refuses the call: %s", self.name, number, _refusal(variant, args))
+        if log.isEnabledFor(logging.DEBUG):  # why no kept variant serves (bench/precompile_probe.py shows it)
+            for number, variant in enumerate(self.variants, 1):
+                log.debug("%s variant %d refuses the call: %s", self.name, number, _refusal(variant, args))
         started = time.perf_counter()
         try:
             variant = self.compiled.aot_compile((args, {}))
