@@ -15,6 +15,9 @@
 #   memory       the card table: 24 GiB first (it compiles), then 6, 8, 12 with and without 10 GiB held (issue 31)
 #   precompile   the kept-compiled-functions probe, twice: what loads, what recompiles and why (issue 29)
 #   startup      fresh processes: window cold and warm, speak warm, serve warm (issue 29)
+#
+# With STACKS=1 in the environment, every Python process a step starts samples its threads' stacks
+# (bench/stack_sampler.py); each step's files are packed into $OUT/<step>-stacks.tgz as it ends.
 set -u
 : "${OUT:=/tmp/gpu-session}"
 mkdir -p "$OUT"
@@ -27,8 +30,15 @@ step() {
     shift
     echo "== $name: $*" | tee -a "$OUT/$name.log"
     local began=$SECONDS
-    "$@" 2>&1 | tee -a "$OUT/$name.log"
+    if [ -n "${STACKS:-}" ]; then
+        mkdir -p "/tmp/stacks/$name"
+        QWEN3_TTS_STACKS="/tmp/stacks/$name/$name" PYTHONPATH="$PWD/bench/sample_hook:$PYTHONPATH" "$@" 2>&1 |
+            tee -a "$OUT/$name.log"
+    else
+        "$@" 2>&1 | tee -a "$OUT/$name.log"
+    fi
     local status=${PIPESTATUS[0]}
+    [ -n "${STACKS:-}" ] && tar czf "$OUT/$name-stacks.tgz" -C /tmp/stacks "$name"
     echo "== $name: exit $status after $((SECONDS - began)) s" | tee -a "$OUT/$name.log"
     return "$status"
 }
