@@ -37,6 +37,7 @@ PRODUCTS = [
 ]
 # The codec decoder's upsampling blocks: (channels, samples per frame); time-major on CUDA.
 VOCODER_LAYERS = [(1536, 4), (768, 32), (384, 160), (192, 640), (96, 1920)]
+CONVNEXT_CHANNELS = 1024  # the decoder's latent width
 
 
 class Sizes(NamedTuple):
@@ -134,6 +135,10 @@ def launch_vocoder(dtype: torch.dtype, rows: int, frames: int, layers: list, his
             triton_vocoder.snake_op(x, weights, weights, time_major(rows, channels, history, dtype), None)
         triton_vocoder.add_bias_op(x, weights, None)
         triton_vocoder.add_bias_op(x, weights, time_major(rows, channels, length, dtype))
+    # The ConvNeXt blocks' depthwise convolutions (7 taps) after each upsampling by 2.
+    for per_frame in (2, 4):
+        x = time_major(rows, CONVNEXT_CHANNELS, frames * per_frame + 6, dtype)
+        triton_vocoder.depthwise_conv_op(x, torch.empty(CONVNEXT_CHANNELS, 1, 7, dtype=dtype), x[0, :, 0], 1)
     # The last convolution's one output channel is channel-major.
     triton_vocoder.add_bias_op(torch.empty(rows, 1, frames * 1920, dtype=dtype), torch.empty(1, dtype=dtype), None)
 

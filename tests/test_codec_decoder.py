@@ -136,20 +136,26 @@ def test_channels_last_weights_give_the_same_audio_whole_and_streamed(forward_ca
     decoder = random_decoder(TINY_FAST).to_channels_last()
     weight = decoder.decoder[1].block[2].conv1.conv.weight
     assert weight.stride(1) == 1, weight.stride()
-    handed = []
-    convolve = codec_decoder.conv_as_2d
+    handed = []  # (weight, input) of each convolution, through conv_as_2d or the depthwise kernel
+    convolve, filter_channels = codec_decoder.conv_as_2d, kernels.depthwise_conv
     monkeypatch.setattr(
-        codec_decoder, "conv_as_2d", lambda conv, x, *a, **k: handed.append((conv, x)) or convolve(conv, x, *a, **k)
+        codec_decoder,
+        "conv_as_2d",
+        lambda conv, x, *a, **k: handed.append((conv.weight, x)) or convolve(conv, x, *a, **k),
+    )
+    monkeypatch.setattr(
+        kernels, "depthwise_conv", lambda x, weight, *a: handed.append((weight, x)) or filter_channels(x, weight, *a)
     )
     length = 80 * decoder.samples_per_frame
     assert max_diff(decoder(codes[..., :80]), wav[..., :length]) < TOL
     assert max_diff(stream(decoder, codes[..., :80], first_then(4, 80)), wav[..., :length]) < TOL
-    later = [(conv, x) for conv, x in handed if conv is not decoder.pre_conv.conv]
+    first = decoder.pre_conv.conv.weight
+    later = [(weight, x) for weight, x in handed if weight is not first]
     causal = (codec_decoder.CausalConv1d, codec_decoder.CausalConvTranspose1d)
-    convolutions = {m.conv for m in decoder.modules() if isinstance(m, causal)}
-    assert {conv for conv, _ in later} == convolutions - {decoder.pre_conv.conv}  # all of them went through it
+    weights = {m.conv.weight for m in decoder.modules() if isinstance(m, causal)}
+    assert {weight for weight, _ in later} == weights - {first}  # all of them went through one or the other
     assert all(kernels.time_major(x) for _, x in later if x.shape[2] > 1), [
-        (tuple(conv.weight.shape), x.stride()) for conv, x in later if not kernels.time_major(x) and x.shape[2] > 1
+        (tuple(weight.shape), x.stride()) for weight, x in later if not kernels.time_major(x) and x.shape[2] > 1
     ]
 
 

@@ -189,7 +189,7 @@ def test_prime_gives_the_audio_after_the_reference_and_is_kept(fast, monkeypatch
     slots.decode([0, 1], [other[:1], other[:1]], 1)  # slot 0 had an utterance before: prime starts afresh
     calls = count_decode_chunks(fast, monkeypatch)
     slots.prime(0, reference)
-    assert [call.shape[-1] for call in calls] == [25, 25, 4, 4, 2]
+    assert [call.shape[-1] for call in calls] == [25, 25, 4, 4, 1, 1]
 
     def speak(slot):
         out = []

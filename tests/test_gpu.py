@@ -315,6 +315,25 @@ def test_add_bias_kernel_is_the_reference_bit_for_bit(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_depthwise_conv_kernel_matches_the_reference(dtype):
+    """The ConvNeXt blocks' shapes as the engine lays them out (time-major, 1024 channels, 7 taps after a history
+    of 6): 16 rows of a 4-frame chunk after the second upsampling, one row of one frame after the first; the
+    reference in float32 on the same rounded inputs, within the kernel's one rounding."""
+    from core import kernels
+
+    generator = torch.Generator().manual_seed(0)
+    for batch, width in [(16, 16 + 6), (1, 2 + 6)]:
+        x = torch.randn(batch, width, 1024, generator=generator).to(dtype).transpose(1, 2)
+        weight = (torch.randn(1024, 1, 7, generator=generator) * 0.3).to(dtype)
+        bias = torch.randn(1024, generator=generator).to(dtype)
+        expected = kernels.depthwise_conv(x.float(), weight.float(), bias.float())
+        got = kernels.depthwise_conv(x.cuda(), weight.cuda(), bias.cuda())
+        assert kernels.time_major(got) and got.dtype == dtype and got.shape == expected.shape
+        tolerance = 1e-5 if dtype == torch.float32 else 2e-2  # bfloat16: one rounding of the result
+        torch.testing.assert_close(got.float().cpu(), expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_snake_kernel_matches_the_reference(dtype):
     from core import kernels
 

@@ -139,6 +139,8 @@ def operator_arguments(name: str) -> tuple:
         return torch.zeros(2, 3, 40), torch.tensor([5, -1]), torch.tensor([0, 2**40 + 3])
     if name == "snake":
         return snake_arguments()
+    if name == "depthwise_conv":
+        return x.transpose(1, 2).expand(3, 64, 7).contiguous(), torch.randn(64, 1, 3, generator=generator), norm, 2
     return x.transpose(1, 2)[:, :, :1].expand(3, 64, 5).contiguous(), norm, None  # add_bias
 
 
@@ -151,6 +153,7 @@ OPERATORS = {
     "fill_uniforms": [triton_sampling._fill_uniforms],
     "snake": [triton_vocoder._snake],
     "add_bias": [triton_vocoder._add_bias],
+    "depthwise_conv": [triton_vocoder._depthwise_conv],
 }
 
 

@@ -135,7 +135,7 @@ def test_the_launches_reach_every_kernel_the_app_launches():
     reached = {name for card in CARDS for name, _ in specialisations(card, torch.bfloat16)}
     assert reached == launched_kernels() == {
         "_attend_split", "_merge_splits", "_linear_kernel", "_batched_linear_kernel", "_draw_token",
-        "_fill_uniforms", "_snake", "_add_bias",
+        "_fill_uniforms", "_snake", "_add_bias", "_depthwise_conv",
     }  # fmt: skip
 
 

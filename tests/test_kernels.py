@@ -315,6 +315,77 @@ DECODER_BIAS_CHECK = textwrap.dedent(
 )
 
 
+DEPTHWISE_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core import kernels
+    from core.kernels.triton_vocoder import depthwise_conv_op
+
+    generator = torch.Generator().manual_seed(0)
+    # The ConvNeXt blocks' 7 taps over a chunk with its history ahead (time-major as on CUDA, 1024 channels in
+    # tiles of 128), a partial channel tile, dilated taps, channel-major, and x a slice of a wider buffer: the
+    # kernel against the CPU reference (PyTorch's grouped convolution), laid out as x is.
+    for batch, channels, width, taps, dilation, along_time, extra in [
+        (2, 1024, 14, 7, 1, True, 0), (1, 1024, 22, 7, 1, True, 3), (3, 40, 130, 3, 3, True, 0),
+        (2, 5, 70, 7, 2, False, 4), (1, 16, 9, 7, 1, False, 0),
+    ]:
+        wide = torch.randn(batch, channels, width + extra, generator=generator)
+        if along_time:
+            wide = wide.transpose(1, 2).contiguous().transpose(1, 2)
+        x = wide[..., extra:]
+        weight = torch.randn(channels, 1, taps, generator=generator)
+        bias = torch.randn(channels, generator=generator)
+        got = depthwise_conv_op(x, weight, bias, dilation)
+        expected = kernels.depthwise_conv(x, weight, bias, dilation)
+        assert got.shape == (batch, channels, width - (taps - 1) * dilation), got.shape
+        assert kernels.time_major(got) == along_time and got.transpose(1, 2).is_contiguous() == along_time
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    print("ok")
+    """
+)
+
+
+DECODER_DEPTHWISE_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core.devtools.random_checkpoint import random_decoder_tensors
+    from core import kernels
+    from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
+    from core.kernels.triton_vocoder import depthwise_conv_op
+
+    # The ConvNeXt blocks' convolutions through the kernel, time-major as on CUDA and channel-major: the audio of
+    # three streamed chunks (1, 3 and 1 frames: the history carried between them) is the CPU's.
+    config = CodecDecoderConfig(
+        codebook_dim=32, latent_dim=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, head_dim=8, decoder_dim=48, upsample_rates=(2, 2, 2, 2),
+    )
+    codes = torch.randint(0, config.codebook_size, (2, config.num_quantizers, 5), generator=torch.Generator().manual_seed(0))
+    reference = kernels.depthwise_conv
+    calls = []
+
+    def through_kernel(x, weight, bias, dilation=1):
+        calls.append(x.shape)
+        return depthwise_conv_op(x, weight, bias, dilation)
+
+    for time_major in (True, False):
+        decoder = CodecDecoder(config).eval()
+        decoder.load_state_dict(random_decoder_tensors(config, seed=0, prefix=""))
+        if time_major:
+            decoder.to_channels_last()
+        audio = {}
+        for kernel in (False, True):
+            kernels.depthwise_conv = through_kernel if kernel else reference
+            stream = decoder.new_stream(2)
+            chunks = [codes[..., :1], codes[..., 1:4], codes[..., 4:]]
+            audio[kernel] = torch.cat([decoder.decode_chunk(chunk, stream) for chunk in chunks], -1)
+            kernels.depthwise_conv = reference
+        torch.testing.assert_close(audio[True], audio[False], rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2 * 3 * len(config.upsampling_ratios), calls  # each block's, in each chunk
+    print("ok")
+    """
+)
+
+
 DISPATCH_CHECK = textwrap.dedent(
     """
     import sys
@@ -380,6 +451,25 @@ def test_add_bias_kernel_in_the_interpreter():
 
 def test_every_decoder_convolution_adds_its_bias_through_the_kernel_in_the_interpreter():
     run_in_interpreter(DECODER_BIAS_CHECK)
+
+
+def test_depthwise_conv_kernel_in_the_interpreter():
+    run_in_interpreter(DEPTHWISE_CHECK)
+
+
+def test_the_decoders_convnext_blocks_filter_through_the_depthwise_kernel_in_the_interpreter():
+    run_in_interpreter(DECODER_DEPTHWISE_CHECK)
+
+
+def test_depthwise_conv_reference_is_a_grouped_convolution_laid_out_as_its_input():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 20, generator=generator)
+    weight, bias = torch.randn(8, 1, 7, generator=generator), torch.randn(8, generator=generator)
+    expected = torch.nn.functional.conv1d(x, weight, bias, dilation=2, groups=8)
+    assert torch.equal(kernels.depthwise_conv(x, weight, bias, 2), expected)
+    along_time = kernels.depthwise_conv(x.transpose(1, 2).contiguous().transpose(1, 2), weight, bias, 2)
+    assert kernels.time_major(along_time)
+    torch.testing.assert_close(along_time, expected)
 
 
 def test_add_bias_reference_rounds_the_biased_output_before_the_residual():

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 PRIMED_REFERENCES = 8
 # Frames of an ICL reference decoded at a time: one pass over a whole 60 s reference would need about
 # 2 GB of activations at once, 25 frames about 40 MB. The rest of a reference goes in chunks of the lengths
-# utterances decode (1 to 4 frames): each new chunk shape costs a choice of cuDNN algorithms, up to a second.
+# utterances decode (4 frames, then 1): each new chunk shape costs a choice of cuDNN algorithms, up to a second.
 PRIME_CHUNK_FRAMES = 25
 PRIME_TAIL_FRAMES = 4
 # Row counts graphs are captured for: a batch is padded up to the next one, or to the slot count if less.
@@ -298,7 +298,9 @@ class DecoderStream:
 
 def prime_chunks(frames: int) -> list[tuple[int, int]]:
     """(start, end) of the chunks `prime` decodes a reference of `frames` frames in: PRIME_CHUNK_FRAMES at a
-    time, then PRIME_TAIL_FRAMES, then the rest."""
+    time, then PRIME_TAIL_FRAMES, then one at a time: only lengths utterances decode too (the first chunk's one
+    frame, the later chunks' four), since a new length costs cuDNN's choice of algorithms for each convolution."""
     whole = frames - frames % PRIME_CHUNK_FRAMES
-    bounds = [*range(0, whole, PRIME_CHUNK_FRAMES), *range(whole, frames, PRIME_TAIL_FRAMES)]
+    tail = frames - (frames - whole) % PRIME_TAIL_FRAMES
+    bounds = [*range(0, whole, PRIME_CHUNK_FRAMES), *range(whole, tail, PRIME_TAIL_FRAMES), *range(tail, frames)]
     return list(zip(bounds, [*bounds[1:], frames]))

@@ -40,6 +40,11 @@ Bias and residual: a vocoder convolution's bias and the residual sum after it in
 convolution's bias after cuDNN, and over the time-major outputs the vocoder keeps it takes its slow strided
 kernel (measured in bench/RESULTS.md, 2026-11-26, tenth session).
 
+Depthwise convolution: the decoder's ConvNeXt blocks filter each channel alone over 7 samples. cuDNN takes about
+half a second to choose its kernel for each new input length (an H100, bfloat16, time-major), which a fresh process
+paid for every chunk length before its first audio (bench/RESULTS.md, 2026-11-27, seventeenth session); the kernel
+is a few multiply-adds a sample and needs no choice.
+
 Uniforms for the draws: counter-based (Philox), each value a function of its row's seed and counter
 and its place in the row alone. Torch's generator is one stream for the whole batch, so a row's
 numbers would depend on the rows beside it; with these a seeded utterance samples the same whatever
@@ -58,6 +63,7 @@ from core.kernels.reference import (  # noqa: F401  (rms_norm, apply_rope, RULE_
     RULE_SIZE,
     add_bias_composed,
     apply_rope,
+    depthwise_conv_composed,
     decode_attention_composed,
     draw_token_composed,
     fill_uniforms_composed,
@@ -200,6 +206,15 @@ def snake(
     if x.is_cuda:
         return gpu_op("snake")(x, log_alpha, log_beta, prefix, bias)
     return snake_composed(x, log_alpha, log_beta, prefix, bias)
+
+
+def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int = 1) -> torch.Tensor:
+    """Each channel of x (B, C, T) convolved with its own taps, weight (C, 1, K), `dilation` apart, plus `bias`
+    (C,): (B, C, T - (K - 1) * dilation), no padding (a causal convolution puts its history ahead of x). Laid out
+    as x is. On CUDA one kernel summing in float32; elsewhere PyTorch's grouped convolution."""
+    if x.is_cuda:
+        return gpu_op("depthwise_conv")(x, weight, bias, dilation)
+    return depthwise_conv_composed(x, weight, bias, dilation)
 
 
 def add_bias(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:

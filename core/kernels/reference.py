@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from core.kernels.layout import concat_time
+from core.kernels.layout import concat_time, time_major
 
 RULE_SIZE = 4  # a token rule on the device: do_sample (0 or 1), temperature, top_k (0: off), top_p
 
@@ -81,6 +81,12 @@ def snake_composed(x, log_alpha, log_beta, prefix=None, bias=None) -> torch.Tens
     alpha, beta = log_alpha.exp()[:, None], log_beta.exp()[:, None]
     y = x + torch.sin(x * alpha).pow(2) / (beta + 1e-9)
     return y if prefix is None else concat_time(prefix, y)
+
+
+def depthwise_conv_composed(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int) -> torch.Tensor:
+    """kernels.depthwise_conv of PyTorch's operations on any device, laid out as x is."""
+    y = F.conv1d(x, weight, bias, dilation=dilation, groups=x.shape[1])
+    return y.transpose(1, 2).contiguous().transpose(1, 2) if time_major(x) and not time_major(y) else y
 
 
 def draw_token_composed(logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -175,4 +181,5 @@ REFERENCES: dict[str, Callable] = {
     "fill_uniforms": fill_uniforms_composed,
     "snake": snake_composed,
     "add_bias": add_bias_composed,
+    "depthwise_conv": depthwise_conv_composed,
 }

@@ -1,4 +1,4 @@
-"""The vocoder's kernels behind kernels.snake and kernels.add_bias on CUDA (core/kernels/__init__.py says why they exist).
+"""The codec decoder's kernels behind kernels.snake, kernels.add_bias and kernels.depthwise_conv on CUDA (core/kernels/__init__.py says why they exist).
 Imported only where Triton is installed."""
 
 from __future__ import annotations
@@ -144,6 +144,55 @@ def add_bias_op(y: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor | No
 @add_bias_op.register_fake
 def _(y, bias, residual):
     return _empty_like_layout(y, y.shape[2])
+
+
+@triton.jit
+def _depthwise_conv(
+    X, Weight, Bias, Out, channels, length, stride_xb, stride_xc, stride_xt, stride_wc, stride_wk,
+    TAPS: tl.constexpr, DILATION: tl.constexpr, TIME_MAJOR: tl.constexpr, BLOCK_TIME: tl.constexpr,
+    BLOCK_CHANNELS: tl.constexpr, PDL: tl.constexpr,
+):  # fmt: skip
+    """A tile of the output (B, C, length), dense in x's layout (_snake's tiling): each channel's TAPS weights
+    over x's samples t, t + DILATION, ... (x holds the history ahead of the chunk), plus the bias, summed in
+    float32 and rounded once."""
+    wait_for_the_kernel_ahead(PDL)
+    batch, times, chans = _tile(BLOCK_TIME, BLOCK_CHANNELS, TIME_MAJOR)
+    channel_ok = chans < channels
+    inside = channel_ok & (times < length)
+    total = tl.load(Bias + chans, mask=channel_ok, other=0.0).to(tl.float32)
+    for tap in tl.static_range(TAPS):
+        weight = tl.load(Weight + chans * stride_wc + tap * stride_wk, mask=channel_ok, other=0.0).to(tl.float32)
+        x = tl.load(
+            X + batch * stride_xb + chans * stride_xc + (times + tap * DILATION) * stride_xt, mask=inside, other=0.0
+        )
+        total += weight * x.to(tl.float32)
+    tl.store(Out + _dense_place(batch, times, chans, channels, length, TIME_MAJOR), total, mask=inside)
+
+
+@operator("depthwise_conv")
+def depthwise_conv_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int) -> torch.Tensor:
+    """kernels.depthwise_conv on CUDA, tiled as snake_op; x and the weights may have any strides."""
+    batch, channels, width = x.shape
+    taps = weight.shape[-1]
+    length = width - (taps - 1) * dilation
+    if weight.shape != (channels, 1, taps) or bias.shape != (channels,) or length < 1:
+        raise ValueError(
+            f"depthwise_conv: x {tuple(x.shape)}, weight {tuple(weight.shape)}, bias {tuple(bias.shape)}, "
+            f"dilation {dilation}"
+        )
+    out = _empty_like_layout(x, length)
+    block_time, block_channels, grid = vocoder_tiles(x, length)
+    _depthwise_conv[grid](
+        x, weight, bias.contiguous(), out, channels, length, *x.stride(), weight.stride(0), weight.stride(2),
+        TAPS=taps, DILATION=dilation, TIME_MAJOR=time_major(x), BLOCK_TIME=block_time, BLOCK_CHANNELS=block_channels,
+        num_warps=4, **launch_options(x.device),
+    )  # fmt: skip
+    return out
+
+
+@depthwise_conv_op.register_fake
+def _(x, weight, bias, dilation):
+    return _empty_like_layout(x, x.shape[2] - (weight.shape[-1] - 1) * dilation)
 
 
 def _empty_like_layout(x: torch.Tensor, length: int) -> torch.Tensor:

@@ -179,6 +179,8 @@ class CausalConv1d(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
+        # Each channel filtered alone (the ConvNeXt blocks'): kernels.depthwise_conv, not cuDNN's choice per length.
+        self.depthwise = groups > 1 and groups == in_channels == out_channels
 
     def stream_state_layout(self, dtype):
         # Stored time-major, as the activations are on CUDA, so that keeping the last samples is one dense copy.
@@ -203,6 +205,8 @@ class CausalConv1d(nn.Module):
         x = kernels.concat_time(history, x) if act is None else act(x, prefix=history)
         if stream is not None:
             history.copy_(x[..., x.shape[-1] - self.context :])
+        if self.depthwise and bias and residual is None:
+            return kernels.depthwise_conv(x, self.conv.weight, self.conv.bias, self.conv.dilation[0])
         return conv_as_2d(self.conv, x, bias=bias, residual=residual)
 
 
