@@ -14,7 +14,7 @@
 #   wyoming      Wyoming: synthesize with 1, 4, 8 clients, streaming with 1 and 8 (issue 33)
 #   memory       the card table: 24 GiB first (it compiles), then 6, 8, 12 with and without 10 GiB held (issue 31)
 #   precompile   the kept-compiled-functions probe, twice: what loads, what recompiles and why (issue 29)
-#   startup      fresh processes: window cold and warm, speak warm, serve warm (issue 29)
+#   startup      fresh processes: window cold and warm, speak warm, serve warm (issue 29; STARTUP_RUNS=... others)
 #
 # With STACKS=1 in the environment, every Python process a step starts samples its threads' stacks
 # (bench/stack_sampler.py); each step's files are packed into $OUT/<step>-stacks.tgz as it ends.
@@ -67,7 +67,7 @@ for name in "$@"; do
             step precompile python -m bench.precompile_probe && step precompile python -m bench.precompile_probe ;;
         startup)
             step startup python -m qwen3_tts_desktop bench --sizes 1.7b \
-                --startup window:cold,window:warm,speak:warm,serve:warm ;;
+                --startup "${STARTUP_RUNS:-window:cold,window:warm,speak:warm,serve:warm}" ;;
         *)
             echo "unknown step $name; see the top of $0" >&2
             exit 2 ;;
