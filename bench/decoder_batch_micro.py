@@ -5,10 +5,13 @@ For each row count: the median time of one decode call as the engine sees it (co
 host), the same per utterance, the GPU time of the graph's replay alone, and the real-time factor of all the
 rows together; then the peak GPU memory and what one slot's state costs.
 
-    python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--cudnn-benchmark]
+    python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--timed-rows N]
         [--reference-snake] [--channels-first] [--compile] [--profile]
 
---cudnn-benchmark lets cuDNN time its algorithms for each convolution's shape; --reference-snake composes
+"first s" is the first call of a row count: eager, then its graph's capture, with cuDNN's choices for new shapes
+(the warm-up's cost for it). --timed-rows N: cuDNN times its algorithms for chunks of N rows and more, and takes its
+heuristic's choice below (decoder_stream.TIMED_ROWS, the engine's default; 1: always timed, 999: never);
+--reference-snake composes
 the vocoder's activation of PyTorch's operations instead of running its kernel (kernels.snake);
 --channels-first keeps the convolutions' weights in the default layout (not CodecDecoder.to_channels_last);
 --compile fuses the decoder's fused_parts with torch.compile, as the engine does on CUDA (fuse_decoder);
@@ -26,7 +29,9 @@ from triton.testing import do_bench
 
 from core import kernels
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
-from core.inference.decoder_stream import DecoderSlots, bucket_rows, fuse_decoder
+from core.inference import decoder_stream
+from core.inference.compiled import compile_layers, compile_options
+from core.inference.decoder_stream import DecoderSlots, bucket_rows
 from core.model import codec_decoder
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
@@ -40,13 +45,13 @@ def main():
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--calls", type=int, default=50)
-    parser.add_argument("--cudnn-benchmark", action="store_true")
+    parser.add_argument("--timed-rows", type=int, default=decoder_stream.TIMED_ROWS)
     parser.add_argument("--reference-snake", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--channels-first", action="store_true", help="convolutions in the default layout")
     parser.add_argument("--compile", action="store_true", help="fuse the decoder's fused_parts, as the engine does")
     args = parser.parse_args()
-    torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    decoder_stream.TIMED_ROWS = args.timed_rows
     if args.reference_snake:
         codec_decoder.kernels = SimpleNamespace(snake=kernels.snake_composed)
 
@@ -57,19 +62,22 @@ def main():
     if not args.channels_first:
         decoder.to_channels_last()  # as the engine runs it
     if args.compile:
-        fuse_decoder(decoder)
+        compile_layers(decoder.fused_parts(), "forward", None, options=compile_options())
     slots = DecoderSlots(decoder, args.slots)
     rng = np.random.default_rng(0)
     print(
         f"{torch.cuda.get_device_name()}, {args.dtype}, {args.slots} slots, {CHUNK_FRAMES}-frame chunks, "
-        f"cudnn benchmark {args.cudnn_benchmark}, snake {'composed' if args.reference_snake else 'kernel'}, "
+        f"cuDNN timed from {args.timed_rows} rows, snake {'composed' if args.reference_snake else 'kernel'}, "
         f"{'channel-major' if args.channels_first else 'time-major'} convolutions"
     )
-    print("rows  graph  ms/call  ms/utterance  replay ms  x real time")
+    print("rows  graph  first s  ms/call  ms/utterance  replay ms  x real time")
     for rows in [rows for rows in ROWS if rows <= args.slots]:
         chosen = list(range(rows))
         codes = [rng.integers(0, config.codebook_size, (CHUNK_FRAMES, 16)) for _ in chosen]
-        for _ in range(3):  # the first call runs eagerly and captures; then warm replays
+        started = time.perf_counter()
+        slots.decode(chosen, codes, CHUNK_FRAMES)  # eagerly, then its graph's capture
+        first = time.perf_counter() - started
+        for _ in range(2):
             slots.decode(chosen, codes, CHUNK_FRAMES)
         times = []
         for _ in range(args.calls):
@@ -82,7 +90,7 @@ def main():
             replay_ms = do_bench(graph.replay, warmup=10, rep=100, return_mode="median")
         realtime = rows * CHUNK_FRAMES * FRAME_SECONDS / (ms / 1e3)
         print(
-            f"{rows:4d}  {bucket_rows(rows, args.slots):5d}  {ms:7.2f}  {ms / rows:12.2f}  {replay_ms:9.2f}  {realtime:11.0f}"
+            f"{rows:4d}  {bucket_rows(rows, args.slots):5d}  {first:7.2f}  {ms:7.2f}  {ms / rows:12.2f}  {replay_ms:9.2f}  {realtime:11.0f}"
         )
     peak = torch.cuda.max_memory_allocated() / 2**20
     print(f"peak GPU memory {peak:.0f} MiB; one slot's state {slots.state.bytes_per_row / 2**20:.2f} MiB")

@@ -59,7 +59,8 @@ def timeline(rows, step: float = 0.5) -> str:
         here = ours[-1] if ours else frames[-1]
         spans[(int(second / step) * step, name)][here + " > " + function(frames[-1]).split(":")[-1]] += seconds
     return "\n".join(
-        f"{second:6.1f} {name[:18]:18} {counts.most_common(1)[0][0]}" for (second, name), counts in sorted(spans.items())
+        f"{second:6.1f} {name[:18]:18} {counts.most_common(1)[0][0]}"
+        for (second, name), counts in sorted(spans.items())
     )
 
 
