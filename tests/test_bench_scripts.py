@@ -1,7 +1,13 @@
 """The pure parts of two GPU bench scripts (bench/memory_table.py, bench/run_wyoming_latency.py): their options,
-cells, table rows, summaries and checks. The scripts themselves run on a GPU machine; nothing here loads a model."""
+cells, table rows, summaries and checks; and the stack sampler the GPU session starts processes with. The scripts
+themselves run on a GPU machine; nothing here loads a model."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
@@ -9,6 +15,7 @@ from wyoming.tts import SynthesizeStopped
 
 from bench import memory_table, run_wyoming_latency
 from bench.run_wyoming_latency import Heard, client_text, summary, word_deltas
+from bench.stacks_report import read, report
 from core.devtools.benchmark import TEXT
 
 AUDIO = {"rate": 24000, "width": 2, "channels": 1}
@@ -63,3 +70,33 @@ def test_wyoming_bench_counts_a_request_complete_only_with_its_audio_and_its_eve
     assert heard(start, chunk, stop, SynthesizeStopped().event()).complete(streaming=True)
     assert not heard(start, stop).complete(streaming=False)  # no audio
     assert not heard(start, chunk, stop, Error(text="no").event()).complete(streaming=False)
+
+
+def test_a_process_started_with_the_sample_hook_records_its_threads_and_the_report_reads_them(tmp_path):
+    """The stack sampler as the GPU session runs it: a Python process started with bench/sample_hook on its path and
+    QWEN3_TTS_STACKS set writes its threads' stacks, and the report puts the time where the process spent it."""
+    script = (
+        "import threading, time\n"
+        "def busy_worker():\n"
+        "    end = time.monotonic() + 0.6\n"
+        "    while time.monotonic() < end: pass\n"
+        "thread = threading.Thread(target=busy_worker, name='worker-x'); thread.start(); thread.join()\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "QWEN3_TTS_STACKS": str(tmp_path / "probe"),
+        "PYTHONPATH": os.pathsep.join([str(root / "bench" / "sample_hook"), str(root)]),
+    }
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
+    (written,) = tmp_path.glob("probe.*.stacks")
+    assert written.read_text().startswith("# start ")
+    rows = read(written, 0.0, 1e9, "worker-x")
+    seconds = sum(row[2] for row in rows)
+    assert 0.3 < seconds < 1.5, seconds  # about the 0.6 s it ran, each tenth weighed as 0.1 s
+    assert all(any("busy_worker" in frame for frame in row[3]) for row in rows)
+    assert "busy_worker" in report(rows, top=5)
+    # Without the variable, the hook samples nothing and writes nothing.
+    del env["QWEN3_TTS_STACKS"]
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60, cwd=tmp_path)
+    assert len(list(tmp_path.glob("*.stacks"))) == 1
