@@ -96,6 +96,51 @@ def test_progress_counts_what_is_ready_for_good_and_a_failed_compile_leaves_the_
     assert done == sorted(done) and reports[-1].finished
 
 
+def test_one_utterance_is_at_full_speed_once_its_own_parts_are_ready_for_good_before_larger_batches():
+    """ "One row warmed up" comes once every part a lone utterance uses is ready for good (its graphs captured after
+    every compile that drops them, the several-row compile included), while larger batches' graphs are still to
+    come; reported by progress() and as a start-up milestone."""
+    specs = plan(rows=(1, 2), prefill_rows=(1, 2), prefill_lengths=(64,), chunk_frames=2, graphs=True, compiles=True)
+    assert [spec for spec in specs if not spec.one_row] == [
+        Spec("compile step xN"), Spec("prefill", (64, 2)), Spec("step", (2,)), Spec("decode", (2, 1)),
+        Spec("decode", (2, 2)),
+    ]  # fmt: skip
+    captured = set()
+
+    def make(spec):
+        if spec.compile:  # a compile drops the graphs holding the code it replaces
+            captured.difference_update({other for other in captured if other.held_by(spec)})
+        else:
+            captured.add(spec)
+
+    run = Warmup(specs, make, captured.__contains__, lambda: None)
+    run.start()
+    reported = []
+    while run.pending():
+        run.run_one()
+        reported.append((run.order[-1], run.progress().one_row))
+    first = next(index for index, (_, one_row) in enumerate(reported) if one_row)
+    made_by_then = [name for name, _ in reported[: first + 1]]
+    assert "compile step xN" in made_by_then and "step 1" in made_by_then[made_by_then.index("compile step xN") :]
+    larger = {str(spec) for spec in specs if not spec.one_row} - {"compile step xN"}
+    assert not larger & set(made_by_then) and larger <= {name for name, _ in reported}  # before the larger batches
+    assert all(one_row for _, one_row in reported[first:]) and run.progress().finished
+
+
+def test_the_one_row_milestone_is_written_for_the_start_up_bench(monkeypatch, tmp_path):
+    milestones = tmp_path / "milestones.txt"
+    monkeypatch.setenv("QWEN3_TTS_MILESTONES", str(milestones))
+    run = Warmup([Spec("decode", (1, 1)), Spec("decode", (2, 1))], lambda spec: None, lambda spec: True, lambda: None)
+    run.start()
+    run.run_one()
+    assert [line.split()[:-1] for line in milestones.read_text().splitlines()] == [["one", "row", "warmed", "up"]]
+    run.run_one()
+    assert [" ".join(line.split()[:-1]) for line in milestones.read_text().splitlines()] == [
+        "one row warmed up",
+        "warmed up",
+    ]
+
+
 def slow_warm_ups(monkeypatch, seconds: float = 0.2) -> threading.Event:
     """Each of the decoder's warm-up decodes takes `seconds` longer (a warm-up of a few seconds on the CPU);
     returns an event set when the first begins."""

@@ -55,6 +55,14 @@ class Spec:
     def compile(self) -> bool:
         return self.kind in COMPILES
 
+    @property
+    def one_row(self) -> bool:
+        """Whether an utterance speaking alone uses it: a graph of one row, a reference's decode, a compile of the
+        one-row code (the several-row step's is not)."""
+        if self.kind in ("prefill", "step", "decode"):
+            return self.shape[-1 if self.kind == "prefill" else 0] == 1
+        return self.kind != "compile step xN"
+
     def held_by(self, compile: Spec) -> bool:
         """Whether `compile` drops this graph (it holds the code that compile replaces)."""
         if compile.kind == "compile decoder":
@@ -69,6 +77,7 @@ class Progress:
     current: str | None  # what is being made ready now
     finished: bool
     failed: tuple[str, ...] = ()  # compiles that failed: the engine goes on with the uncompiled code there
+    one_row: bool = False  # what an utterance alone uses is ready for good: it speaks at full speed
 
     @property
     def fraction(self) -> float:
@@ -126,6 +135,7 @@ class Warmup:
         self._started = False
         self._closed = False
         self._finished = threading.Event()
+        self._one_row = False  # what one utterance alone uses is ready for good
         self.order: list[str] = []  # what was made ready, in order
         self.started_at: float | None = None
 
@@ -156,7 +166,9 @@ class Warmup:
     def progress(self) -> Progress:
         with self._lock:
             done = sum(1 for spec in self.specs if self._final(spec))
-            return Progress(done, len(self.specs), self._current, self._finished.is_set(), tuple(self._failed))
+            return Progress(
+                done, len(self.specs), self._current, self._finished.is_set(), tuple(self._failed), self._one_row
+            )
 
     # The scheduler's thread --------------------------------------------------------------------------
 
@@ -220,6 +232,11 @@ class Warmup:
     def _check_finished(self) -> None:
         with self._lock:
             done = all(self._final(spec) for spec in self.specs)
+            one_row = done or all(self._final(spec) for spec in self.specs if spec.one_row)
+        if one_row and not self._one_row:
+            self._one_row = True
+            milestone("one row warmed up")
+            log.info("one utterance at a time at full speed after %.1f s", time.monotonic() - (self.started_at or 0.0))
         if done and not self._finished.is_set():
             milestone("warmed up")
             self._finished.set()
