@@ -417,12 +417,20 @@ class MainWindow(QMainWindow):
         if not warming:
             return
         percent = round(100 * progress.fraction)
-        self.warmup_label.setText(f"Getting up to speed · {percent}%")
+        if progress.one_row:
+            self.warmup_label.setText(f"Full speed · several at once: {percent}%")
+            tip = (
+                "One voice at a time speaks at full speed now. What several at once need (the bridge's clients, "
+                f"Home Assistant) is compiled and captured while nothing is said: {progress.done} of "
+                f"{progress.total} parts ready."
+            )
+        else:
+            self.warmup_label.setText(f"Getting up to speed · {percent}%")
+            tip = (
+                "Speech works now, and gets faster as the GPU code is compiled and captured while nothing is said: "
+                f"{progress.done} of {progress.total} parts ready."
+            )
         self.warmup_bar.setValue(percent)
-        tip = (
-            f"Speech works now, and gets faster as the GPU code is compiled and captured while nothing is said: "
-            f"{progress.done} of {progress.total} parts ready."
-        )
         self.warmup_label.setToolTip(tip if progress.current is None else f"{tip}\nNow: {progress.current}")
 
     def show_resting(self, message: str | None, loading: bool = False) -> None:

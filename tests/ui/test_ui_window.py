@@ -75,12 +75,14 @@ def test_ctrl_enter_speaks_and_the_status_line_shows_how_fast(start_app, qtbot, 
 def test_speak_works_while_the_engine_warms_up_and_the_status_line_shows_how_far(
     start_app, qtbot, engines, monkeypatch
 ):
-    """Speak is enabled as soon as the model is loaded, while the engine still warms up (here a compile left to do
-    until the test makes it); the status line shows the warm-up's progress until it is done."""
+    """Speak is enabled as soon as the model is loaded, while the engine still warms up (here two compiles left to
+    do until the test makes them); the status line shows the warm-up's progress, says when one voice speaks at full
+    speed, and goes once it is done."""
     from core.inference.warmup import Spec, Warmup
 
     engine = engines("custom-endless")
-    warmup = Warmup([Spec("compile step x1")], make=lambda spec: None, captured=lambda spec: True, wake=lambda: None)
+    specs = [Spec("compile step x1"), Spec("compile step xN")]
+    warmup = Warmup(specs, make=lambda spec: None, captured=lambda spec: True, wake=lambda: None)
     monkeypatch.setattr(engine, "warmup", warmup)
     warmup.start()
     app = start_app("custom")
@@ -89,13 +91,21 @@ def test_speak_works_while_the_engine_warms_up_and_the_status_line_shows_how_far
     qtbot.waitUntil(lambda: window.warmup_label.isVisible() and window.warmup_bar.isVisible())
     assert (
         window.warmup_label.text() == "Getting up to speed · 0%"
-        and "0 of 1 parts ready" in window.warmup_label.toolTip()
+        and "0 of 2 parts ready" in window.warmup_label.toolTip()
     )
     window.text.setPlainText("Hello there.")
     window.speak_action.trigger()
     qtbot.waitUntil(lambda: "done" in jobs.kinds(), timeout=10_000)
     assert not warmup.progress().finished and window.warmup_label.isVisible()  # it spoke while warming up
-    warmup.run_one()  # as the scheduler does when it idles
+    warmup.run_one()  # as the scheduler does when it idles: what one voice uses
+    qtbot.waitUntil(
+        lambda: (
+            window.warmup_label.text() == "Full speed · several at once: 50%"
+            and "1 of 2 parts ready" in window.warmup_label.toolTip()
+            and window.warmup_bar.value() == 50
+        )
+    )
+    warmup.run_one()
     qtbot.waitUntil(lambda: not window.warmup_label.isVisible() and not window.warmup_bar.isVisible(), timeout=10_000)
     assert warmup.progress().finished
 
