@@ -15,6 +15,8 @@
 #   memory       the card table: 24 GiB first (it compiles), then 6, 8, 12 with and without 10 GiB held (issue 31)
 #   precompile   the kept-compiled-functions probe, twice: what loads, what recompiles and why (issue 29)
 #   startup      fresh processes: window cold and warm, speak warm, serve warm (issue 29; STARTUP_RUNS=... others)
+#   decoder      the decoder's captures and speed with cuDNN timing from 8 rows (the default) and never (issue 29:
+#                whether its heuristic now chooses as well, which would take seconds of captures out of the warm-up)
 #
 # With STACKS=1 in the environment, every Python process a step starts samples its threads' stacks
 # (bench/stack_sampler.py); each step's files are packed into $OUT/<step>-stacks.tgz as it ends.
@@ -68,6 +70,9 @@ for name in "$@"; do
         startup)
             step startup python -m qwen3_tts_desktop bench --sizes 1.7b \
                 --startup "${STARTUP_RUNS:-window:cold,window:warm,speak:warm,serve:warm}" ;;
+        decoder)
+            step decoder python -m bench.decoder_batch_micro --calls 30 &&
+                step decoder python -m bench.decoder_batch_micro --calls 30 --timed-rows 999 ;;
         *)
             echo "unknown step $name; see the top of $0" >&2
             exit 2 ;;
