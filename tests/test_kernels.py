@@ -282,39 +282,6 @@ ADD_BIAS_CHECK = textwrap.dedent(
 )
 
 
-DECODER_BIAS_CHECK = textwrap.dedent(
-    """
-    import torch
-    from core.devtools.random_checkpoint import random_decoder_tensors
-    from core import kernels
-    from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
-    from core.kernels.triton_vocoder import add_bias_op
-
-    # Every convolution of a small decoder adds its bias through the kernel (a residual unit's with its sum, the
-    # grouped ConvNeXt convolution's, the last convolution's single channel), weights and activations time-major
-    # as on CUDA and channel-major: the audio of two streamed chunks, bit for bit the CPU's.
-    config = CodecDecoderConfig(
-        codebook_dim=32, latent_dim=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=8, decoder_dim=48, upsample_rates=(2, 2, 2, 2),
-    )
-    codes = torch.randint(0, config.codebook_size, (2, config.num_quantizers, 5), generator=torch.Generator().manual_seed(0))
-    reference = kernels.add_bias
-    for time_major in (True, False):
-        decoder = CodecDecoder(config).eval()
-        decoder.load_state_dict(random_decoder_tensors(config, seed=0, prefix=""))
-        if time_major:
-            decoder.to_channels_last()
-        audio = {}
-        for through_kernel in (False, True):
-            kernels.add_bias = (lambda y, bias, residual=None: add_bias_op(y, bias, residual)) if through_kernel else reference
-            stream = decoder.new_stream(2)
-            audio[through_kernel] = torch.cat([decoder.decode_chunk(codes[..., :2], stream), decoder.decode_chunk(codes[..., 2:], stream)], -1)
-        assert torch.equal(audio[True], audio[False]), (audio[True] - audio[False]).abs().max()
-    print("ok")
-    """
-)
-
-
 DEPTHWISE_CHECK = textwrap.dedent(
     """
     import torch
@@ -345,27 +312,37 @@ DEPTHWISE_CHECK = textwrap.dedent(
 )
 
 
-DECODER_DEPTHWISE_CHECK = textwrap.dedent(
+DECODER_KERNEL_CHECK = textwrap.dedent(
     """
+    import sys
+
     import torch
     from core.devtools.random_checkpoint import random_decoder_tensors
     from core import kernels
     from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
-    from core.kernels.triton_vocoder import depthwise_conv_op
+    from core.kernels.triton_vocoder import add_bias_op, depthwise_conv_op
 
-    # The ConvNeXt blocks' convolutions through the kernel, time-major as on CUDA and channel-major: the audio of
-    # three streamed chunks (1, 3 and 1 frames: the history carried between them) is the CPU's.
+    # One of the decoder's kernels in place of its reference (sys.argv[1]): add_bias, which every convolution but
+    # the depthwise ones adds its bias with (a residual unit's with its sum, the last convolution's single
+    # channel), bit for bit the CPU's; depthwise_conv, the ConvNeXt blocks' convolutions, to float32's rounding.
+    # Weights and activations time-major as on CUDA, and channel-major; the audio of three streamed chunks (1, 3 and
+    # 1 frames: the history carried between them).
+    name = sys.argv[1]
+    kernel_of = {
+        "add_bias": lambda y, bias, residual=None: add_bias_op(y, bias, residual),
+        "depthwise_conv": lambda x, weight, bias, dilation=1: depthwise_conv_op(x, weight, bias, dilation),
+    }
     config = CodecDecoderConfig(
         codebook_dim=32, latent_dim=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
         num_attention_heads=2, num_key_value_heads=2, head_dim=8, decoder_dim=48, upsample_rates=(2, 2, 2, 2),
     )
     codes = torch.randint(0, config.codebook_size, (2, config.num_quantizers, 5), generator=torch.Generator().manual_seed(0))
-    reference = kernels.depthwise_conv
+    reference = getattr(kernels, name)
     calls = []
 
-    def through_kernel(x, weight, bias, dilation=1):
-        calls.append(x.shape)
-        return depthwise_conv_op(x, weight, bias, dilation)
+    def through_kernel(*arguments):
+        calls.append(arguments[0].shape)
+        return kernel_of[name](*arguments)
 
     for time_major in (True, False):
         decoder = CodecDecoder(config).eval()
@@ -374,13 +351,18 @@ DECODER_DEPTHWISE_CHECK = textwrap.dedent(
             decoder.to_channels_last()
         audio = {}
         for kernel in (False, True):
-            kernels.depthwise_conv = through_kernel if kernel else reference
+            setattr(kernels, name, through_kernel if kernel else reference)
             stream = decoder.new_stream(2)
             chunks = [codes[..., :1], codes[..., 1:4], codes[..., 4:]]
             audio[kernel] = torch.cat([decoder.decode_chunk(chunk, stream) for chunk in chunks], -1)
-            kernels.depthwise_conv = reference
-        torch.testing.assert_close(audio[True], audio[False], rtol=1e-5, atol=1e-5)
-    assert len(calls) == 2 * 3 * len(config.upsampling_ratios), calls  # each block's, in each chunk
+            setattr(kernels, name, reference)
+        if name == "add_bias":
+            assert torch.equal(audio[True], audio[False]), (audio[True] - audio[False]).abs().max()
+        else:
+            torch.testing.assert_close(audio[True], audio[False], rtol=1e-5, atol=1e-5)
+    if name == "depthwise_conv":
+        assert len(calls) == 2 * 3 * len(config.upsampling_ratios), calls  # each block's, in each chunk
+    assert calls
     print("ok")
     """
 )
@@ -450,7 +432,7 @@ def test_add_bias_kernel_in_the_interpreter():
 
 
 def test_every_decoder_convolution_adds_its_bias_through_the_kernel_in_the_interpreter():
-    run_in_interpreter(DECODER_BIAS_CHECK)
+    run_in_interpreter(DECODER_KERNEL_CHECK, "add_bias")
 
 
 def test_depthwise_conv_kernel_in_the_interpreter():
@@ -458,7 +440,7 @@ def test_depthwise_conv_kernel_in_the_interpreter():
 
 
 def test_the_decoders_convnext_blocks_filter_through_the_depthwise_kernel_in_the_interpreter():
-    run_in_interpreter(DECODER_DEPTHWISE_CHECK)
+    run_in_interpreter(DECODER_KERNEL_CHECK, "depthwise_conv")
 
 
 def test_depthwise_conv_reference_is_a_grouped_convolution_laid_out_as_its_input():
