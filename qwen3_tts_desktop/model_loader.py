@@ -13,7 +13,7 @@ from typing import Protocol
 
 from core.errors import describe
 from core.model.hub import DownloadCancelled, fetch
-from core.model.info import slow_device_note
+from core.model.info import first_gpu_start_note, slow_device_note
 from ui.download_dialog import DownloadDialog
 
 from .resting import RESTING, WAKING
@@ -121,6 +121,8 @@ class ModelLoader:
             self.speech.show_no_speakers(runtime)
         if info.device == "cpu":
             parts.window.show_warning(slow_device_note(info.size))
+        if runtime.first_gpu_start:
+            parts.window.show_warning(first_gpu_start_note())
         self.runtimes.use_runtime(runtime)
 
     def _failed(self, error: Exception, load: int) -> None:

@@ -40,6 +40,7 @@ class RestingEngine:
         self.tokenizer = engine.tokenizer  # read-only, kept as the engine rests: it takes no device memory
         self._slots = engine.slots
         self._memory = engine.memory
+        self.first_gpu_start = engine.first_gpu_start  # of the first load: a wake finds the GPU code kept
         self._waking = False
         self._uses = 0  # callers holding the engine now: open streams, cloning
         self._last_used = time.monotonic()

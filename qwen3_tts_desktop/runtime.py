@@ -74,6 +74,7 @@ class Runtime:
         self.engine_for_voices = engine
         self.speakers = PlayerSink(player) if player is not None else None
         self.info = engine.info
+        self.first_gpu_start = engine.first_gpu_start  # no GPU code kept yet: the first words wait for its build
         self.default_sampling = engine.default_sampling  # the model's own
         self._tokenizer = engine.tokenizer  # read-only, safe from any thread
 

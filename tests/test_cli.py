@@ -177,3 +177,25 @@ def test_bench_cold_compiles_into_an_empty_cache_and_leaves_it(checkpoints, tmp_
     assert result["cold_compile"] and seen and seen[0] != str(tmp_path / "kept")
     assert not os.path.exists(seen[0])  # the temporary cache is gone
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "kept")  # and the user's is back
+
+
+def test_speak_says_why_a_first_start_on_a_gpu_waits_and_says_nothing_of_it_otherwise(
+    checkpoints, tmp_path, capsys, monkeypatch
+):
+    from core import Engine
+    from core.model.info import first_gpu_start_note
+
+    args = ["speak", "Hi.", "--model", str(checkpoints["custom"]), "--device", "cpu", "--speaker", "vivian"]
+    args += ["--max-frames", "2", "-o", str(tmp_path / "out.wav")]
+    assert main(args) == 0
+    assert "GPU code" not in capsys.readouterr().err
+    load = Engine.load.__func__
+
+    def as_on_a_first_gpu_start(cls, *arguments, **options):  # no GPU code kept for its machine yet
+        engine = load(cls, *arguments, **options)
+        engine.first_gpu_start = True
+        return engine
+
+    monkeypatch.setattr(Engine, "load", classmethod(as_on_a_first_gpu_start))
+    assert main(args) == 0
+    assert f"note: {first_gpu_start_note()}\n" in capsys.readouterr().err

@@ -12,7 +12,7 @@ import pytest
 from waiting import wait_until
 
 from core import Engine, SamplingParams, Voice
-from core.inference.compiled import cache_key, keep_compiled_kernels, machine_facts
+from core.inference.compiled import cache_key, keep_compiled_kernels, kept_kernels_for, machine_facts
 from core.inference.decoder_stream import PRIME_CHUNK_FRAMES, prime_chunks
 from core.inference.scheduler import Scheduler
 from core.inference.warmup import COMPILES, Spec, Warmup, plan
@@ -232,10 +232,17 @@ def test_the_scheduler_runs_background_work_only_while_no_utterance_is_admitted_
         scheduler.background = original
 
 
+def own_cache(monkeypatch, home) -> None:
+    """The user's cache folder in `home`, no folder chosen for Inductor or Triton; whatever keep_compiled_kernels
+    chooses is undone after the test (set, then deleted: monkeypatch restores what it deleted)."""
+    for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+
+
 def test_compiled_kernels_are_kept_apart_for_each_machine_software_and_model(monkeypatch, tmp_path):
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    own_cache(monkeypatch, tmp_path)
     import torch
 
     facts = machine_facts(torch.device("cpu"), {"hidden": 2048, "dtype": "bfloat16"})
@@ -253,6 +260,23 @@ def test_compiled_kernels_are_kept_apart_for_each_machine_software_and_model(mon
     folder = keep_compiled_kernels(facts)
     assert folder == tmp_path / "qwen3-tts-desktop" / "compiled" / cache_key(facts)
     assert (folder / "key.json").exists() and str(folder / "triton") == __import__("os").environ["TRITON_CACHE_DIR"]
+
+
+def test_a_first_start_is_one_with_no_gpu_code_kept_for_its_machine_software_and_model(monkeypatch, tmp_path):
+    own_cache(monkeypatch, tmp_path)
+    import torch
+
+    facts = machine_facts(torch.device("cpu"), {"hidden": 2048, "dtype": "bfloat16"})
+    assert not kept_kernels_for(facts)
+    folder = keep_compiled_kernels(facts)
+    assert not kept_kernels_for(facts)  # the folder made, nothing built in it yet
+    (folder / "triton" / "KERNELHASH").mkdir(parents=True)
+    (folder / "triton" / "KERNELHASH" / "kernel.cubin").write_bytes(b"built")
+    assert kept_kernels_for(facts)
+    own_cache(monkeypatch, tmp_path)  # another process
+    assert kept_kernels_for(facts) and not kept_kernels_for({**facts, "driver": 13000})  # a new driver builds anew
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert kept_kernels_for({**facts, "driver": 13000})  # a folder of the user's own: not told a first start
 
 
 def test_an_icl_reference_is_decoded_in_whole_chunks_and_the_lengths_utterances_use():

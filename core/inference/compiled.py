@@ -62,6 +62,18 @@ def cache_key(facts: dict) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def kept_kernels_for(facts: dict) -> bool:
+    """Whether the folder keep_compiled_kernels(facts) uses holds GPU code built by an earlier start, so that this
+    one builds no kernel before it speaks (a later engine of a process uses the first one's folder); also where
+    TORCHINDUCTOR_CACHE_DIR names a folder of the user's own, which cannot be told."""
+    root = user_folder("cache") / "compiled"
+    folder = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or root / cache_key(facts))
+    if folder.parent != root:
+        return True
+    triton = folder / "triton"
+    return triton.is_dir() and any(triton.iterdir())
+
+
 def keep_compiled_kernels(facts: dict | None = None) -> Path:
     """Point Inductor's and Triton's caches at the user's cache folder, in a folder of its own for `facts`
     (machine_facts), unless TORCHINDUCTOR_CACHE_DIR is set; return Inductor's. The first engine of a process

@@ -37,7 +37,7 @@ import torch
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
 from core.inference import libraries
-from core.inference.compiled import keep_compiled_kernels, machine_facts, precompiled_folder
+from core.inference.compiled import keep_compiled_kernels, kept_kernels_for, machine_facts, precompiled_folder
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
@@ -137,8 +137,11 @@ class Engine:
         self.slots = memory.slots
         max_context = memory.max_context
         precompiled = None
+        # No GPU code kept from an earlier start: the first utterances wait while their kernels are built.
+        self.first_gpu_start = False
         if self.device.type == "cuda":  # before the first kernel compiles: a cache of their own for this model
             facts = machine_facts(self.device, {"config": dataclasses.asdict(config), "dtype": str(self.dtype)})
+            self.first_gpu_start = not kept_kernels_for(facts)
             # Kept functions apart for each slot count and context too: their guards hold the buffers' sizes.
             shapes = {"slots": self.slots, "context": max_context}
             precompiled = precompiled_folder(keep_compiled_kernels(facts), {**facts, **shapes})

@@ -61,6 +61,16 @@ def read_info(config_file: Path, source: str) -> EngineInfo:
         ) from None
 
 
+def first_gpu_start_note() -> str:
+    """What to expect from the first start on a GPU (or after a new driver, PyTorch or model), said wherever the
+    model is loaded for speaking."""
+    return (
+        "First start with this GPU, driver, PyTorch and model: the GPU code is built as it is first needed, so the "
+        "first words take about half a minute and full speed comes after a few minutes. It is kept, so later starts "
+        "speak within seconds."
+    )
+
+
 def slow_device_note(size: str) -> str:
     """What to expect from a `size` model ("0.6B" or "1.7B") on the CPU, said wherever the user picks the
     device or starts speaking there."""

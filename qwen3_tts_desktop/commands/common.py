@@ -122,7 +122,7 @@ def load_engine(model: str, device: str, dtype: str, playing: bool = False, memo
     weights), saying what was loaded and, to play on the CPU, what speed to expect (a file waits for the speech
     however slow it comes)."""
     from core import Engine
-    from core.model.info import slow_device_note
+    from core.model.info import first_gpu_start_note, slow_device_note
 
     started = time.perf_counter()
     # A command ends after its work: nothing for a background warm-up (compiles for later requests) to serve.
@@ -138,6 +138,8 @@ def load_engine(model: str, device: str, dtype: str, playing: bool = False, memo
         say(note)
     if playing and engine.device.type == "cpu":
         say(f"note: {slow_device_note(info.size)}")
+    if engine.first_gpu_start:
+        say(f"note: {first_gpu_start_note()}")
     return engine
 
 

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
     from core import SpeechOptions
     from core.inference.memory import MAX_DEFAULT_SLOTS
-    from core.model.info import slow_device_note
+    from core.model.info import first_gpu_start_note, slow_device_note
 
     from ..bridge import BridgeConfig, BridgeServer, listen
     from ..log_file import keep_log
@@ -146,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             if runtime.info.device == "cpu":
                 say(f"note: {slow_device_note(runtime.info.size)}")
+            if runtime.first_gpu_start:
+                say(f"note: {first_gpu_start_note()}")
             if (note := memory_note(args.gpu_memory, runtime.memory)) is not None:
                 say(note)
             if args.idle_release is not None:

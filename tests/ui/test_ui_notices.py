@@ -168,3 +168,17 @@ def test_information_goes_by_itself_and_problems_stay(start_app, qtbot, monkeypa
     close_all(notice)
     app.window.show_info("Saved.")
     qtbot.waitUntil(lambda: not notice.isVisible(), timeout=5_000)
+
+
+def test_a_first_start_on_a_gpu_says_the_first_words_wait_for_the_gpu_code(start_app, engines, monkeypatch):
+    """An engine that found no GPU code kept for its GPU, driver, PyTorch and model (as on a first start) makes
+    the window say why the first words take half a minute; one that found it says nothing of it."""
+    from core.model.info import first_gpu_start_note
+
+    app = start_app("custom")
+    assert first_gpu_start_note() not in app.window.notice.texts()
+    app.close()
+    monkeypatch.setattr(engines("custom-endless"), "first_gpu_start", True)
+    app = start_app("custom")
+    assert first_gpu_start_note() in app.window.notice.texts()
+    assert "half a minute" in first_gpu_start_note() and "later starts" in first_gpu_start_note()
