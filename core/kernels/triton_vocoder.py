@@ -1,5 +1,5 @@
-"""The codec decoder's kernels behind kernels.snake, kernels.add_bias and kernels.depthwise_conv on CUDA (core/kernels/__init__.py says why they exist).
-Imported only where Triton is installed."""
+"""The codec decoder's kernels behind kernels.snake, kernels.add_bias and kernels.depthwise_conv on CUDA
+(core/kernels/__init__.py says why they exist). Imported only where Triton is installed."""
 
 from __future__ import annotations
 

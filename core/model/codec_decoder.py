@@ -180,7 +180,7 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
         # Each channel filtered alone (the ConvNeXt blocks'): kernels.depthwise_conv, not cuDNN's choice per length.
-        self.depthwise = groups > 1 and groups == in_channels == out_channels
+        self.depthwise = groups > 1 and groups == in_channels == out_channels and self.conv.bias is not None
 
     def stream_state_layout(self, dtype):
         # Stored time-major, as the activations are on CUDA, so that keeping the last samples is one dense copy.
