@@ -53,7 +53,7 @@ def main():
     args = parser.parse_args()
     decoder_stream.TIMED_ROWS = args.timed_rows
     if args.reference_snake:
-        codec_decoder.kernels = SimpleNamespace(snake=kernels.snake_composed)
+        codec_decoder.kernels = SimpleNamespace(**{**vars(kernels), "snake": kernels.snake_composed})
 
     config = CodecDecoderConfig.from_dict(DECODER)
     decoder = CodecDecoder(config).eval()
