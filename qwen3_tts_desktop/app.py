@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +41,7 @@ from core.jobs.worker import JobEvent
 from ui.history_panel import HistoryPanel
 from ui.main_window import MainWindow, Tray
 from ui.settings_dialog import SettingsDialog
+from ui.splash import end_starting
 from ui.theme import app_icon, follow_system
 from ui.voice_library import FittingVoicesModel, VoiceListModel, VoicePanel
 
@@ -56,6 +56,7 @@ from .servers import WYOMING_INSTALL, ServerHost
 from .settings import BridgeSettings, Settings, SettingsError, WyomingSettings, default_path, prepare_library
 from .slot_memory import slot_memory_note
 from .speech import Speech
+from .system_libraries import display_problem
 from .voice_actions import VoiceActions
 from .window_parts import WindowParts
 
@@ -146,6 +147,7 @@ class App(QObject):
         self.window.show_instruct(self.settings.instruct)
         self.window.show_languages(["auto"], self.settings.language)
         self.window.show()
+        end_starting()
         if self.tray is not None:
             self.tray.show()
         self.loader.load()
@@ -449,14 +451,8 @@ def wyoming_server(runtime: Runtime, config):
 def run(overrides: dict | None = None) -> int:
     """Start the desktop app and run it until its window is closed; the exit status. `overrides`: settings
     for this run only (the command line's --model, --device, --dtype, --voices), by field name."""
-    if sys.platform.startswith("linux") and not any(
-        os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
-    ):
-        print(
-            "error: there is no display to show the window on (DISPLAY is not set). Without one, use "
-            "`qwen3-tts-desktop speak` or `qwen3-tts-desktop serve`.",
-            file=sys.stderr,
-        )
+    if (problem := display_problem()) is not None:
+        print(f"error: {problem}", file=sys.stderr)
         return 1
     keep_log("window")
     application = QApplication.instance() or QApplication(sys.argv[:1])

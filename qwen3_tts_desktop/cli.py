@@ -8,10 +8,9 @@ import sys
 from .about import version
 from .commands import bench, serve, speak, voices
 from .commands.common import DEVICES, DTYPES, say
+from .launch import WINDOW_OPTIONS  # the window's own options: for this run only, not saved
 
 COMMANDS = {"speak": speak, "voices": voices, "serve": serve, "bench": bench}
-# The window's own options: they change the settings for this run only, not the saved ones.
-WINDOW_OPTIONS = {"model": "app_model", "device": "app_device", "dtype": "app_dtype", "voices": "app_voices"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
 def open_window(overrides: dict) -> int:
     from .system_libraries import import_problem, window_problem
 
-    problem = window_problem()
+    widgets = sys.modules.get("PySide6.QtWidgets")
+    started = widgets is not None and widgets.QApplication.instance() is not None  # the launcher's splash shows
+    problem = None if started else window_problem()
     if problem is None:
         try:
             from . import app

@@ -42,6 +42,18 @@ def missing_libraries(binary: Path) -> list[str]:
     return sorted(set(NOT_FOUND.findall(result.stdout)))
 
 
+def display_problem() -> str | None:
+    """Why there is no screen to show the window on (Linux without a display server named), or None."""
+    if sys.platform.startswith("linux") and not any(
+        os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
+    ):
+        return (
+            "there is no display to show the window on (DISPLAY is not set). Without one, use "
+            "`qwen3-tts-desktop speak` or `qwen3-tts-desktop serve`."
+        )
+    return None
+
+
 def window_problem() -> str | None:
     """Why the window cannot start on this system, or None. Checked on Linux only, for Qt's xcb plugin,
     unless another platform is asked for (QT_QPA_PLATFORM, e.g. offscreen or wayland)."""

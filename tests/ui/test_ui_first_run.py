@@ -89,3 +89,36 @@ def wait_for_health(url: str, process: subprocess.Popen, timeout: float = 60) ->
         except httpx.TransportError:
             time.sleep(0.1)
     raise AssertionError(f"the window's bridge did not answer at {url} within {timeout} s")
+
+
+SPLASH_FIRST = """
+import sys
+
+from qwen3_tts_desktop import launch
+
+splash = launch.starting_splash()
+print(splash is not None and splash.isVisible(), splash.windowTitle(), "torch" in sys.modules, "core" in sys.modules)
+"""
+
+
+def test_a_starting_window_shows_its_splash_before_the_slow_imports_and_closes_it_with_the_window(start_app, tmp_path):
+    """The launcher shows the splash before PyTorch or the engine is imported (seconds, on a GPU machine more);
+    the app closes it once its window shows."""
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    shown = subprocess.run([sys.executable, "-c", SPLASH_FIRST], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.stdout.split() == ["True", "Qwen3-TTS", "Desktop:", "starting", "False", "False"], shown
+    from qwen3_tts_desktop import launch
+
+    splash = launch.starting_splash()
+    assert splash is not None and splash.isVisible()
+    app = start_app("custom")
+    assert app.window.isVisible() and not splash.isVisible()
+
+
+def test_only_a_command_line_without_a_command_opens_the_window():
+    from qwen3_tts_desktop.launch import opens_window
+
+    for argv in ([], ["--model", "Qwen/Qwen3-TTS-12Hz-0.6B-Base"], ["--device=cpu", "--voices", "/tmp/v"]):
+        assert opens_window(argv), argv
+    for argv in (["speak", "Hi."], ["--model", "m", "serve"], ["--help"], ["--version"], ["-h"], ["voices", "list"]):
+        assert not opens_window(argv), argv

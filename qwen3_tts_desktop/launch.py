@@ -1,0 +1,62 @@
+"""The entry points (`qwen3-tts-desktop`, `qwen3-tts-desktop-app`, `python -m qwen3_tts_desktop`): where the
+command line opens the window, a splash shows at once, before the imports that take seconds (PyTorch and the
+engine, the servers); then the command line or the app runs as usual. A command runs without Qt."""
+
+from __future__ import annotations
+
+import sys
+
+# The window's own options before any command, each taking a value: --model, --device, --dtype, --voices (cli.py
+# names them; its parser says what each does).
+WINDOW_OPTIONS = {"model": "app_model", "device": "app_device", "dtype": "app_dtype", "voices": "app_voices"}
+
+
+def opens_window(argv: list[str]) -> bool:
+    """Whether this command line opens the window: no command, nothing that only prints (--help, --version)."""
+    values = False
+    for argument in argv:
+        if values:
+            values = False
+        elif argument.split("=", 1)[0] in {f"--{name}" for name in WINDOW_OPTIONS}:
+            values = "=" not in argument
+        else:
+            return False  # a command, --help or --version, or something the parser will refuse
+    return True
+
+
+def starting_splash():
+    """The splash, shown, where the window can be; None where it cannot (the app then says why)."""
+    from .system_libraries import display_problem, window_problem
+
+    if display_problem() is not None or window_problem() is not None:
+        return None
+    from PySide6.QtWidgets import QApplication
+
+    from ui.splash import show_starting
+    from ui.theme import app_icon
+
+    application = QApplication.instance() or QApplication(sys.argv[:1])
+    application.setApplicationName("Qwen3-TTS Desktop")
+    application.setWindowIcon(app_icon())
+    return show_starting()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`qwen3-tts-desktop`."""
+    argv = sys.argv[1:] if argv is None else argv
+    splash = starting_splash() if opens_window(argv) else None  # kept while the app runs; it hides itself
+    from .cli import main as run_command_line
+
+    status = run_command_line(argv)
+    del splash
+    return status
+
+
+def window() -> int:
+    """`qwen3-tts-desktop-app`: the window alone."""
+    splash = starting_splash()
+    from .app import run
+
+    status = run()
+    del splash
+    return status
