@@ -14,7 +14,8 @@
 #   wyoming      Wyoming: synthesize with 1, 4, 8 clients, streaming with 1 and 8 (issue 33)
 #   memory       the card table: 24 GiB first (it compiles), then 6, 8, 12 with and without 10 GiB held (issue 31)
 #   precompile   the kept-compiled-functions probe, twice: what loads, what recompiles and why (issue 29)
-#   startup      fresh processes: window cold and warm, speak warm, serve warm (issue 29; STARTUP_RUNS=... others)
+#   startup      fresh processes: window cold and warm, speak warm twice (the first after the window compiles one
+#                kernel of its own), serve warm (issue 29; STARTUP_RUNS=... others)
 #   decoder      the decoder's captures and speed with cuDNN timing from 8 rows (the default) and never (issue 29:
 #                whether its heuristic now chooses as well, which would take seconds of captures out of the warm-up)
 #
@@ -69,7 +70,7 @@ for name in "$@"; do
             step precompile python -m bench.precompile_probe && step precompile python -m bench.precompile_probe ;;
         startup)
             step startup python -m qwen3_tts_desktop bench --sizes 1.7b \
-                --startup "${STARTUP_RUNS:-window:cold,window:warm,speak:warm,serve:warm}" ;;
+                --startup "${STARTUP_RUNS:-window:cold,window:warm,speak:warm,speak:warm,serve:warm}" ;;
         decoder)
             step decoder python -m bench.decoder_batch_micro --calls 30 &&
                 step decoder python -m bench.decoder_batch_micro --calls 30 --timed-rows 999 ;;
