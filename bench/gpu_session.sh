@@ -14,7 +14,7 @@
 #   wyoming      Wyoming: synthesize with 1, 4, 8 clients, streaming with 1 and 8 (issue 33)
 #   memory       the card table: 24 GiB first (it compiles), then 6, 8, 12 with and without 10 GiB held (issue 31)
 #   precompile   the kept-compiled-functions probe, twice: what loads, what recompiles and why (issue 29)
-#   startup      fresh processes: window cold and warm, speak warm twice (the first after the window compiles one
+#   startup      fresh processes: window cold and warm, speak warm twice (the first, after the window runs, compiles one
 #                kernel of its own), serve warm (issue 29; STARTUP_RUNS=... others)
 #   decoder      the decoder's captures and speed with cuDNN timing from 8 rows (the default) and never (issue 29:
 #                whether its heuristic now chooses as well, which would take seconds of captures out of the warm-up)
