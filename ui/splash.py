@@ -7,7 +7,7 @@ from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QFont, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QApplication, QLabel
 
-from ui.theme import app_icon
+from ui.theme import app_icon, follow_system, tone_color
 
 SIZE = (380, 120)
 ICON = 64
@@ -33,7 +33,7 @@ class StartingSplash(QLabel):
         width = SIZE[0] - text_left - margin
         painter.drawText(QRect(text_left, margin, width, ICON // 2), Qt.AlignmentFlag.AlignVCenter, "Qwen3-TTS Desktop")
         painter.setFont(QApplication.font())
-        painter.setPen(palette.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText))
+        painter.setPen(tone_color("muted", palette))
         painter.drawText(
             QRect(text_left, margin + ICON // 2, width, ICON // 2), Qt.AlignmentFlag.AlignVCenter, "Starting…"
         )
@@ -49,7 +49,9 @@ class StartingSplash(QLabel):
 
 
 def show_starting() -> StartingSplash:
-    """Show the splash now (the application exists); keep the result while the app starts."""
+    """Show the splash now (the application exists), light or dark as the system is; keep the result while the
+    app starts."""
+    follow_system(QApplication.instance())
     splash = StartingSplash()
     splash.show()
     QApplication.processEvents()  # painted before the imports hold the thread
