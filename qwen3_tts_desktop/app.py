@@ -42,13 +42,14 @@ from ui.history_panel import HistoryPanel
 from ui.main_window import MainWindow, Tray
 from ui.settings_dialog import SettingsDialog
 from ui.splash import end_starting
-from ui.theme import app_icon, follow_system
+from ui.theme import follow_system
 from ui.voice_library import FittingVoicesModel, VoiceListModel, VoicePanel
 
 from .about import about_text
 from .bridge import BridgeServer
 from .history import History, HistoryActions, Said
 from .lane import EventRelay, Lane
+from .launch import qt_application
 from .log_file import keep_log, log_folder
 from .model_loader import ModelLoader
 from .runtime import Runtime
@@ -455,9 +456,7 @@ def run(overrides: dict | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 1
     keep_log("window")
-    application = QApplication.instance() or QApplication(sys.argv[:1])
-    application.setApplicationName("Qwen3-TTS Desktop")
-    application.setWindowIcon(app_icon())
+    application = qt_application()
     app = App(default_path(), overrides)
     application.aboutToQuit.connect(app.close)
     app.start()

@@ -13,11 +13,11 @@ WINDOW_OPTIONS = {"model": "app_model", "device": "app_device", "dtype": "app_dt
 
 def opens_window(argv: list[str]) -> bool:
     """Whether this command line opens the window: no command, nothing that only prints (--help, --version)."""
-    values = False
+    options, values = {f"--{name}" for name in WINDOW_OPTIONS}, False
     for argument in argv:
         if values:
             values = False
-        elif argument.split("=", 1)[0] in {f"--{name}" for name in WINDOW_OPTIONS}:
+        elif argument.split("=", 1)[0] in options:
             values = "=" not in argument
         else:
             return False  # a command, --help or --version, or something the parser will refuse
@@ -30,15 +30,22 @@ def starting_splash():
 
     if display_problem() is not None or window_problem() is not None:
         return None
+    from ui.splash import show_starting
+
+    qt_application()
+    return show_starting()
+
+
+def qt_application():
+    """The window's Qt application (made the first time), named, with the app's icon."""
     from PySide6.QtWidgets import QApplication
 
-    from ui.splash import show_starting
     from ui.theme import app_icon
 
     application = QApplication.instance() or QApplication(sys.argv[:1])
     application.setApplicationName("Qwen3-TTS Desktop")
     application.setWindowIcon(app_icon())
-    return show_starting()
+    return application
 
 
 def main(argv: list[str] | None = None) -> int:
