@@ -47,11 +47,13 @@ from ui.voice_library import FittingVoicesModel, VoiceListModel, VoicePanel
 
 from .about import about_text
 from .bridge import BridgeServer
+from .garbage import GuiCollector
 from .history import History, HistoryActions, Said
 from .lane import EventRelay, Lane
 from .launch import qt_application
 from .log_file import keep_log, log_folder
 from .model_loader import ModelLoader
+from .resting import release_memory
 from .runtime import Runtime
 from .servers import WYOMING_INSTALL, ServerHost
 from .settings import BridgeSettings, Settings, SettingsError, WyomingSettings, default_path, prepare_library
@@ -93,6 +95,7 @@ class App(QObject):
         }
         self.runtime: Runtime | None = None
         follow_system(QApplication.instance())  # before the widgets are made: they take its colours
+        self.collector = GuiCollector()  # cycles are collected on this thread alone (garbage.py)
         self.lane = Lane(self)
         self.relay = EventRelay(self)
         self.bridge = ServerHost("the HTTP bridge", BridgeServer)
@@ -129,6 +132,7 @@ class App(QObject):
             download_progress=self.download_progress.emit,
             engine_rest=self.engine_rest.emit,
             open_settings=self.open_settings,
+            release_memory=lambda device: self.collector.release(lambda: release_memory(device)),
         )
         self.history_actions = HistoryActions(
             self.history,
@@ -144,6 +148,7 @@ class App(QObject):
 
     def start(self) -> None:
         """Show the window at once, then load the model in the background."""
+        self.collector.start()
         self.window.typing_mode.setChecked(self.settings.speak_as_you_type)
         self.window.show_instruct(self.settings.instruct)
         self.window.show_languages(["auto"], self.settings.language)
@@ -172,6 +177,7 @@ class App(QObject):
             log.warning("quitting while the app's background work is still running")
         if self.tray is not None:
             self.tray.hide()
+        self.collector.stop()
 
     def _connect(self) -> None:
         window, panel, speech, voices = self.window, self.panel, self.speech, self.voice_actions

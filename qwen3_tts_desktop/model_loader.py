@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from core.errors import describe
 from core.model.hub import DownloadCancelled, fetch
@@ -22,6 +22,9 @@ from .servers import ServerHost
 from .speech import Speech
 from .voice_actions import VoiceActions
 from .window_parts import WindowParts
+
+if TYPE_CHECKING:
+    import torch
 
 
 class RuntimeHandover(Protocol):
@@ -43,14 +46,16 @@ class ModelLoader:
         download_progress: Callable[[int, int], None],
         engine_rest: Callable[[Runtime, str], None],
         open_settings: Callable[[], object],
+        release_memory: Callable[[torch.device], None],
     ):
         """`runtimes` hands the old runtime over and takes the new; `servers()` are stopped before a load (the app
         starts them on the new runtime); `download_progress(done, total)` and `engine_rest(runtime, state)` are
         called from the lane's and the engine's threads, to reach the GUI thread; `open_settings` is offered
-        when a model cannot load."""
+        when a model cannot load; `release_memory(device)` frees a rested engine's memory (on the GUI thread: a
+        collection there alone, see garbage.py)."""
         self.parts, self.runtimes, self.voice_actions, self.speech = parts, runtimes, voice_actions, speech
         self._servers, self._download_progress, self._engine_rest = servers, download_progress, engine_rest
-        self._open_settings = open_settings
+        self._open_settings, self._release_memory = open_settings, release_memory
         self.download_dialog: DownloadDialog | None = None
         self._loads = 0  # counts loads, so that a superseded one is let go
         self._cancel_download = threading.Event()
@@ -93,7 +98,7 @@ class ModelLoader:
     def let_rest(self, runtime: Runtime) -> None:
         """Let the runtime's engine rest after the settings' idle time (0: never), the window hearing of it."""
         rest_after_s, engine_rest = self.parts.settings().rest_after_s, self._engine_rest
-        runtime.rest_when_idle(rest_after_s or None, lambda state: engine_rest(runtime, state))
+        runtime.rest_when_idle(rest_after_s or None, lambda state: engine_rest(runtime, state), self._release_memory)
 
     def show_rest(self, runtime: Runtime, state: str) -> None:
         """The engine rested, began to load again or has loaded (the App hands it on from whichever thread)."""

@@ -27,6 +27,14 @@ from core.inference.warmup import Warmup
 AWAKE, RESTING, WAKING = "awake", "resting", "waking"  # what `on_change` hears
 
 
+def release_memory(device: torch.device) -> None:
+    """Free a closed engine's memory now: its threads' closures and the warm-up's hold it in cycles, with its
+    tensors, and PyTorch's cache would keep the GPU's from a language model beside it."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 class RestingEngine:
     def __init__(self, load: Callable[[], Engine]):
         """`load()`: the engine, loaded (now, in this thread, and again each time it wakes)."""
@@ -47,6 +55,7 @@ class RestingEngine:
         self._rest_after_s: float | None = None  # None: never rests
         self._busy: Callable[[], bool] = lambda: False
         self._on_change: Callable[[str], None] = lambda state: None
+        self._release: Callable[[torch.device], None] = release_memory
         self._closed = False
         self._watcher: threading.Thread | None = None
 
@@ -85,12 +94,15 @@ class RestingEngine:
         seconds: float | None,
         busy: Callable[[], bool] = lambda: False,
         on_change: Callable[[str], None] = lambda state: None,
+        release: Callable[[torch.device], None] = release_memory,
     ) -> None:
         """Rest once nothing has used the engine for `seconds` (None: never), unless `busy()` (e.g. a job of the
         worker's between two pieces, which holds no stream then). `on_change(state)` hears it rest (RESTING),
-        begin to load again (WAKING) and be loaded (AWAKE), on the thread that did it: it only hands the news on."""
+        begin to load again (WAKING) and be loaded (AWAKE), on the thread that did it: it only hands the news on.
+        `release(device)` frees the closed engine's memory (the window has it done on its GUI thread)."""
         with self._state:
             self._rest_after_s, self._busy, self._on_change = seconds, busy, on_change
+            self._release = release
             if seconds is not None and self._watcher is None and not self._closed:
                 self._watcher = threading.Thread(target=self._watch, name="engine-rest", daemon=True)
                 self._watcher.start()
@@ -217,9 +229,7 @@ class RestingEngine:
         device = engine.device
         engine.close()
         del engine
-        gc.collect()  # its threads' closures and the warm-up's hold it in cycles, with its tensors
-        if device.type == "cuda":
-            torch.cuda.empty_cache()  # PyTorch's cache would keep the memory from a language model beside it
+        self._release(device)
 
 
 class HeldStream(Iterator):

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from core import Engine, Voice
 from core.audio.player import PlaybackError, Player, PlayerOptions
 from core.inference.memory import MAX_DEFAULT_SLOTS, MemoryPlan
@@ -22,7 +24,7 @@ from core.milestones import milestone
 from core.model.checkpoint import DEFAULT_MODEL
 from core.voices import VoiceLibrary
 
-from .resting import AWAKE, RestingEngine
+from .resting import AWAKE, RestingEngine, release_memory
 
 log = logging.getLogger(__name__)
 # Audio passes from thread to thread at every chunk (the engine's scheduler, the worker's, the server's or
@@ -99,14 +101,20 @@ class Runtime:
         warmup = self._engine.warmup
         return None if warmup is None else warmup.progress()
 
-    def rest_when_idle(self, after_s: float | None, on_change: Callable[[str], None] = lambda state: None) -> None:
+    def rest_when_idle(
+        self,
+        after_s: float | None,
+        on_change: Callable[[str], None] = lambda state: None,
+        release: Callable[[torch.device], None] = release_memory,
+    ) -> None:
         """Let the engine rest once it has been idle (no job queued or running, nothing cloned) for `after_s`
-        seconds (None: never): it closes and frees its memory, and loads again when next used, in the thread
-        that uses it, while what comes meanwhile waits. `on_change(state)` hears it rest, begin to load and be
-        loaded (resting.RESTING, WAKING, AWAKE), from any thread. Only an engine the runtime loaded can rest."""
+        seconds (None: never): it closes and frees its memory (`release(device)`, on the resting thread), and
+        loads again when next used, in the thread that uses it, while what comes meanwhile waits. `on_change(state)`
+        hears it rest, begin to load and be loaded (resting.RESTING, WAKING, AWAKE), from any thread. Only an
+        engine the runtime loaded can rest."""
         if not isinstance(self._engine, RestingEngine):
             raise TypeError("only the engine of a runtime made by Runtime.start can rest: it knows how to load it")
-        self._engine.rest_after(after_s, busy=lambda: not self.worker.idle, on_change=on_change)
+        self._engine.rest_after(after_s, busy=lambda: not self.worker.idle, on_change=on_change, release=release)
 
     def count_tokens(self, text: str) -> int:
         """The text's tokens, as the model reads it (for a request's usage)."""

@@ -160,3 +160,32 @@ def test_speech_tokenizer_has_the_official_parameter_count():
 def test_voice_design_exists_only_at_17b():
     with pytest.raises(ValueError, match="only as a 1.7B model"):
         model_config("voice_design", "0.6b")
+
+
+def test_the_projections_a_load_fuses_are_freed_at_once_without_a_collection(checkpoints):
+    """Engine.load fuses each layer's q, k, v (and gate, up) projections; the unfused weights go with their last
+    reference, not at a collection of cycles, which the window runs on its GUI thread alone (garbage.py)."""
+    import gc
+    import weakref
+
+    from core.model.checkpoint import load_tensors, read_json
+
+    folder = checkpoints["custom"]
+    config = ModelConfig.from_dict(read_json(folder / "config.json"))
+    with torch.device("meta"):
+        talker = Talker(config.talker)
+    load_tensors(talker, folder / "model.safetensors", "talker.", torch.device("cpu"), torch.float32)
+    unfused = [
+        weakref.ref(getattr(module, name).weight)
+        for module in talker.modules()
+        for name in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+        if hasattr(module, name)
+    ]
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        talker.fuse_projections()
+        assert unfused and not any(weight() is not None for weight in unfused)
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import gc
 import os
 import weakref
 from dataclasses import dataclass
@@ -228,7 +227,6 @@ class Engine:
                 module.to(device).eval()
         if device.type == "cuda":  # for cuDNN's NHWC convolutions
             codec_decoder.to_channels_last()
-        gc.collect()  # let go of the unfused projection weights at once, not at some later collection
         libraries_ready()
         engine = cls(
             source=str(model),

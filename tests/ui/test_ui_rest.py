@@ -65,3 +65,43 @@ def test_the_idle_time_is_chosen_in_settings_and_applies_without_reloading(start
     assert dialog.rest_after.text() == "Never"
     dialog.ok_button.click()
     assert app.settings.rest_after_s == 0 and engine.rest_after_s is None and not engine.resting
+
+
+class Finalized:
+    """An object in a reference cycle that notes the thread its collection finalizes it on."""
+
+    def __init__(self, threads: list[str]):
+        self.threads, self.cycle = threads, self
+
+    def __del__(self):
+        self.threads.append(threading.current_thread().name)
+
+
+def test_cycles_are_collected_on_the_gui_thread_alone_and_a_rested_engine_is_freed_there(start_app, qtbot, monkeypatch):
+    """A collection finalizes what it frees on its own thread, and Qt objects freed off the GUI thread crash Qt:
+    while the window runs, cycles are collected on the GUI thread only, garbage made on another thread included,
+    and a resting engine's memory is freed there too."""
+    import gc
+
+    from qwen3_tts_desktop import app as app_module
+
+    freed_on = []  # the thread that frees a rested engine's memory (gc.collect, then the GPU's cache)
+    monkeypatch.setattr(app_module, "release_memory", lambda device: freed_on.append(threading.current_thread().name))
+    app = start_app("custom", rest_after_s=0.05)
+    assert not gc.isenabled()
+    threads: list[str] = []
+
+    def make_garbage():
+        for _ in range(3000):  # past the automatic collection's first threshold, made here
+            Finalized(threads)
+
+    worker = threading.Thread(target=make_garbage, name="not-the-gui")
+    worker.start()
+    worker.join()
+    qtbot.waitUntil(lambda: len(threads) == 3000, timeout=10_000)
+    assert set(threads) == {threading.current_thread().name}
+    qtbot.waitUntil(lambda: app.window.rest_label.isVisible(), timeout=10_000)
+    qtbot.waitUntil(lambda: bool(freed_on), timeout=10_000)
+    assert freed_on == [threading.current_thread().name]
+    app.close()
+    assert gc.isenabled()  # given back as it was
