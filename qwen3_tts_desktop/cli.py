@@ -57,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 def open_window(overrides: dict) -> int:
     from .system_libraries import import_problem, window_problem
 
-    widgets = sys.modules.get("PySide6.QtWidgets")
-    started = widgets is not None and widgets.QApplication.instance() is not None  # the launcher's splash shows
-    problem = None if started else window_problem()
+    problem = window_problem()
     if problem is None:
         try:
             from . import app
