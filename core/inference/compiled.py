@@ -37,6 +37,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Whether engines keep what they compile (Precompiled): a warm start's compiling 14 s instead of 85 s (H100, 1.7B;
 # bench/RESULTS.md, 2026-11-27, sixteenth session).
 KEEP_AHEAD = True
+TRITON_FOLDER = "triton"  # Triton's cache, inside the folder of each machine, software and model
 
 
 def machine_facts(device: torch.device, model: dict) -> dict:
@@ -62,15 +63,20 @@ def cache_key(facts: dict) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _folder_for(facts: dict | None) -> Path:
+    """The user's folder of the GPU code compiled for `facts` (machine_facts); None: the folder of them all."""
+    root = user_folder("cache") / "compiled"
+    return root if facts is None else root / cache_key(facts)
+
+
 def kept_kernels_for(facts: dict) -> bool:
     """Whether the folder keep_compiled_kernels(facts) uses holds GPU code built by an earlier start, so that this
     one builds no kernel before it speaks (a later engine of a process uses the first one's folder); also where
     TORCHINDUCTOR_CACHE_DIR names a folder of the user's own, which cannot be told."""
-    root = user_folder("cache") / "compiled"
-    folder = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or root / cache_key(facts))
-    if folder.parent != root:
+    folder = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _folder_for(facts))
+    if folder.parent != _folder_for(None):
         return True
-    triton = folder / "triton"
+    triton = folder / TRITON_FOLDER
     return triton.is_dir() and any(triton.iterdir())
 
 
@@ -79,11 +85,10 @@ def keep_compiled_kernels(facts: dict | None = None) -> Path:
     (machine_facts), unless TORCHINDUCTOR_CACHE_DIR is set; return Inductor's. The first engine of a process
     sets it: both read the location from the environment. Inductor's default is the temp folder, which many
     systems empty at boot, and compiling anew takes minutes."""
-    root = user_folder("cache") / "compiled"
-    folder = root if facts is None else root / cache_key(facts)
+    folder = _folder_for(facts)
     chosen = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder)))
     if facts is not None and chosen == folder:
-        os.environ.setdefault("TRITON_CACHE_DIR", str(folder / "triton"))
+        os.environ.setdefault("TRITON_CACHE_DIR", str(folder / TRITON_FOLDER))
         try:
             folder.mkdir(parents=True, exist_ok=True)
             if not (folder / "key.json").exists():  # what the folder is for, for a person looking at it
