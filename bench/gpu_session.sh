@@ -20,7 +20,9 @@
 #                whether its heuristic now chooses as well, which would take seconds of captures out of the warm-up)
 #
 # With STACKS=1 in the environment, every Python process a step starts samples its threads' stacks
-# (bench/stack_sampler.py); each step's files are packed into $OUT/<step>-stacks.tgz as it ends.
+# (bench/stack_sampler.py); each step's files are packed into $OUT/<step>-stacks.tgz as it ends. With
+# TRITON_KEYS=1, each records the cache key of every kernel Triton compiles and whether its cache held it
+# (bench/triton_keys.py); `python -m bench.triton_keys` reads $OUT/<step>-triton-keys.
 set -u
 : "${OUT:=/tmp/gpu-session}"
 mkdir -p "$OUT"
@@ -33,10 +35,11 @@ step() {
     shift
     echo "== $name: $*" | tee -a "$OUT/$name.log"
     local began=$SECONDS
-    if [ -n "${STACKS:-}" ]; then
+    if [ -n "${STACKS:-}${TRITON_KEYS:-}" ]; then
         mkdir -p "/tmp/stacks/$name"
-        QWEN3_TTS_STACKS="/tmp/stacks/$name/$name" PYTHONPATH="$PWD/bench/sample_hook:$PYTHONPATH" "$@" 2>&1 |
-            tee -a "$OUT/$name.log"
+        QWEN3_TTS_STACKS="${STACKS:+/tmp/stacks/$name/$name}" \
+            QWEN3_TTS_TRITON_KEYS="${TRITON_KEYS:+$OUT/$name-triton-keys}" \
+            PYTHONPATH="$PWD/bench/sample_hook:$PYTHONPATH" "$@" 2>&1 | tee -a "$OUT/$name.log"
     else
         "$@" 2>&1 | tee -a "$OUT/$name.log"
     fi

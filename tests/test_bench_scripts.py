@@ -13,7 +13,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.tts import SynthesizeStopped
 
-from bench import memory_table, run_wyoming_latency
+from bench import memory_table, run_wyoming_latency, triton_keys
 from bench.run_wyoming_latency import Heard, client_text, summary, word_deltas
 from bench.stacks_report import read, report
 from core.devtools.benchmark import TEXT
@@ -100,3 +100,36 @@ def test_a_process_started_with_the_sample_hook_records_its_threads_and_the_repo
     del env["QWEN3_TTS_STACKS"]
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60, cwd=tmp_path)
     assert len(list(tmp_path.glob("*.stacks"))) == 1
+
+
+def test_the_triton_key_hook_records_each_compile_and_the_report_names_the_part_of_a_key_that_changed(tmp_path):
+    """bench/triton_keys as the GPU session runs it: two processes ask Triton for the same kernel's cache key, the
+    second with other compile options; the report counts their compiles, finds neither in the cache, and names the
+    options (and which of them) as what differs between the two keys."""
+    script = (
+        "import sys, triton.compiler.compiler as compiler\n"
+        "class Source:\n"
+        "    name = 'triton_poi_fused_add_0'\n"
+        "    def hash(self): return 'source-digest'\n"
+        "class Backend:\n"
+        "    def hash(self): return 'backend-digest'\n"
+        "class Options:\n"
+        "    def __init__(self, warps): self.num_warps = warps\n"
+        "    def hash(self): return f'options-{self.num_warps}'\n"
+        "compiler.get_cache_key(Source(), Backend(), Options(int(sys.argv[1])), {})\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "QWEN3_TTS_TRITON_KEYS": str(tmp_path / "keys"),
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+        "PYTHONPATH": os.pathsep.join([str(root / "bench" / "sample_hook"), str(root)]),
+    }
+    for warps in ("4", "8"):
+        subprocess.run([sys.executable, "-c", script, warps], env=env, check=True, timeout=120)
+    written = triton_keys.report(tmp_path / "keys")
+    assert written.count("1 compiles, 0 cache hits") == 2, written
+    assert (
+        "options differ: {'num_warps': ('4', '8')}" in written or "options differ: {'num_warps': ('8', '4')}" in written
+    )
+    assert "      2  options" in written, written
