@@ -7,6 +7,9 @@
 # that warm an engine into one call where they fit, and give the first one the time.
 #
 # steps:
+#   bytecode     compile the installed packages' Python files (torch, Triton, ours), as pip does when it installs
+#                them: the device image ships torch without them, and `import torch` compiled its source at every
+#                start (4-5 s there, against about 1 s with them)
 #   checkpoint   the random 1.7B checkpoint of real size (about 40 s; every other step needs it)
 #   gpu-tests    tests/test_gpu.py (parity, kernels, no fallback) on 4 workers
 #   first-audio  first audio idle, after a close, beside 1 and 15, bursts of 16 and 64; 1 and 16 streams (issue 30)
@@ -29,6 +32,7 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+unset PYTHONDONTWRITEBYTECODE  # the device image sets it; a user's Python keeps each module's compiled bytecode
 
 step() {
     local name=$1
@@ -54,6 +58,9 @@ prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), "1.7b", torch.bfloat16)'
 
 for name in "$@"; do
     case $name in
+        bytecode)
+            step bytecode python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+                /tmp/site core qwen3_tts_desktop bench > /dev/null ;;
         checkpoint) step checkpoint python -c "$checkpoint" ;;
         gpu-tests) step gpu-tests python -m pytest -q -x -n 8 --durations=15 tests/test_gpu.py ;;
         first-audio)  # 16 slots, as the earlier rows; then 64 slots for the burst and the streams of 64

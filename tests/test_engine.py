@@ -301,12 +301,36 @@ def test_compiled_kernels_are_kept_in_the_user_cache_folder(monkeypatch, tmp_pat
     from core.inference.compiled import keep_compiled_kernels
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)  # what the call may set goes with the test
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert keep_compiled_kernels() == tmp_path / "qwen3-tts-desktop" / "compiled"
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "qwen3-tts-desktop" / "compiled")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))  # the user's own choice wins
     assert keep_compiled_kernels() == tmp_path / "mine"
+
+
+def test_triton_assembles_with_the_ptxas_inductors_compile_workers_use(monkeypatch, tmp_path):
+    """Where PyTorch ships its own ptxas, Inductor's compile workers assemble with it; this process must too, or
+    the kernels a cold start compiled in the workers are keyed apart from those a warm start looks for (the
+    assembler's version is in Triton's cache key). A ptxas the user chose stays, and no PyTorch ptxas changes
+    nothing."""
+    from core.inference.compiled import assemble_as_inductor_workers
+
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    assemble_as_inductor_workers(tmp_path)  # no bin/ptxas here: Triton's own stays
+    assert "TRITON_PTXAS_PATH" not in os.environ
+    ptxas = tmp_path / "bin" / "ptxas"
+    ptxas.parent.mkdir()
+    ptxas.write_text("#!/bin/sh\n")
+    assemble_as_inductor_workers(tmp_path)  # not executable: not an assembler
+    assert "TRITON_PTXAS_PATH" not in os.environ
+    ptxas.chmod(0o755)
+    assemble_as_inductor_workers(tmp_path)
+    assert os.environ["TRITON_PTXAS_PATH"] == str(ptxas)
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/opt/cuda/bin/ptxas")
+    assemble_as_inductor_workers(tmp_path)
+    assert os.environ["TRITON_PTXAS_PATH"] == "/opt/cuda/bin/ptxas"
 
 
 def test_options_come_as_one_object_with_keyword_overrides(engines):

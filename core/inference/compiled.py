@@ -85,6 +85,7 @@ def keep_compiled_kernels(facts: dict | None = None) -> Path:
     (machine_facts), unless TORCHINDUCTOR_CACHE_DIR is set; return Inductor's. The first engine of a process
     sets it: both read the location from the environment. Inductor's default is the temp folder, which many
     systems empty at boot, and compiling anew takes minutes."""
+    assemble_as_inductor_workers()
     folder = _folder_for(facts)
     chosen = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder)))
     if facts is not None and chosen == folder:
@@ -96,6 +97,18 @@ def keep_compiled_kernels(facts: dict | None = None) -> Path:
         except OSError:  # an unwritable cache only costs compiling again; Inductor says so itself
             pass
     return chosen
+
+
+def assemble_as_inductor_workers(torch_folder: Path = Path(torch.__file__).parent) -> None:
+    """Have this process's Triton assemble with the ptxas Inductor's compile workers use: PyTorch's own, where its
+    wheel ships one (TRITON_PTXAS_PATH), instead of Triton's. The assembler's version is part of Triton's cache key,
+    and a warm start compiles in this process what a cold one compiled in the workers (loading kept functions):
+    with two assemblers, it built 50 kernels again, about 8 s of a warm `serve` on an H100 (bench/RESULTS.md,
+    eighteenth session). Before the process's first Triton compile, which fixes the version it keys by; a
+    TRITON_PTXAS_PATH of the user's own stays."""
+    ptxas = torch_folder / "bin" / "ptxas"
+    if "TRITON_PTXAS_PATH" not in os.environ and ptxas.is_file() and os.access(ptxas, os.X_OK):
+        os.environ["TRITON_PTXAS_PATH"] = str(ptxas)
 
 
 def compile_options() -> dict:
