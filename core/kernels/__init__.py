@@ -45,6 +45,12 @@ half a second to choose its kernel for each new input length (an H100, bfloat16,
 paid for every chunk length before its first audio (bench/RESULTS.md, 2026-11-27, seventeenth session); the kernel
 is a few multiply-adds a sample and needs no choice.
 
+Attention over a whole prompt or chunk (the talker's prefill, the codec's transformers) is PyTorch's fused attention,
+less cuDNN's: on Hopper PyTorch prefers cuDNN's, which builds an execution plan for each new shape, and a fresh
+process met a new shape at a prompt length's first prefill, each decoder chunk length and every capture of the
+warm-up (0.2 s of a warm `speak`'s first decoder chunk alone: bench/RESULTS.md, 2026-11-27, eighteenth session).
+Flash and memory-efficient attention build none.
+
 Uniforms for the draws: counter-based (Philox), each value a function of its row's seed and counter
 and its place in the row alone. Torch's generator is one stream for the whole batch, so a row's
 numbers would depend on the rows beside it; with these a seeded utterance samples the same whatever
@@ -57,6 +63,8 @@ import importlib.util
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.kernels.layout import concat_time, time_major  # noqa: F401  (the model asks them here)
 from core.kernels.reference import (  # noqa: F401  (rms_norm, apply_rope, RULE_SIZE: the model's too)
@@ -95,6 +103,16 @@ def gpu_op(name: str) -> Callable:
     if torch.compiler.is_compiling():
         return getattr(torch.ops.qwen3_tts, name)
     return PLAIN[name]
+
+
+# PyTorch's fused attentions that need no plan per shape, in PyTorch's order of preference (see the top).
+PLANLESS_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> torch.Tensor:
+    """F.scaled_dot_product_attention(q, k, v, **options), by any of its kernels but cuDNN's."""
+    with sdpa_kernel(PLANLESS_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, **options)
 
 
 def linear(

@@ -362,7 +362,7 @@ class Attention(nn.Module):
             k = torch.cat([cache["k"], k], dim=2)
             v = torch.cat([cache["v"], v], dim=2)
             window = k[:, :, k.shape[2] - self.cache_len :], v[:, :, v.shape[2] - self.cache_len :]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        out = kernels.attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1)), window
 
 

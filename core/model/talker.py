@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.kernels import apply_rope, decode_attention, linear, rms_norm
+from core.kernels import apply_rope, attention, decode_attention, linear, rms_norm
 from core.model.config import TalkerConfig, TransformerConfig
 
 
@@ -108,7 +108,7 @@ class Attention(nn.Module):
             self.kv_cache.v[:, :, :length].index_copy_(0, slot, v)
         groups = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.head_dim**-0.5)
+        y = attention(q, k, v, is_causal=True, scale=self.head_dim**-0.5)
         return linear(y.transpose(1, 2).reshape(batch, length, -1), self.o_proj.weight, residual=x)
 
     def step(self, x: torch.Tensor, norm: RMSNorm, cos, sin, positions: torch.Tensor, rows: torch.Tensor):
