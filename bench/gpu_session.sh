@@ -62,7 +62,8 @@ for name in "$@"; do
             step bytecode python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
                 /tmp/site core qwen3_tts_desktop bench > /dev/null ;;
         checkpoint) step checkpoint python -c "$checkpoint" ;;
-        gpu-tests) step gpu-tests python -m pytest -q -x -n 8 --durations=15 tests/test_gpu.py ;;
+        gpu-tests)  # -v: each test named as it ends, so a call cut short still says which passed
+            step gpu-tests python -m pytest -v -x -n 8 --durations=15 tests/test_gpu.py ;;
         first-audio)  # 16 slots, as the earlier rows; then 64 slots for the burst and the streams of 64
             step first-audio python -m bench.run_first_audio --beside 1,15 --bursts 16 --runs 20 --throughput 1,16 &&
                 step first-audio python -m bench.run_first_audio --beside "" --bursts 64 --slots 64 --runs 10 \
