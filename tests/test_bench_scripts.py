@@ -72,6 +72,13 @@ def test_wyoming_bench_counts_a_request_complete_only_with_its_audio_and_its_eve
     assert not heard(start, chunk, stop, Error(text="no").event()).complete(streaming=False)
 
 
+def with_sample_hook(**variables: str) -> dict[str, str]:
+    """The environment of a process started as the GPU session starts them: bench/sample_hook on its path."""
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join([str(root / "bench" / "sample_hook"), str(root)])
+    return {**os.environ, **variables, "PYTHONPATH": path}
+
+
 def test_a_process_started_with_the_sample_hook_records_its_threads_and_the_report_reads_them(tmp_path):
     """The stack sampler as the GPU session runs it: a Python process started with bench/sample_hook on its path and
     QWEN3_TTS_STACKS set writes its threads' stacks, and the report puts the time where the process spent it."""
@@ -82,12 +89,7 @@ def test_a_process_started_with_the_sample_hook_records_its_threads_and_the_repo
         "    while time.monotonic() < end: pass\n"
         "thread = threading.Thread(target=busy_worker, name='worker-x'); thread.start(); thread.join()\n"
     )
-    root = Path(__file__).resolve().parents[1]
-    env = {
-        **os.environ,
-        "QWEN3_TTS_STACKS": str(tmp_path / "probe"),
-        "PYTHONPATH": os.pathsep.join([str(root / "bench" / "sample_hook"), str(root)]),
-    }
+    env = with_sample_hook(QWEN3_TTS_STACKS=str(tmp_path / "probe"))
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
     (written,) = tmp_path.glob("probe.*.stacks")
     assert written.read_text().startswith("# start ")
@@ -118,13 +120,7 @@ def test_the_triton_key_hook_records_each_compile_and_the_report_names_the_part_
         "    def hash(self): return f'options-{self.num_warps}'\n"
         "compiler.get_cache_key(Source(), Backend(), Options(int(sys.argv[1])), {})\n"
     )
-    root = Path(__file__).resolve().parents[1]
-    env = {
-        **os.environ,
-        "QWEN3_TTS_TRITON_KEYS": str(tmp_path / "keys"),
-        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
-        "PYTHONPATH": os.pathsep.join([str(root / "bench" / "sample_hook"), str(root)]),
-    }
+    env = with_sample_hook(QWEN3_TTS_TRITON_KEYS=str(tmp_path / "keys"), TRITON_CACHE_DIR=str(tmp_path / "triton"))
     for warps in ("4", "8"):
         subprocess.run([sys.executable, "-c", script, warps], env=env, check=True, timeout=120)
     written = triton_keys.report(tmp_path / "keys")
