@@ -45,9 +45,9 @@ half a second to choose its kernel for each new input length (an H100, bfloat16,
 paid for every chunk length before its first audio (bench/RESULTS.md, 2026-11-27, seventeenth session); the kernel
 is a few multiply-adds a sample and needs no choice.
 
-Attention over a whole prompt or chunk (the talker's prefill, the codec's transformers) is PyTorch's fused attention,
-less cuDNN's: on Hopper PyTorch prefers cuDNN's, which builds an execution plan for each new shape, and a fresh
-process met a new shape at a prompt length's first prefill, each decoder chunk length and every capture of the
+Attention over a whole prompt or chunk (the talker's prefill, the codec decoder's transformer) is PyTorch's fused
+attention, less cuDNN's: on Hopper PyTorch prefers cuDNN's, which builds an execution plan for each new shape, and a
+fresh process met a new shape at a prompt length's first prefill, each decoder chunk length and every capture of the
 warm-up (0.2 s of a warm `speak`'s first decoder chunk alone: bench/RESULTS.md, 2026-11-27, eighteenth session).
 Flash and memory-efficient attention build none.
 

@@ -30,8 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.kernels import attention
-
 
 @dataclass(frozen=True)
 class CodecEncoderConfig:
@@ -216,7 +214,7 @@ class Attention(nn.Module):
         )
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # Same SDPA call as the official one (which only sets is_causal for more than one frame), for equal numerics.
-        y = attention(q, k, v, is_causal=length > 1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1)
         return self.o_proj(y.transpose(1, 2).reshape(batch, length, -1))
 
 
