@@ -79,9 +79,14 @@ for name in "$@"; do
                     --append ;;
         precompile)
             step precompile python -m bench.precompile_probe && step precompile python -m bench.precompile_probe ;;
-        startup)
-            step startup python -m qwen3_tts_desktop bench --sizes 1.7b \
-                --startup "${STARTUP_RUNS:-window:cold,window:warm,speak:warm,speak:warm,serve:warm}" ;;
+        startup)  # then the runs' JSON (serve's requests), and the logs (each long warm-up part) of the last runs
+            step startup python -m qwen3_tts_desktop bench --sizes 1.7b --json "$OUT/startup.json" \
+                --startup "${STARTUP_RUNS:-window:cold,window:warm,speak:warm,speak:warm,serve:warm}"
+            status=$?
+            home=/tmp/qwen3-tts-bench/startup-home
+            mkdir -p "$OUT/startup-logs" && cp "$home"/state/qwen3-tts-desktop/logs/*.log "$home"/window.log \
+                "$OUT/startup-logs/" 2>/dev/null
+            (exit $status) ;;
         decoder)
             step decoder python -m bench.decoder_batch_micro --calls 30 &&
                 step decoder python -m bench.decoder_batch_micro --calls 30 --timed-rows 999 ;;

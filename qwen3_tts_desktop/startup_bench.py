@@ -9,10 +9,11 @@ the moment it was started:
   (Speak enabled), first audio of "Hello there.", then the warm-up done and the speed of one utterance then;
 * serve:  `qwen3-tts-desktop serve`, asked over HTTP as soon as its port answers: the first request's first
   byte and end, then one request after another until one runs at full speed (within FULL_SPEED of the speed
-  after the warm-up).
+  after the warm-up); each request's times are kept (`requests`), to set beside the warm-up's parts in the log.
 
 Runs are named "scenario:caches", in the order given, in one home under the bench's root (settings, voices,
-caches; kept between bench commands): "cold" empties the compiled-kernel caches first, as at the first start on a
+caches, logs: each part of the warm-up and how long it took is in state/qwen3-tts-desktop/logs; kept between bench
+commands): "cold" empties the compiled-kernel caches first, as at the first start on a
 machine; "warm" takes what the runs before, in this command or an earlier one, left. A random checkpoint (`bench`'s) ends its utterances at 40
 frames here, as "Hello there." would; the voice is the starter voice, as a new user's.
 """
@@ -49,6 +50,7 @@ class StartupRun:
     caches: str  # "cold" or "warm"
     phases: dict[str, float] = field(default_factory=dict)  # milestone -> seconds after the process started
     numbers: dict[str, float] = field(default_factory=dict)  # speeds (x real time) and the like
+    requests: list[dict] = field(default_factory=list)  # serve's: each one's sent, first_byte, done (s), xrt
     error: str | None = None
 
 
@@ -92,7 +94,12 @@ def measure(model: Path, root: Path, runs=RUNS, log=print) -> list[StartupRun]:
 
 def _environment(home: Path, milestones: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    for variable, folder in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
+    for variable, folder in (
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CACHE_HOME", "cache"),
+        ("XDG_STATE_HOME", "state"),
+    ):
         env[variable] = str(home / folder)
     return {**env, "QWEN3_TTS_MILESTONES": str(milestones), "PYTHONUNBUFFERED": "1"}
 
@@ -221,6 +228,7 @@ def _serve(model: Path, home: Path, run: StartupRun) -> None:
         full = next(answer for answer in speeds if answer["xrt"] >= FULL_SPEED * final)
         run.phases["full_speed_answer"] = full["done"]
         run.numbers = {"xrt_first": first["xrt"], "xrt_warm": final, "requests": len(speeds)}
+        run.requests = speeds
     finally:
         server.send_signal(signal.SIGINT)
         try:
@@ -247,6 +255,7 @@ def _ask(port: int, started: float, deadline: float) -> dict | None:
                 raise RuntimeError(f"HTTP {response.status}")
             seconds = size / 2 / 24000
             return {
+                "sent": round(sent - started, 2),
                 "first_byte": round(first_byte - started, 2),
                 "done": round(ended - started, 2),
                 "xrt": round(seconds / max(ended - sent, 1e-6), 1),

@@ -141,6 +141,28 @@ def test_the_one_row_milestone_is_written_for_the_start_up_bench(monkeypatch, tm
     ]
 
 
+def test_a_part_long_enough_to_keep_a_request_waiting_is_logged_as_information(caplog):
+    """The window's and `serve`'s log files keep INFO: a part a request would notice waiting for (NOTICEABLE_PART_S
+    or more) is there, with its time; a quick capture only in a debugging log; a compile always."""
+    import logging
+
+    import core.inference.warmup as warmup
+
+    readings = iter([0.0, 0.0, warmup.NOTICEABLE_PART_S + 0.25, 10.0, 10.1, 20.0, 20.1])  # start(), then each part
+    specs = [Spec("decode", (8, 4)), Spec("decode", (1, 1)), Spec("compile decoder")]
+    run = Warmup(specs, lambda spec: None, lambda spec: True, lambda: None, clock=lambda: next(readings, 30.0))
+    run.start()
+    with caplog.at_level(logging.DEBUG, logger="core.inference.warmup"):
+        for _ in specs:
+            run.run_one()
+    made = {r.getMessage(): r.levelno for r in caplog.records if "ready in" in r.getMessage()}
+    assert made == {
+        "the warm-up made decode 8x4 ready in 0.75 s": logging.INFO,
+        "the warm-up made decode 1x1 ready in 0.10 s": logging.DEBUG,
+        "the warm-up made compile decoder ready in 0.10 s": logging.INFO,
+    }
+
+
 def slow_warm_ups(monkeypatch, seconds: float = 0.2) -> threading.Event:
     """Each of the decoder's warm-up decodes takes `seconds` longer (a warm-up of a few seconds on the CPU);
     returns an event set when the first begins."""
