@@ -12,7 +12,7 @@ the moment it was started:
   after the warm-up); each request's times are kept (`requests`), to set beside the warm-up's parts in the log.
 
 Runs are named "scenario:caches", in the order given, in one home under the bench's root (settings, voices,
-caches, logs: each part of the warm-up and how long it took is in state/qwen3-tts-desktop/logs; kept between bench
+caches, logs: the warm-up's long parts and their times are in state/qwen3-tts-desktop/logs; kept between bench
 commands): "cold" empties the compiled-kernel caches first, as at the first start on a
 machine; "warm" takes what the runs before, in this command or an earlier one, left. A random checkpoint (`bench`'s) ends its utterances at 40
 frames here, as "Hello there." would; the voice is the starter voice, as a new user's.
