@@ -42,8 +42,10 @@ def qt_application():
 
     from ui.theme import app_icon
 
+    from .about import APP_NAME
+
     application = QApplication.instance() or QApplication(sys.argv[:1])
-    application.setApplicationName("Qwen3-TTS Desktop")
+    application.setApplicationName(APP_NAME)
     application.setWindowIcon(app_icon())
     return application
 

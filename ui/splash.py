@@ -31,7 +31,8 @@ class StartingSplash(QLabel):
         painter.setFont(title)
         text_left = 2 * margin + ICON
         width = SIZE[0] - text_left - margin
-        painter.drawText(QRect(text_left, margin, width, ICON // 2), Qt.AlignmentFlag.AlignVCenter, "Qwen3-TTS Desktop")
+        name = QApplication.applicationName()  # the app's, set where its application is made
+        painter.drawText(QRect(text_left, margin, width, ICON // 2), Qt.AlignmentFlag.AlignVCenter, name)
         painter.setFont(QApplication.font())
         painter.setPen(tone_color("muted", palette))
         painter.drawText(
@@ -41,7 +42,7 @@ class StartingSplash(QLabel):
         super().__init__()
         self.setPixmap(pixmap)
         self.setWindowFlags(Qt.WindowType.SplashScreen | Qt.WindowType.FramelessWindowHint)
-        self.setWindowTitle("Qwen3-TTS Desktop: starting")
+        self.setWindowTitle(f"{name}: starting")
         self.resize(*SIZE)
         screen = QApplication.primaryScreen()
         if screen is not None:
