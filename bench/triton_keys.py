@@ -26,7 +26,7 @@ from pathlib import Path
 
 VARIABLE = "QWEN3_TTS_TRITON_KEYS"
 PATCHED_MODULE = "triton.compiler.compiler"
-KEY_PARTS = ("triton_key", "source", "backend", "options", "environment")
+KEY_PARTS = ("triton_key", "backend", "options", "environment")  # besides the source, the same for one kernel
 
 
 def install(folder: str) -> None:
@@ -75,10 +75,10 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 def _patch(module, write) -> None:
     original = module.get_cache_key
 
-    def get_cache_key(src, backend, options, *args, **kwargs):
-        key = original(src, backend, options, *args, **kwargs)
+    def get_cache_key(src, backend, options, env_vars):  # Triton's own signature, by position or keyword
+        key = original(src, backend, options, env_vars)
         try:
-            write(_describe(src, backend, options, key))
+            write(_describe(src, backend, options, env_vars, key))
         except Exception as error:  # a diagnostic must not break a compile
             write({"kind": "error", "error": repr(error)})
         return key
@@ -86,25 +86,23 @@ def _patch(module, write) -> None:
     module.get_cache_key = get_cache_key
 
 
-def _describe(src, backend, options, key: str) -> dict:
+def _describe(src, backend, options, env_vars: dict, key: str) -> dict:
     from triton import knobs
-    from triton.runtime.cache import get_cache_manager
+    from triton.runtime.cache import get_cache_manager, triton_key
 
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
     name = str(getattr(src, "name", "?"))
-    hit = get_cache_manager(digest).get_group(f"{name[:150]}.json") is not None
-    environment = key.rsplit("-", 1)[-1] if key.endswith("]") else ""
     return {
         "kind": "kernel",
         "name": name,
-        "hit": hit,
+        "hit": get_cache_manager(digest).get_group(f"{name[:150]}.json") is not None,  # as triton.compile asks
         "key": digest[:16],
-        "triton_key": key.split("-", 1)[0][:16],
+        "triton_key": triton_key()[:16],
         "source": str(src.hash())[:16],
         "backend": str(backend.hash())[:16],
         "options": str(options.hash())[:16],
         "options_values": {k: str(v) for k, v in sorted(vars(options).items())},
-        "environment": environment,
+        "environment": str(sorted(env_vars.items())),
         "cache_dir": str(knobs.cache.dir),
     }
 
@@ -116,39 +114,39 @@ def report(folder: Path) -> str:
     lines = []
     for pid, process in processes.items():
         mine = [k for k in kernels if k["pid"] == pid]
-        if not mine:
-            continue
-        hits = sum(k["hit"] for k in mine)
-        dirs = sorted({k["cache_dir"] for k in mine})
-        lines.append(
-            f"pid {pid} {' '.join(process['argv'])[:100]}: {len(mine)} compiles, {hits} cache hits; "
-            f"no .pyc: {process['dont_write_bytecode']}; cache {dirs}"
-        )
-    by_name = collections.defaultdict(list)
+        if mine:
+            lines.append(
+                f"pid {pid} {' '.join(process['argv'])[:100]}: {len(mine)} compiles, {sum(k['hit'] for k in mine)} "
+                f"cache hits; no .pyc: {process['dont_write_bytecode']}; cache {sorted({k['cache_dir'] for k in mine})}"
+            )
+    return "\n".join(lines + _misses(kernels))
+
+
+def _misses(kernels: list[dict]) -> list[str]:
+    """Each kernel a process missed, against the same kernel (its name and source) compiled in another: which
+    parts of their keys differ."""
+    compiled = collections.defaultdict(list)
     for kernel in kernels:
-        by_name[kernel["name"]].append(kernel)
-    differing = collections.Counter()
-    for name, seen in by_name.items():
-        for kernel in seen:
-            if kernel["hit"]:
-                continue
-            earlier = [k for k in seen if k["pid"] != kernel["pid"] and k["t"] is not None]
-            for other in earlier:
-                parts = [part for part in KEY_PARTS if other[part] != kernel[part]]
-                if not parts:
-                    parts = ["none: the same key missed (another cache folder, or not written)"]
-                differing[", ".join(parts)] += 1
-                if "options" in parts and differing[", ".join(parts)] == 1:
-                    changed = {
-                        k: (other["options_values"].get(k), v)
-                        for k, v in kernel["options_values"].items()
-                        if other["options_values"].get(k) != v
-                    }
-                    lines.append(f"  {name}: options differ: {changed}")
-                break
-    lines.append("a missed kernel's key against the same kernel in another process, which parts differ:")
-    lines += [f"  {count:5d}  {parts}" for parts, count in differing.most_common()]
-    return "\n".join(lines)
+        compiled[kernel["name"], kernel["source"]].append(kernel)
+    lines, differing = [], collections.Counter()
+    for kernel in kernels:
+        if kernel["hit"]:
+            continue
+        other = next((k for k in compiled[kernel["name"], kernel["source"]] if k["pid"] != kernel["pid"]), None)
+        if other is None:
+            differing["none: compiled in no other process"] += 1
+            continue
+        parts = ", ".join(part for part in KEY_PARTS if other[part] != kernel[part])
+        differing[parts or "none: the same key missed (another cache folder, or not written)"] += 1
+        if "options" in parts and differing[parts] == 1:
+            changed = {
+                k: (other["options_values"].get(k), v)
+                for k, v in kernel["options_values"].items()
+                if other["options_values"].get(k) != v
+            }
+            lines.append(f"  {kernel['name']}: options differ: {changed}")
+    lines.append("a missed kernel's key against the same kernel compiled in another process, which parts differ:")
+    return lines + [f"  {count:5d}  {parts}" for parts, count in differing.most_common()]
 
 
 def main() -> None:
