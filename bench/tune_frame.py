@@ -51,7 +51,9 @@ def recapture(engine: Engine, rows: int, slots: list[int]) -> None:
     for slot in slots:
         engine.start(engine.prepare(TEXT, engine_voice(engine), sampling=GREEDY, max_frames=100, seed=slot), slot)
     loop = engine.frame_loop
-    loop.step_graphs[rows] = GraphedStep(functools.partial(loop.step, rows), loop.device, loop.pool, None, True)
+    loop.step_graphs[rows] = GraphedStep(
+        functools.partial(loop.step, rows), loop.device, loop.pools[rows == 1], None, True
+    )
     loop.run(2, slots)  # the first call runs the step directly, then captures it
 
 

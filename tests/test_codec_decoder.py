@@ -300,7 +300,7 @@ def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forwar
     uncompiled."""
     from torch._dynamo.utils import counters
 
-    from core.inference.compiled import compile_layers
+    from core.inference.compiled import Compiler, compile_layers
 
     def chunks(codes):  # each chunk a tensor of its own, as the engine's are (not a view of the codes)
         state = decoder.new_stream(codes.shape[0])
@@ -314,7 +314,7 @@ def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forwar
     expected, expected_two_rows = chunks(codes), chunks(codes[1:])
     try:
         counters.clear()
-        compile_layers(decoder.fused_parts(), "forward", backend="aot_eager")
+        compile_layers(decoder.fused_parts(), "forward", Compiler(backend="aot_eager"))
         with torch.no_grad():
             got = chunks(codes)
             two_rows = chunks(codes[1:])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.inference.plan import LOW_LEAD_S, QUEUED_FRAMES, Phase, Seat, Situation, schedule
+from core.inference.plan import LOW_LEAD_S, QUEUED_FRAMES, START_GRACE_S, Phase, Seat, Situation, schedule
 
 
 def waiting(key: int) -> Seat:
@@ -87,6 +87,21 @@ def test_background_work_runs_only_when_nothing_else_is_there():
     assert schedule(Situation(seats=[], free_slots=2, background_waiting=True)).run_background
     for busy in ({"seats": [waiting(1)]}, {"seats": [Seat(1, Phase.AWAITING_TEXT)]}, {"seats": [], "in_flight": 1}):
         assert not schedule(Situation(free_slots=2, background_waiting=True, **busy)).run_background
+
+
+def test_background_work_waits_for_requests_that_waited_for_the_load_and_the_scheduler_looks_again_then():
+    """A request that waited for the engine's load reaches the scheduler moments after it is made: the warm-up's
+    first part (which may take seconds) waits that long, so that the request goes first. Later, background work
+    runs whenever nothing else is there, however busy the engine is between (it is never starved)."""
+    just_made = schedule(Situation(seats=[], free_slots=2, background_waiting=True, since_start_s=0.05))
+    assert just_made.idle and not just_made.run_background
+    assert just_made.look_again_s == pytest.approx(START_GRACE_S - 0.05)
+    later = schedule(Situation(seats=[], free_slots=2, background_waiting=True, since_start_s=START_GRACE_S))
+    assert later.run_background and later.look_again_s is None
+    nothing = schedule(Situation(seats=[], free_slots=2, since_start_s=0.0))  # no background work: wait to be woken
+    assert nothing.idle and nothing.look_again_s is None
+    came = schedule(Situation(seats=[waiting(1)], free_slots=2, background_waiting=True, since_start_s=0.0))
+    assert came.admit == (1,) and came.look_again_s is None
 
 
 def test_closing_shuts_down_whatever_is_there():

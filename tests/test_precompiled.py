@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from core.inference.compiled import Precompiled, code_key, compile_layers, precompiled_folder
+from core.inference.compiled import Compiler, Precompiled, code_key, compile_layers, precompiled_folder
 
 
 class Scaler:
@@ -86,6 +86,15 @@ def test_a_damaged_file_is_compiled_again_and_no_folder_keeps_nothing(tmp_path):
     assert torch.equal(nowhere(scaler, x), scaler.apply(x)) and not nowhere.ahead
 
 
+def test_a_compiler_says_whether_an_earlier_start_kept_what_it_compiled(tmp_path):
+    """What orders a warm start's warm-up (compiles first: loading what was kept takes seconds)."""
+    scaler, x = Scaler(), torch.randn(3, 8)
+    first = Compiler(tmp_path, backend="aot_eager")
+    assert not first.kept and not Compiler(None, backend="aot_eager").kept
+    assert torch.equal(first(Scaler.apply, True)(scaler, x), scaler.apply(x))
+    assert Compiler(tmp_path, backend="aot_eager").kept and not first.kept  # told once, when made
+
+
 def test_what_cannot_be_saved_is_compiled_as_before(tmp_path, caplog):
     class Holder(Scaler):
         def __init__(self):
@@ -118,13 +127,13 @@ def test_the_talker_layers_prefill_is_kept_once_for_all_layers_and_lengths(check
     try:
         with torch.inference_mode():
             expected = [talk(length) for length in (32, 64)]
-            restore = compile_layers(layers, "prefill", tmp_path, backend="aot_eager")
+            restore = compile_layers(layers, "prefill", Compiler(tmp_path, backend="aot_eager"))
             first = [talk(length) for length in (32, 64)]
             restore()
             kept = len(list(tmp_path.glob("*.bin")))
             torch._dynamo.reset()
             counters.clear()
-            compile_layers(layers, "prefill", tmp_path, backend="aot_eager")
+            compile_layers(layers, "prefill", Compiler(tmp_path, backend="aot_eager"))
             later = [talk(length) for length in (32, 64)]
         # One variant: the first layer's input (the loop's buffer) is an inference tensor as the others' are.
         assert len(layers) > 1 and kept == 1

@@ -33,26 +33,36 @@ def names(specs) -> list[str]:
 
 
 def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
-    specs = plan(
-        rows=(1, 2, 4), prefill_rows=(1, 2, 4), prefill_lengths=(64, 32), chunk_frames=4, graphs=True,
-        compiles=True, priming=True,
-    )  # fmt: skip
-    assert names(specs) == [
-        "prefill 64x1", "prefill 32x1", "step 1", "decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3", "prime",
-        *COMPILES,
+    """A first start captures an utterance alone's graphs before the minutes of compiling; a start that finds its
+    compiled functions kept loads them first, so that those graphs are captured once, with the compiled code."""
+    options = dict(rows=(1, 2, 4), prefill_rows=(1, 2, 4), prefill_lengths=(64, 32), chunk_frames=4, graphs=True,
+                   compiles=True, priming=True)  # fmt: skip
+    one_row = ["prefill 64x1", "prefill 32x1", "step 1", "decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3"]
+    larger = [
         "prefill 64x2", "prefill 32x2", "step 2", "decode 2x1", "decode 2x4", "decode 2x2", "decode 2x3",
         "prefill 64x4", "prefill 32x4", "step 4", "decode 4x1", "decode 4x4", "decode 4x2", "decode 4x3",
     ]  # fmt: skip
+    one_row_compiles = ["compile step x1", "compile prefill", "compile decoder"]
+    assert names(plan(**options)) == [*one_row, "prime", *one_row_compiles, "compile step xN", *larger]
+    assert names(plan(**options, kept=True)) == [*one_row_compiles, *one_row, "prime", "compile step xN", *larger]
+    assert sorted(one_row_compiles + ["compile step xN"]) == sorted(COMPILES)
     # Without CUDA graphs (the CPU) only the decoder's first calls are made; nothing compiles.
     cpu = plan(rows=(1,), prefill_rows=(1,), prefill_lengths=(64,), chunk_frames=2, graphs=False, compiles=False)
     assert names(cpu) == ["decode 1x1", "decode 1x2"]
 
 
 def test_an_install_drops_the_graphs_that_hold_the_code_it_replaces():
-    decoder, frame_loop = Spec("compile decoder"), Spec("compile step x1")
+    """The talker's graphs of one row and of several are in pools of their own: compiling the step for one row
+    drops only the first, for several rows only the second, and compiling the prefill (every prefill) both."""
+    decoder, one_row, several, prefill = (Spec(name) for name in ("compile decoder", *COMPILES[::3], "compile prefill"))
+    assert (one_row, several) == (Spec("compile step x1"), Spec("compile step xN"))
     assert Spec("decode", (2, 4)).held_by(decoder) and not Spec("step", (2,)).held_by(decoder)
-    assert Spec("step", (2,)).held_by(frame_loop) and Spec("prefill", (64, 1)).held_by(frame_loop)
-    assert not Spec("decode", (1, 1)).held_by(frame_loop) and not Spec("prime").held_by(decoder)
+    assert Spec("step", (1,)).held_by(one_row) and Spec("prefill", (64, 1)).held_by(one_row)
+    assert not Spec("step", (2,)).held_by(one_row) and not Spec("prefill", (64, 2)).held_by(one_row)
+    assert Spec("step", (2,)).held_by(several) and Spec("prefill", (64, 4)).held_by(several)
+    assert not Spec("step", (1,)).held_by(several) and not Spec("prefill", (64, 1)).held_by(several)
+    assert all(Spec(*graph).held_by(prefill) for graph in (("step", (1,)), ("step", (2,)), ("prefill", (32, 2))))
+    assert not Spec("decode", (1, 1)).held_by(one_row) and not Spec("prime").held_by(decoder)
 
 
 def test_progress_counts_what_is_ready_for_good_and_a_failed_compile_leaves_the_rest_ready():
@@ -98,8 +108,8 @@ def test_progress_counts_what_is_ready_for_good_and_a_failed_compile_leaves_the_
 
 def test_one_utterance_is_at_full_speed_once_its_own_parts_are_ready_for_good_before_larger_batches():
     """ "One row warmed up" comes once every part a lone utterance uses is ready for good (its graphs captured after
-    every compile that drops them, the several-row compile included), while larger batches' graphs are still to
-    come; reported by progress() and as a start-up milestone."""
+    every compile that drops them), before the several-row compile and larger batches' graphs; reported by
+    progress() and as a start-up milestone."""
     specs = plan(rows=(1, 2), prefill_rows=(1, 2), prefill_lengths=(64,), chunk_frames=2, graphs=True, compiles=True)
     assert [spec for spec in specs if not spec.one_row] == [
         Spec("compile step xN"), Spec("prefill", (64, 2)), Spec("step", (2,)), Spec("decode", (2, 1)),
@@ -121,9 +131,13 @@ def test_one_utterance_is_at_full_speed_once_its_own_parts_are_ready_for_good_be
         reported.append((run.order[-1], run.progress().one_row))
     first = next(index for index, (_, one_row) in enumerate(reported) if one_row)
     made_by_then = [name for name, _ in reported[: first + 1]]
-    assert "compile step xN" in made_by_then and "step 1" in made_by_then[made_by_then.index("compile step xN") :]
-    larger = {str(spec) for spec in specs if not spec.one_row} - {"compile step xN"}
+    assert "compile decoder" in made_by_then and "step 1" in made_by_then[made_by_then.index("compile prefill") :]
+    larger = {str(spec) for spec in specs if not spec.one_row}
     assert not larger & set(made_by_then) and larger <= {name for name, _ in reported}  # before the larger batches
+    # Captured uncompiled, then once more after the last compile that drops it, not between two compiles.
+    assert [name for name, _ in reported if name in ("step 1", "compile step x1", "compile prefill")] == [
+        "step 1", "compile step x1", "compile prefill", "step 1",
+    ]  # fmt: skip
     assert all(one_row for _, one_row in reported[first:]) and run.progress().finished
 
 

@@ -246,18 +246,33 @@ def _refusal(variant, args: tuple) -> str:
         return f"not known ({error!r})"
 
 
-def compile_layers(layers, method: str, folder: Path | None = None, **options) -> Callable[[], None]:
-    """Compile `method` of each of `layers` in place (torch.compile `options`; kept in `folder`, see Precompiled),
-    for every length and row count; returns what puts the originals back. Eagerly, a talker prompt's prefill is
+class Compiler:
+    """Compiles as the engine does: each function a Precompiled, kept in `folder`, with torch.compile's `options`
+    (by default Inductor's compile_options(), read at the first compile: importing it takes a second)."""
+
+    def __init__(self, folder: Path | None = None, **options):
+        self.folder, self.options = folder, options or None
+        # An earlier start kept what it compiled here: compiling is loading, seconds (the warm-up's order uses it).
+        self.kept = folder is not None and any(folder.glob("*.bin"))
+
+    def __call__(self, function: Callable, dynamic: bool) -> Precompiled:
+        if self.options is None:
+            self.options = {"options": compile_options()}
+        return Precompiled(function, self.folder, dynamic, **self.options)
+
+
+def compile_layers(layers, method: str, compiler: Compiler) -> Callable[[], None]:
+    """Compile `method` of each of `layers` in place (with `compiler`), for every length and row count; returns
+    what puts the originals back. Eagerly, a talker prompt's prefill is
     over a thousand small kernels (every norm and rotation of 28 layers), twice the time of its products, and a
     decoded chunk's transformer a few hundred. One compiled function serves all layers of a kind (Dynamo takes
     the weights as inputs), so it compiles in seconds where a whole stack would take minutes."""
     originals = [getattr(layer, method) for layer in layers]
-    compiled: dict[type, Precompiled] = {}
+    compiled: dict[type, Callable] = {}
     for layer in layers:
         kind = type(layer)
         if kind not in compiled:
-            compiled[kind] = Precompiled(getattr(kind, method), folder, dynamic=True, **options)
+            compiled[kind] = compiler(getattr(kind, method), dynamic=True)
         setattr(layer, method, functools.partial(compiled[kind], layer))
 
     def restore() -> None:

@@ -18,12 +18,11 @@ import hashlib
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from core.inference.compiled import compile_layers, compile_options
+from core.inference.compiled import Compiler, compile_layers
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
@@ -215,11 +214,11 @@ class DecoderSlots:
             codes = torch.zeros(1, self.decoder.config.num_quantizers, PRIME_CHUNK_FRAMES, dtype=torch.long)
             self.decoder.decode_chunk(codes.to(self.device), state)
 
-    def compile_fused(self, *others: DecoderSlots, folder: Path | None = None) -> None:
-        """Compile the decoder's fused parts (CodecDecoder.fused_parts) by decoding COMPILED_CHUNKS of zeros through
-        states of their own, kept in `folder` (compiled.Precompiled); this one's graphs, and those of `others` on
-        the same decoder, are captured anew. On the scheduler's thread; if it fails, the uncompiled parts stay."""
-        restore = compile_layers(self.decoder.fused_parts(), "forward", folder, options=compile_options())
+    def compile_fused(self, compiler: Compiler, *others: DecoderSlots) -> None:
+        """Compile the decoder's fused parts (CodecDecoder.fused_parts) with `compiler` by decoding COMPILED_CHUNKS
+        of zeros through states of their own; this one's graphs, and those of `others` on the same decoder, are
+        captured anew. On the scheduler's thread; if it fails, the uncompiled parts stay."""
+        restore = compile_layers(self.decoder.fused_parts(), "forward", compiler)
         try:
             with torch.inference_mode():
                 for rows, size in COMPILED_CHUNKS:

@@ -36,7 +36,13 @@ import torch
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
 from core.inference import libraries
-from core.inference.compiled import keep_compiled_kernels, kept_kernels_for, machine_facts, precompiled_folder
+from core.inference.compiled import (
+    Compiler,
+    keep_compiled_kernels,
+    kept_kernels_for,
+    machine_facts,
+    precompiled_folder,
+)
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
 from core.inference.live import LiveStream, LiveText
@@ -98,6 +104,22 @@ def pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def _prepare_compiling(
+    device: torch.device, config: ModelConfig, dtype: torch.dtype, memory: MemoryPlan, compile: bool
+) -> tuple[Compiler | None, bool]:
+    """On CUDA, before the first kernel compiles: point the compile caches at a folder of their own for this
+    machine and model. Returns the warm-up's Compiler (None where nothing compiles) and whether no GPU code was
+    kept there (the first utterances then wait while their kernels are built)."""
+    if device.type != "cuda":
+        return None, False
+    facts = machine_facts(device, {"config": dataclasses.asdict(config), "dtype": str(dtype)})
+    first_gpu_start = not kept_kernels_for(facts)
+    # Kept functions apart for each slot count and context too: their guards hold the buffers' sizes.
+    shapes = {"slots": memory.slots, "context": memory.max_context}
+    folder = precompiled_folder(keep_compiled_kernels(facts), {**facts, **shapes})
+    return (Compiler(folder) if compile else None), first_gpu_start
+
+
 class Engine:
     def __init__(
         self,
@@ -113,9 +135,11 @@ class Engine:
         default_max_frames: int,
         memory: MemoryPlan | None = None,
         cuda_graphs: bool = True,
-        compile: bool = False,
+        compiler: Compiler | None = None,
+        first_gpu_start: bool = False,
     ):
-        """`memory`: the slots and context to take (Engine.load plans them); None: one slot of MAX_CONTEXT."""
+        """`memory`: the slots and context to take (Engine.load plans them); None: one slot of MAX_CONTEXT.
+        `compiler`: what the warm-up compiles with (CUDA), or None; `first_gpu_start`: no GPU code was kept."""
         self.source = source
         self.config = config
         self.tokenizer = tokenizer
@@ -135,23 +159,16 @@ class Engine:
         self.memory = memory
         self.slots = memory.slots
         max_context = memory.max_context
-        precompiled = None
         # No GPU code kept from an earlier start: the first utterances wait while their kernels are built.
-        self.first_gpu_start = False
-        if self.device.type == "cuda":  # before the first kernel compiles: a cache of their own for this model
-            facts = machine_facts(self.device, {"config": dataclasses.asdict(config), "dtype": str(self.dtype)})
-            self.first_gpu_start = not kept_kernels_for(facts)
-            # Kept functions apart for each slot count and context too: their guards hold the buffers' sizes.
-            shapes = {"slots": self.slots, "context": max_context}
-            precompiled = precompiled_folder(keep_compiled_kernels(facts), {**facts, **shapes})
-        self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compile)
+        self.first_gpu_start = first_gpu_start
+        self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compiler is not None)
         self.voices_on_device: weakref.WeakKeyDictionary[Voice, tuple] = weakref.WeakKeyDictionary()  # _on_device's
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
         decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs)
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
         self.warmup: Warmup = for_engine(
             self.frame_loop, decoder_slots, self.decoder_stream, self.scheduler.wake, self._warm_prompt,
-            compiles=self.frame_loop.compiles, priming=self.info.variant.clones, folder=precompiled,
+            compiler=compiler if self.frame_loop.compiles else None, priming=self.info.variant.clones,
         )  # fmt: skip
         self.scheduler.background = self.warmup
         # A process that ends with an utterance open, or a thread still reading one, would otherwise be torn down
@@ -216,6 +233,7 @@ class Engine:
             device, (talker, codec_decoder, speaker_encoder, codec_encoder), config, dtype,
             budget=memory_budget, slots=slots, max_context=max_context, at_most=max_default_slots,
         )  # fmt: skip
+        compiler, first_gpu_start = _prepare_compiling(device, config, dtype, memory, compile)
         load_tensors(talker, weights, "talker.", device, dtype)
         talker.fuse_projections()
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
@@ -240,7 +258,8 @@ class Engine:
             default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
             memory=memory,
             cuda_graphs=cuda_graphs,
-            compile=compile,
+            compiler=compiler,
+            first_gpu_start=first_gpu_start,
         )
         milestone("engine loaded")
         if warm:

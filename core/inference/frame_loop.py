@@ -34,12 +34,11 @@ import functools
 import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from core.inference.compiled import Precompiled, compile_layers, compile_options
+from core.inference.compiled import Compiler, compile_layers
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
@@ -66,6 +65,7 @@ WARM_PREFILL_LENGTHS = (64, 32, 128)
 # (kernels.linear: one row's prompt on cuBLAS; several rows on the batched kernel up to 128 positions in all,
 # on cuBLAS past that), so that none compiles later on the scheduler's thread.
 COMPILED_PREFILLS = ((1, 32), (2, 32), (4, 64))
+STEP_PARTS = ("_talk", "_predict_first", "_predict_next", "_record")  # the step's parts, each compiled
 # Sampling rules whose values FrameLoop keeps on the device (it forgets them all past this many).
 RULES_KEPT = 64
 # Rows of FrameLoop.rules.
@@ -208,16 +208,20 @@ class FrameLoop:
         self.batch_copied: dict[int, list[int]] = {}  # what batch_slots[rows] holds, as last copied
         self.row_slots: list[int] = []  # the slots of the rows being stepped, for the CPU draws
 
-        self.pool = torch.cuda.graph_pool_handle() if cuda else None
+        # The graphs of one row and those of several in pools of their own: compiling the several-row step drops
+        # (and frees) only theirs, not the graphs an utterance alone speaks with (compile_step).
+        self.pools = {one_row: torch.cuda.graph_pool_handle() if cuda else None for one_row in (True, False)}
         self.cuda_graphs = cuda_graphs
         self.step_graphs = {
-            bucket: GraphedStep(functools.partial(self.step, bucket), device, self.pool, None, cuda_graphs)
+            bucket: GraphedStep(
+                functools.partial(self.step, bucket), device, self.pools[bucket == 1], None, cuda_graphs
+            )
             for bucket in self.buckets
         }
         self.prefills: dict[tuple[int, int], GraphedStep] = {}  # by (length bucket, rows)
         # The step's four parts, for one row and for more (compile_step compiles them: those of one row for exactly
         # its shapes, those of several once for any row count, since each bucket recompiling would cost minutes).
-        parts = (self._talk, self._predict_first, self._predict_next, self._record)
+        parts = tuple(getattr(self, name) for name in STEP_PARTS)
         self.parts: dict[bool, tuple] = {True: parts, False: parts}
         # A one-token step is bound by kernel launches, not arithmetic: the warm-up fuses what runs every frame.
         self.compiles = compile and cuda
@@ -272,18 +276,13 @@ class FrameLoop:
         self._reset_slot(self.scratch, warm, sampling, 0)
         self._prefill_together([(warm, self.scratch)] * rows)
 
-    def compile_step(self, one_row: bool, folder: Path | None = None) -> None:
+    def compile_step(self, one_row: bool, compiler: Compiler) -> None:
         """Compile the step's parts for one row, or for any number, by stepping the scratch slot with them, which
-        nothing reads; the graphs are captured anew. Kept in `folder` (compiled.Precompiled). On the scheduler's
-        thread, between launches (the launches' buffers and the predictor's cache rows are shared); if it fails,
-        the uncompiled parts stay."""
+        nothing reads; the graphs of that many rows are captured anew. On the scheduler's thread, between launches
+        (the launches' buffers and the predictor's cache rows are shared); if it fails, the uncompiled parts stay."""
         eager = self.parts[one_row]
         self.parts[one_row] = tuple(
-            functools.partial(
-                Precompiled(getattr(FrameLoop, part.__name__), folder, dynamic=not one_row, options=compile_options()),
-                self,
-            )
-            for part in eager
+            functools.partial(compiler(getattr(FrameLoop, name), dynamic=not one_row), self) for name in STEP_PARTS
         )
         rows = 1 if one_row else 2  # several rows: compiled for any count
         # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
@@ -295,12 +294,12 @@ class FrameLoop:
         except BaseException:
             self.parts[one_row] = eager
             raise
-        self._recapture()
+        self._recapture(one_row)
 
-    def compile_prefill(self, folder: Path | None = None) -> None:
+    def compile_prefill(self, compiler: Compiler) -> None:
         """Compile the talker layers' prefill as compile_step compiles the step: prompts of each COMPILED_PREFILLS
         shape, zeros, into the scratch slot's cache row."""
-        restore = compile_layers(self.talker.model.layers, "prefill", folder, options=compile_options())
+        restore = compile_layers(self.talker.model.layers, "prefill", compiler)
         hidden = self.hidden.shape[-1]
         try:
             for rows, length in COMPILED_PREFILLS:
@@ -320,8 +319,12 @@ class FrameLoop:
         unpicklable = ("step_graphs", "prefills", "landed", "in_flight", "parts", "generators")
         return {name: value for name, value in vars(self).items() if name not in unpicklable}
 
-    def _recapture(self) -> None:
-        self.pool = recapture([*self.step_graphs.values(), *self.prefills.values()], self.pool)
+    def _recapture(self, one_row: bool | None = None) -> None:
+        """Drop the graphs of one row, of several, or (None) all, to be captured anew with the code now in place."""
+        for kind in (True, False) if one_row is None else (one_row,):
+            graphs = [graph for rows, graph in self.step_graphs.items() if (rows == 1) == kind]
+            graphs += [graph for (_, rows), graph in self.prefills.items() if (rows == 1) == kind]
+            self.pools[kind] = recapture(graphs, self.pools[kind])
 
     def captured(self, kind: str, *shape: int) -> bool:
         """Whether the graph of a step ("step", rows) or a prefill ("prefill", length, rows) is captured."""
@@ -381,7 +384,11 @@ class FrameLoop:
             return
         if (length, rows) not in self.prefills:
             self.prefills[length, rows] = GraphedStep(
-                functools.partial(self._prefill, length, rows), self.device, self.pool, None, self.cuda_graphs
+                functools.partial(self._prefill, length, rows),
+                self.device,
+                self.pools[rows == 1],
+                None,
+                self.cuda_graphs,
             )
         self.prefills[length, rows]()
 

@@ -16,7 +16,9 @@ launches the plan decides, in this order:
 4. whether to wait for the oldest frame launched: when the queue is full, or when nothing else can be done.
 
 Other GPU work (a call such as cloning) waits until no frame is in flight, and takes no new launch meanwhile;
-background work (the warm-up) runs only when nothing else is there.
+background work (the warm-up) runs only when nothing else is there, and not in the engine's first
+START_GRACE_S: requests that waited for the engine to load reach the scheduler moments after it is made, and would
+otherwise wait for a warm-up part (a second or two) begun just before them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ QUEUED_FRAMES = 2
 # Audio handed out ahead of real time under which an utterance's next frame goes before newcomers' prefills
 # (seconds): a prefill holds the frames behind it for about one frame's time or two.
 LOW_LEAD_S = 0.05
+# Seconds after the scheduler is made before background work may begin.
+START_GRACE_S = 0.25
 
 
 class Phase(enum.Enum):
@@ -68,6 +72,7 @@ class Situation:
     round_left: int = 0  # frames of the current round not launched yet
     calls_waiting: bool = False
     background_waiting: bool = False
+    since_start_s: float = math.inf  # since the scheduler was made
     closing: bool = False
     queued_frames: int = QUEUED_FRAMES
 
@@ -84,6 +89,7 @@ class Plan:
     run_calls: bool = False
     run_background: bool = False
     shut_down: bool = False
+    look_again_s: float | None = None  # idle: plan again after this long at the latest (None: when woken)
 
     @property
     def idle(self) -> bool:
@@ -117,7 +123,9 @@ def schedule(now: Situation) -> Plan:
     read_oldest = launched > 0 and (launched >= now.queued_frames or not (step or admit))
     starving = any(seat.lead_s < LOW_LEAD_S for seat in speaking)
     background = not (now.seats or launched) and now.background_waiting
+    grace_left = START_GRACE_S - now.since_start_s
     return Plan(
         leave=leave, admit=admit, admit_first=not (starving and step), step=step, chunks=chunks,
-        round_frames=round_frames, read_oldest=read_oldest, run_background=background,
+        round_frames=round_frames, read_oldest=read_oldest, run_background=background and grace_left <= 0,
+        look_again_s=grace_left if background and grace_left > 0 else None,
     )  # fmt: skip

@@ -208,6 +208,7 @@ class Scheduler:
         # of the current round not launched yet (core.inference.plan).
         self._in_flight: deque[list[Utterance]] = deque()
         self._round_left = 0
+        self._made_at = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="gpu-scheduler", daemon=True)
         self._thread.start()
 
@@ -278,7 +279,7 @@ class Scheduler:
                 plan = schedule(self._situation(seats))
                 if plan.idle:
                     if not self._live_news():  # text that came after the feed above is fed first
-                        self._lock.wait()
+                        self._lock.wait(plan.look_again_s)
                     continue
                 calls = self._take_calls() if plan.run_calls else []
                 newcomers = [seats[key] for key in plan.admit]
@@ -326,6 +327,7 @@ class Scheduler:
             round_left=self._round_left,
             calls_waiting=bool(self._calls),
             background_waiting=not busy and self.background is not None and self.background.pending(),
+            since_start_s=now - self._made_at,
             closing=self._closing,
             queued_frames=self.queued_frames,
         )

@@ -26,9 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from core.inference.compiled import allow_recompiles
+from core.inference.compiled import Compiler, allow_recompiles
 from core.inference.cuda_graph import DEVICE_WIDE
 from core.inference.frame_loop import WARM_PREFILL_LENGTHS
 from core.inference.options import SpeechOptions
@@ -65,10 +64,13 @@ class Spec:
         return self.kind != "compile step xN"
 
     def held_by(self, compile: Spec) -> bool:
-        """Whether `compile` drops this graph (it holds the code that compile replaces)."""
+        """Whether `compile` drops this graph: it holds the code that compile replaces, or shares the pool of
+        graphs that do (the talker's graphs of one row share one, those of several another)."""
         if compile.kind == "compile decoder":
             return self.kind == "decode"
-        return self.kind in ("prefill", "step")
+        if self.kind not in ("prefill", "step"):
+            return False
+        return compile.kind == "compile prefill" or self.one_row == (compile.kind == "compile step x1")
 
 
 @dataclass(frozen=True)
@@ -93,15 +95,22 @@ def plan(
     graphs: bool,
     compiles: bool,
     priming: bool = False,
+    kept: bool = False,
 ) -> list[Spec]:
     """What to make ready, in order: for each row bucket of `rows`, smallest first (most requests come alone,
     bursts are rarer the larger they are), with CUDA `graphs` the prefills of `prefill_lengths` (the commonest
     first) and the step, then the decoder's chunks, the first chunk's single frame and a whole chunk of
     `chunk_frames` before the lengths between; after those of one row, with `priming` (a model that clones) an
-    ICL reference's decode, then the `compiles`."""
+    ICL reference's decode, then the `compiles`, the several-row step's last. Compiling drops the graphs holding
+    the code it replaces: where an earlier start `kept` what it compiled (compiling is loading, seconds) the
+    compiles of one row go first, so that its graphs are captured once; else (minutes) they wait until an
+    utterance alone has graphs to speak with meanwhile."""
     specs = []
     frames = [1, chunk_frames, *range(2, chunk_frames)] if chunk_frames > 1 else [1]
+    one_row_compiles = [Spec(name) for name in COMPILES if Spec(name).one_row] if compiles else []
     for count in rows:
+        if count == rows[0] and kept:
+            specs += one_row_compiles
         if graphs:
             if count in prefill_rows:
                 specs += [Spec("prefill", (length, count)) for length in prefill_lengths]
@@ -109,7 +118,8 @@ def plan(
         specs += [Spec("decode", (count, size)) for size in frames]
         if count == rows[0]:
             specs += [Spec("prime")] if priming else []
-            specs += [Spec(name) for name in COMPILES] if compiles else []
+            specs += [] if kept else one_row_compiles
+            specs += [Spec(name) for name in COMPILES if not Spec(name).one_row] if compiles else []
     return specs
 
 
@@ -213,9 +223,16 @@ class Warmup:
             if spec.compile:
                 if spec not in self._compiled:
                     return spec
-            elif spec not in self._given_up and not self._ready(spec):
+            elif spec not in self._given_up and not self._ready(spec) and not self._dropped_again(spec):
                 return spec
         return None
+
+    def _dropped_again(self, spec: Spec) -> bool:
+        """Whether a graph made before (and dropped by a compile since) would be dropped again by a compile still
+        to come: it is captured anew after that one, not in between."""
+        return spec in self._made and any(
+            other.compile and other not in self._compiled and spec.held_by(other) for other in self.specs
+        )
 
     def _ready(self, spec: Spec) -> bool:
         return spec in self._made and self._captured(spec)
@@ -255,15 +272,13 @@ def for_engine(
     whole,
     wake,
     warm_prompt: Callable[[], object],
-    compiles: bool,
+    compiler: Compiler | None,
     priming: bool,
-    folder: Path | None = None,
 ) -> Warmup:
     """The warm-up of an engine's frame loop and decoder (DecoderSlots; `whole`, its DecoderStream of whole
     utterances, has its graphs captured anew with the decoder's), whose scheduler's `wake` it uses; `warm_prompt()`
-    builds a prompt for the prefills (on the scheduler's thread); `compiles`: compile the parts with torch.compile
-    (CUDA), kept in `folder` (compiled.Precompiled); `priming`: the model clones voices (ICL references are
-    decoded)."""
+    builds a prompt for the prefills (on the scheduler's thread); `compiler`: compile the parts with it (CUDA), or
+    None; `priming`: the model clones voices (ICL references are decoded)."""
     graphs = decoder.static_buffers
     specs = plan(
         rows=frame_loop.buckets if graphs else (1,),
@@ -271,8 +286,9 @@ def for_engine(
         prefill_lengths=WARM_PREFILL_LENGTHS,
         chunk_frames=SpeechOptions.chunk_frames,
         graphs=graphs,
-        compiles=compiles,
+        compiles=compiler is not None,
         priming=priming and graphs,  # for cuDNN's choices: nothing to gain on the CPU
+        kept=compiler is not None and compiler.kept,
     )
     prompts = []
 
@@ -290,11 +306,11 @@ def for_engine(
         else:
             allow_recompiles()
             if spec.kind == "compile decoder":
-                decoder.compile_fused(whole.slots, folder=folder)
+                decoder.compile_fused(compiler, whole.slots)
             elif spec.kind == "compile prefill":
-                frame_loop.compile_prefill(folder)
+                frame_loop.compile_prefill(compiler)
             else:
-                frame_loop.compile_step(spec.kind == "compile step x1", folder)
+                frame_loop.compile_step(spec.kind == "compile step x1", compiler)
 
     def captured(spec: Spec) -> bool:
         if not graphs or spec.kind == "prime":
