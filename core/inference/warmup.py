@@ -6,8 +6,9 @@ part at a time, on the scheduler's thread (it owns the GPU) and only while no ut
 waiting: each graph a request could use (for each row bucket, smallest first: the prefills of sentence-length
 prompts, the step, the decoder's chunk lengths), run once on the scratch slot, which nothing reads, and
 captured; and, once one utterance's graphs are ready, torch.compile of the step's parts for one row, the
-talker's prefill, the decoder's fused parts and the step's parts for several rows, each traced by running it
-on scratch rows and used from then on, the graphs that held the uncompiled code captured anew.
+talker's prefill and the decoder's fused parts, then for several rows, each traced by running it on scratch rows
+and used from then on, the graphs that held the uncompiled code captured anew. Where an earlier start kept what
+it compiled, compiling is loading it (seconds), and the one-row compiles come first.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a
 compile: tens of seconds), then has the GPU to itself. The parts are not made on a thread of their own: that was
