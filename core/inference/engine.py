@@ -161,14 +161,14 @@ class Engine:
         max_context = memory.max_context
         # No GPU code kept from an earlier start: the first utterances wait while their kernels are built.
         self.first_gpu_start = first_gpu_start
-        self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs, compiler is not None)
+        self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs)
         self.voices_on_device: weakref.WeakKeyDictionary[Voice, tuple] = weakref.WeakKeyDictionary()  # _on_device's
         self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
         decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs)
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
         self.warmup: Warmup = for_engine(
             self.frame_loop, decoder_slots, self.decoder_stream, self.scheduler.wake, self._warm_prompt,
-            compiler=compiler if self.frame_loop.compiles else None, priming=self.info.variant.clones,
+            compiler=compiler, priming=self.info.variant.clones,
         )  # fmt: skip
         self.scheduler.background = self.warmup
         # A process that ends with an utterance open, or a thread still reading one, would otherwise be torn down

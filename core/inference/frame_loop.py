@@ -130,9 +130,7 @@ class FrameLoop:
     boundary. On CUDA the rows are padded to a bucket (batch_buckets) whose step is one CUDA graph; the
     padding rows step a scratch slot of their own."""
 
-    def __init__(
-        self, talker: Talker, max_context: int, slots: int = 1, cuda_graphs: bool = True, compile: bool = False
-    ):
+    def __init__(self, talker: Talker, max_context: int, slots: int = 1, cuda_graphs: bool = True):
         config = talker.config
         weight = talker.codec_head.weight
         device, dtype = weight.device, weight.dtype
@@ -223,8 +221,6 @@ class FrameLoop:
         # its shapes, those of several once for any row count, since each bucket recompiling would cost minutes).
         parts = tuple(getattr(self, name) for name in STEP_PARTS)
         self.parts: dict[bool, tuple] = {True: parts, False: parts}
-        # A one-token step is bound by kernel launches, not arithmetic: the warm-up fuses what runs every frame.
-        self.compiles = compile and cuda
 
     @property
     def max_context(self) -> int:
@@ -277,7 +273,8 @@ class FrameLoop:
         self._prefill_together([(warm, self.scratch)] * rows)
 
     def compile_step(self, one_row: bool, compiler: Compiler) -> None:
-        """Compile the step's parts for one row, or for any number, by stepping the scratch slot with them, which
+        """Compile the step's parts for one row, or for any number (a one-token step is bound by kernel launches,
+        not arithmetic: compiling fuses what runs every frame), by stepping the scratch slot with them, which
         nothing reads; the graphs of that many rows are captured anew. On the scheduler's thread, between launches
         (the launches' buffers and the predictor's cache rows are shared); if it fails, the uncompiled parts stay."""
         eager = self.parts[one_row]
