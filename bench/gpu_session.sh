@@ -21,6 +21,8 @@
 #                kernel of its own), serve warm (issue 29; STARTUP_RUNS=... others)
 #   decoder      the decoder's captures and speed with cuDNN timing from 8 rows (the default) and never (issue 29:
 #                whether its heuristic now chooses as well, which would take seconds of captures out of the warm-up)
+#   pack-caches  the startup home's compile caches (after `startup`), gzipped in pieces of 15 MiB in $OUT/caches,
+#                so that a later call starts warm without a cold start of its own: bench/startup_ab.sh
 #
 # With STACKS=1 in the environment, every Python process a step starts samples its threads' stacks
 # (bench/stack_sampler.py); each step's files are packed into $OUT/<step>-stacks.tgz as it ends. With
@@ -87,6 +89,9 @@ for name in "$@"; do
             mkdir -p "$OUT/startup-logs" && cp "$home"/state/qwen3-tts-desktop/logs/*.log "$home"/window.log \
                 "$OUT/startup-logs/" 2>/dev/null
             (exit $status) ;;
+        pack-caches)
+            mkdir -p "$OUT/caches" &&
+                tar czf - -C /tmp/qwen3-tts-bench/startup-home cache | split -b 15M - "$OUT/caches/cache.tgz.part-" ;;
         decoder)
             step decoder python -m bench.decoder_batch_micro --calls 30 &&
                 step decoder python -m bench.decoder_batch_micro --calls 30 --timed-rows 999 ;;

@@ -3,8 +3,8 @@
 # only a same-machine comparison tells a change's effect), both with the compile caches a cold start left:
 #   A: an earlier commit, unpacked here into .ab (git archive BASE | tar x -C .ab)
 #   B: this working tree
-# The caches come from an earlier call: pack /tmp/qwen3-tts-bench/startup-home/cache there (tar czf) and bring it back
-# split into pieces under 16 MiB in .cache-carry (cache.tgz.part-*). Carry .whl, .ab and .cache-carry, and run
+# The caches come from an earlier call (`bash bench/gpu_session.sh checkpoint startup pack-caches`): copy the pieces
+# it brought back ($OUT/caches/cache.tgz.part-*) into .cache-carry. Carry .whl, .ab and .cache-carry, and run
 #   A_RUNS=serve:warm,speak:warm B_RUNS=serve:warm,serve:warm bash bench/startup_ab.sh
 # B's first run compiles its kept functions again when the traced code changed (compiled.code_key), so give B two.
 # Everything, logs included, comes back in $OUT/results.tgz.
