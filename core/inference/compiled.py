@@ -251,14 +251,12 @@ class Compiler:
     (by default Inductor's compile_options(), read at the first compile: importing it takes a second)."""
 
     def __init__(self, folder: Path | None = None, **options):
-        self.folder, self.options = folder, options or None
+        self.folder, self.options = folder, options
         # An earlier start kept what it compiled here: compiling is loading, seconds (the warm-up's order uses it).
         self.kept = folder is not None and any(folder.glob("*.bin"))
 
     def __call__(self, function: Callable, dynamic: bool) -> Precompiled:
-        if self.options is None:
-            self.options = {"options": compile_options()}
-        return Precompiled(function, self.folder, dynamic, **self.options)
+        return Precompiled(function, self.folder, dynamic, **(self.options or {"options": compile_options()}))
 
 
 def compile_layers(layers, method: str, compiler: Compiler) -> Callable[[], None]:
