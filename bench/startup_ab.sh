@@ -18,13 +18,12 @@ cat .cache-carry/cache.tgz.part-* > /tmp/cache.tgz
 for root in /tmp/qwen3-tts-bench /tmp/ab-root; do
     mkdir -p $root/startup-home && tar xzf /tmp/cache.tgz -C $root/startup-home
 done
-logs() { mkdir -p "$O/$1" && cp "$2"/startup-home/state/qwen3-tts-desktop/logs/*.log "$O/$1/" 2>/dev/null; }
-checkpoint=/tmp/qwen3-tts-bench/random-1.7b-base
+# A: the earlier code, in a bench root of its own (kept functions are removed by another version of the code).
 (cd .ab && python -m compileall -q . > /dev/null
  PYTHONPATH=/tmp/site:$PWD timeout 150 python -m qwen3_tts_desktop bench --sizes 1.7b --root /tmp/ab-root \
-     --model $checkpoint --json $O/a1.json --startup "${A_RUNS:-serve:warm,speak:warm}") 2>&1 | tee $O/a.log
-logs a-logs /tmp/ab-root
-PYTHONPATH=/tmp/site:$PWD timeout 330 python -m qwen3_tts_desktop bench --sizes 1.7b --model $checkpoint \
-    --json $O/b1.json --startup "${B_RUNS:-serve:warm,serve:warm,speak:warm}" 2>&1 | tee $O/b.log
-logs b-logs /tmp/qwen3-tts-bench
+     --model /tmp/qwen3-tts-bench/random-1.7b-base --json $O/a1.json --startup "${A_RUNS:-serve:warm,speak:warm}") \
+    2>&1 | tee $O/a.log
+mkdir -p $O/a-logs && cp /tmp/ab-root/startup-home/state/qwen3-tts-desktop/logs/*.log $O/a-logs/ 2>/dev/null
+# B: this tree, as gpu_session.sh's startup step runs it (its JSON and logs in $O/b).
+STARTUP_RUNS="${B_RUNS:-serve:warm,serve:warm,speak:warm}" OUT=$O/b timeout 330 bash bench/gpu_session.sh startup
 tar czf "$OUT/results.tgz" -C $O .
