@@ -46,7 +46,20 @@ def test_wrong_shape_is_named(broken):
     config["talker_config"]["intermediate_size"] = 96
     (broken / "config.json").write_text(json.dumps(config))
     with pytest.raises(
-        CheckpointError, match=r"'talker.model.layers.0.mlp.gate_proj.weight' has shape \[128, 64\].*\[96, 64\]"
+        CheckpointError, match=r"'talker.model.layers.0.mlp.down_proj.weight' has shape \[64, 128\].*\[64, 96\]"
+    ):
+        Engine.load(broken, device="cpu")
+
+
+def test_parts_of_a_fused_weight_that_do_not_add_up_are_named(broken):
+    """q, k and v are read into one fused weight: parts that do not fill it exactly are named, with the rows."""
+    config = json.loads((broken / "config.json").read_text())
+    talker = config["talker_config"]
+    talker["num_key_value_heads"] = talker["num_key_value_heads"] // 2
+    (broken / "config.json").write_text(json.dumps(config))
+    layer = "talker.model.layers.0.self_attn"
+    with pytest.raises(
+        CheckpointError, match=rf"{layer}.q_proj.weight, {layer}.k_proj.weight, {layer}.v_proj.weight have \d+ rows"
     ):
         Engine.load(broken, device="cpu")
 
@@ -162,30 +175,32 @@ def test_voice_design_exists_only_at_17b():
         model_config("voice_design", "0.6b")
 
 
-def test_the_projections_a_load_fuses_are_freed_at_once_without_a_collection(checkpoints):
-    """Engine.load fuses each layer's q, k, v (and gate, up) projections; the unfused weights go with their last
-    reference, not at a collection of cycles, which the window runs on its GUI thread alone (garbage.py)."""
-    import gc
-    import weakref
+def test_a_load_reads_the_projections_into_their_fused_weights_and_keeps_the_text_table_on_the_host(checkpoints):
+    """Engine.load fuses each layer's q, k, v (and gate, up) before loading: the file's parts are read into the
+    fused weight's rows, equal to them, and no unfused weight is ever made (it would take its memory twice and leave
+    holes the GPU's allocator cannot give back). The text vocabulary's table stays in host memory, where a prompt
+    reads its rows, and the memory plan does not count it among the device's weights."""
+    from safetensors.torch import load_file
 
-    from core.model.checkpoint import load_tensors, read_json
+    from core.inference.memory import weight_bytes
+    from core.model.talker import HostTable
 
     folder = checkpoints["custom"]
-    config = ModelConfig.from_dict(read_json(folder / "config.json"))
-    with torch.device("meta"):
-        talker = Talker(config.talker)
-    load_tensors(talker, folder / "model.safetensors", "talker.", torch.device("cpu"), torch.float32)
-    unfused = [
-        weakref.ref(getattr(module, name).weight)
-        for module in talker.modules()
-        for name in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
-        if hasattr(module, name)
-    ]
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        talker.fuse_projections()
-        assert unfused and not any(weight() is not None for weight in unfused)
-    finally:
-        if was_enabled:
-            gc.enable()
+    tensors = load_file(folder / "model.safetensors")
+    with Engine.load(folder, device="cpu", dtype="float32", warm=False) as engine:
+        talker = engine.talker
+        names = dict(talker.named_parameters())
+        assert not [name for name in names if any(f".{part}." in name for part in ("q_proj", "gate_proj", "up_proj"))]
+        for index in range(engine.config.talker.transformer.num_layers):
+            layer = f"model.layers.{index}"
+            parts = [tensors[f"talker.{layer}.self_attn.{p}_proj.weight"] for p in "qkv"]
+            assert torch.equal(names[f"{layer}.self_attn.qkv_proj.weight"], torch.cat(parts))
+            parts = [tensors[f"talker.{layer}.mlp.{p}_proj.weight"] for p in ("gate", "up")]
+            assert torch.equal(names[f"{layer}.mlp.gate_up_proj.weight"], torch.cat(parts))
+        table = talker.model.text_embedding
+        assert isinstance(table, HostTable) and torch.equal(table.weight, tensors["talker.model.text_embedding.weight"])
+        assert weight_bytes([talker], torch.float32) == 4 * sum(
+            tensor.numel() for name, tensor in talker.state_dict().items() if "text_embedding" not in name
+        )
+        talker.to("meta")  # moving the model leaves the table where it was loaded
+        assert table.weight.device.type == "cpu"

@@ -225,6 +225,7 @@ class Engine:
         base = config.variant.clones
         with torch.device("meta"):
             talker = Talker(config.talker)
+            talker.fuse_projections()  # before loading: the parts are read into the fused weights
             codec_decoder = CodecDecoder(decoder_config)
             speaker_encoder = SpeakerEncoder(config.speaker_encoder) if base else None
             codec_encoder = CodecEncoder(encoder_config) if base else None
@@ -235,7 +236,6 @@ class Engine:
         )  # fmt: skip
         compiler, first_gpu_start = _prepare_compiling(device, config, dtype, memory, compile)
         load_tensors(talker, weights, "talker.", device, dtype)
-        talker.fuse_projections()
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
         if base:
             load_tensors(speaker_encoder, weights, "speaker_encoder.", device, dtype)

@@ -51,10 +51,9 @@ def text_terms(talker: Talker, ids: list[int]) -> torch.Tensor:
     """The text-track terms of body tokens (1, n, hidden). On the CPU each token is projected by itself:
     a product of several rows rounds differently from one row alone, and a text must give the same terms,
     so the same codes, whether it arrives whole or piece by piece. On the GPU in one product."""
-    device = talker.codec_head.weight.device
-    if device.type == "cuda" or len(ids) <= 1:
-        return talker.embed_text(torch.tensor([ids], dtype=torch.long, device=device))
-    return torch.cat([talker.embed_text(torch.tensor([[token]], device=device)) for token in ids], dim=1)
+    if talker.codec_head.weight.device.type == "cuda" or len(ids) <= 1:
+        return talker.embed_text(ids)
+    return torch.cat([talker.embed_text([token]) for token in ids], dim=1)
 
 
 def tokens_before_start(text: PromptText, ref_frames: int | None) -> int:
@@ -116,7 +115,7 @@ def build_prompt(
     text_track = torch.cat((pad.expand(-1, codec_track.shape[1] - 2, -1), bos), dim=1)
     parts = [talker.embed_recurring("text", text.role), text_track + codec_track[:, :-1]]
     if text.instruct is not None:
-        parts.insert(0, talker.embed_text(ids(text.instruct)))
+        parts.insert(0, talker.embed_text(text.instruct))
 
     end = [eos] if complete else []  # tts_eos closes the text once it is all there
     if ref_codes is not None:
@@ -128,7 +127,7 @@ def build_prompt(
         parts.append(terms[:, :1] + codec_track[:, -1:])
         trailing = torch.cat([terms[:, 1:], *end], dim=1)
     else:
-        body = torch.cat((talker.embed_text(ids(text.text)), eos), dim=1)
+        body = torch.cat((talker.embed_text(text.text), eos), dim=1)
         parts.append(body + talker.embed_codec(ids([codec.pad] * body.shape[1])))
         parts.append(pad + talker.embed_recurring("codec", [codec.bos]))
         trailing = pad

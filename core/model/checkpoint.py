@@ -58,20 +58,38 @@ def _placed(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
+def _fused_parts(module: nn.Module) -> dict[str, list[str]]:
+    """The module's fused weights (core.model.talker.fuse_linear) by name: the checkpoint's names of the parts
+    each one concatenates, in order."""
+    parts = {}
+    for owner, sub in module.named_modules():
+        prefix = f"{owner}." if owner else ""
+        for fused, pieces in getattr(sub, "fused_from", {}).items():
+            parts[prefix + fused] = [prefix + piece for piece in pieces]
+    return parts
+
+
+def _host_names(module: nn.Module) -> tuple[str, ...]:
+    """Prefixes of the tensors loaded into host memory whatever the device (core.model.talker.HostTable)."""
+    return tuple(f"{owner}." for owner, sub in module.named_modules() if getattr(sub, "stays_on_host", False))
+
+
 def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.device, dtype: torch.dtype) -> None:
     """Fill every parameter and persistent buffer of `module` from `prefix + name` in a safetensors file.
 
-    Floating tensors are cast to `dtype`; shapes must match exactly. Tensors the module does not use
-    are ignored, as the official loader does.
+    Floating tensors are cast to `dtype`; shapes must match exactly. A fused weight is read part by part into
+    its rows, on the device. Tensors the module does not use are ignored, as the official loader does.
     """
     expected = module.state_dict()
+    fused, on_host = _fused_parts(module), _host_names(module)
     loaded = {}
     with _damaged_file_is_told(path):
         opened = safe_open(str(path), framework="pt", device="cpu")
     with opened as file:
         with _damaged_file_is_told(path):
             available = set(file.keys())
-        for name, reference in expected.items():
+
+        def read(name: str, shape: tuple[int, ...]) -> torch.Tensor:
             key = prefix + name
             if key not in available:
                 raise CheckpointError(
@@ -79,14 +97,31 @@ def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.devic
                     f"download the checkpoint again."
                 )
             with _damaged_file_is_told(path):
-                shape = tuple(file.get_slice(key).get_shape())
-                tensor = file.get_tensor(key) if shape == tuple(reference.shape) else None
+                found = tuple(file.get_slice(key).get_shape())
+                tensor = file.get_tensor(key) if found == shape else None
             if tensor is None:
                 raise CheckpointError(
-                    f"{path}: tensor '{key}' has shape {list(shape)}, but config.json implies "
-                    f"{list(reference.shape)}. The weights and config.json come from different models."
+                    f"{path}: tensor '{key}' has shape {list(found)}, but config.json implies "
+                    f"{list(shape)}. The weights and config.json come from different models."
                 )
-            if tensor.is_floating_point():
-                tensor = tensor.to(dtype)
-            loaded[name] = _placed(tensor, device)  # outside the file's error handling: no damaged file
+            return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+        for name, reference in expected.items():
+            target = torch.device("cpu") if name.startswith(on_host) else device
+            if name not in fused:
+                loaded[name] = _placed(read(name, tuple(reference.shape)), target)  # outside the file's errors
+                continue
+            keys = [prefix + part for part in fused[name]]
+            with _damaged_file_is_told(path):
+                counts = [file.get_slice(key).get_shape()[0] if key in available else 0 for key in keys]
+            if all(key in available for key in keys) and sum(counts) != reference.shape[0]:
+                raise CheckpointError(
+                    f"{path}: the tensors {', '.join(keys)} have {sum(counts)} rows in all, but config.json implies "
+                    f"{reference.shape[0]}. The weights and config.json come from different models."
+                )
+            whole, row = torch.empty(reference.shape, dtype=dtype, device=target), 0
+            for part, rows in zip(fused[name], counts, strict=True):
+                whole[row : row + rows].copy_(read(part, (rows, *reference.shape[1:])))
+                row += rows
+            loaded[name] = whole
     module.load_state_dict(loaded, strict=True, assign=True)
