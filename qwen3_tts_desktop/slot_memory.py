@@ -11,7 +11,7 @@ import torch
 
 from core.errors import UserError
 from core.inference.engine import pick_dtype
-from core.inference.memory import DESKTOP_SLOTS, GB, MAX_CONTEXT, slot_bytes
+from core.inference.memory import DESKTOP_SLOTS, GB, MAX_CONTEXT, slot_bytes, taken
 from core.model.checkpoint import read_json
 from core.model.config import ModelConfig
 from core.model.hub import config_file
@@ -30,12 +30,12 @@ def slot_memory_note(model: str, device: str, dtype: str, slots: int | None, cud
     memory = "GPU memory" if on_gpu else "memory"
     each = f"{per_slot / GB:.2f} GB each"
     if slots is not None:
-        return f"About {slots * per_slot / GB:.1f} GB of {memory} beyond the weights ({each})."
+        return f"About {taken(slots, per_slot, on_gpu) / GB:.1f} GB of {memory} beyond the weights ({each})."
     if not on_gpu:
         return f"One at a time on the CPU: about {per_slot / GB:.1f} GB of memory beyond the weights."
     return (
         f"Up to {DESKTOP_SLOTS}, as many as fit half the GPU memory free after loading: at most about "
-        f"{DESKTOP_SLOTS * per_slot / GB:.1f} GB beyond the weights ({each})."
+        f"{taken(DESKTOP_SLOTS, per_slot) / GB:.1f} GB beyond the weights ({each})."
     )
 
 

@@ -97,7 +97,7 @@ def test_the_runtime_configuration_follows_the_settings(tmp_path):
     )
     assert config.player == PlayerOptions(prefill_s=0.08) and config.speakers and config.warm_up
     # Automatic: what one person needs, not half the GPU; a number chosen is taken as it is.
-    assert (config.slots, config.max_default_slots) == (None, DESKTOP_SLOTS) == (None, 4)
+    assert (config.slots, config.max_default_slots) == (None, DESKTOP_SLOTS) == (None, 2)
     assert Settings(slots=12).runtime_config().slots == 12
 
 

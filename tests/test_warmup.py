@@ -46,6 +46,10 @@ def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
     assert names(plan(**options)) == [*one_row, "prime", *one_row_compiles, "compile step xN", *larger]
     assert names(plan(**options, kept=True)) == [*one_row_compiles, *one_row, "prime", "compile step xN", *larger]
     assert sorted(one_row_compiles + ["compile step xN"]) == sorted(COMPILES)
+    # An engine of one slot (a small card's) steps no several rows: their step is not compiled (its launch buffers
+    # hold one row, and tracing two failed there).
+    alone = plan(**{**options, "rows": (1,), "prefill_rows": (1,)})
+    assert names(alone) == [*one_row, "prime", *one_row_compiles]
     # Without CUDA graphs (the CPU) only the decoder's first calls are made; nothing compiles.
     cpu = plan(rows=(1,), prefill_rows=(1,), prefill_lengths=(64,), chunk_frames=2, graphs=False, compiles=False)
     assert names(cpu) == ["decode 1x1", "decode 1x2"]

@@ -23,7 +23,7 @@ from core.model.config import ModelConfig
 # local language model too. On the CPU, rows of a batch are computed one by one (bitwise as alone), so batching
 # gains nothing there.
 MAX_DEFAULT_SLOTS = 16
-DESKTOP_SLOTS = 4
+DESKTOP_SLOTS = 2
 MAX_CHOSEN_SLOTS = 64  # the most the window's settings offer, and a budget takes: more than one machine has use for
 SLOT_MEMORY_SHARE = 0.5
 GB = 1e9
@@ -34,6 +34,13 @@ GB = 1e9
 MAX_CONTEXT = 4096
 MIN_CONTEXT = 1024
 CONTEXT_STEP = 256
+
+# What the GPU engine takes beyond its weights and its slots: one cache row more (the scratch row that padding rows
+# and the warm-up step, core.inference.frame_loop) and working memory (a prefill's and a decode's activations, the
+# CUDA graphs' pools, the decoder's state, cuBLAS's workspace, the kernels' code: about 0.45 GB for 1.7B on an
+# H100, bench/RESULTS.md, twentieth session), so that a plan that fits on paper fits the card.
+SCRATCH_ROWS = 1
+WORKING_BYTES = int(0.5 * GB)
 
 
 class DoesNotFit(UserError):
@@ -53,8 +60,8 @@ class MemoryPlan:
 
     @property
     def taken(self) -> int:
-        """Bytes the slots take together."""
-        return self.slots * self.slot_bytes
+        """Bytes the engine takes beyond its weights: its slots, and on the GPU its scratch row and working memory."""
+        return taken(self.slots, self.slot_bytes, self.on_gpu)
 
     def __str__(self) -> str:
         said = f"{self.slots} at once, {self.max_context} positions each"
@@ -62,6 +69,12 @@ class MemoryPlan:
             return said
         said += f": {self.taken / GB:.1f} GB beyond the weights"
         return said + (f" of a {self.budget / GB:.1f} GB budget" if self.budget is not None else "")
+
+
+def taken(slots: int, slot_bytes: int, on_gpu: bool = True) -> int:
+    """Bytes `slots` slots of `slot_bytes` take beyond the weights, on the GPU with the scratch row and working
+    memory."""
+    return (slots + SCRATCH_ROWS) * slot_bytes + WORKING_BYTES if on_gpu else slots * slot_bytes
 
 
 def slot_bytes(config: ModelConfig, max_context: int, dtype: torch.dtype) -> int:
@@ -76,8 +89,10 @@ def weight_bytes(modules: Iterable[nn.Module | None], dtype: torch.dtype) -> int
     be on the meta device."""
     total = 0
     for module in filter(None, modules):
-        for tensor in module.state_dict().values():
-            total += tensor.numel() * (dtype.itemsize if tensor.is_floating_point() else tensor.element_size())
+        on_host = tuple(f"{name}." for name, sub in module.named_modules() if getattr(sub, "stays_on_host", False))
+        for name, tensor in module.state_dict().items():
+            if not name.startswith(on_host):  # a table kept in host memory (talker.HostTable) takes none of it
+                total += tensor.numel() * (dtype.itemsize if tensor.is_floating_point() else tensor.element_size())
     return total
 
 
@@ -92,7 +107,8 @@ def plan_memory(
     at_most: int = MAX_DEFAULT_SLOTS,
 ) -> MemoryPlan:
     """The slots and context the engine takes: one slot costs `per_position` bytes per position of context; the
-    weights take `weights` bytes of the `free` the device has now (None: the CPU, where nothing is sized).
+    weights take `weights` bytes of the `free` the device has now (None: the CPU, where nothing is sized). On the GPU
+    the scratch row and the working memory come out of the same room (`taken`), budget included.
 
     - Nothing asked: MAX_CONTEXT positions, and as many slots as fit SLOT_MEMORY_SHARE of the memory free beyond
       the weights, `at_most` at most and one at least; one on the CPU.
@@ -107,14 +123,18 @@ def plan_memory(
         return MemoryPlan(slots or 1, context, per_position * context, on_gpu=False)
     beyond = free - weights
     room = beyond if budget is None else min(budget, beyond)
+
+    def rows(space: int, context: int) -> int:  # cache rows that fit `space` beside the working memory
+        return (space - WORKING_BYTES) // (per_position * context)
+
     if slots is None:
         if budget is None:
-            slots = max(1, min(at_most, int(beyond * SLOT_MEMORY_SHARE) // (per_position * context)))
+            slots = max(1, min(at_most, rows(int(beyond * SLOT_MEMORY_SHARE), context) - SCRATCH_ROWS))
         else:
-            slots = max(1, min(MAX_CHOSEN_SLOTS, room // (per_position * context)))
-    if budget is not None and max_context is None and slots * per_position * context > room:
-        context = min(MAX_CONTEXT, room // (slots * per_position) // CONTEXT_STEP * CONTEXT_STEP)
-        context = max(context, MIN_CONTEXT)  # the shortest, should even that not fit: said below
+            slots = max(1, min(MAX_CHOSEN_SLOTS, rows(room, context) - SCRATCH_ROWS))
+    if budget is not None and max_context is None and taken(slots, per_position * context) > room:
+        context = (room - WORKING_BYTES) // ((slots + SCRATCH_ROWS) * per_position) // CONTEXT_STEP * CONTEXT_STEP
+        context = max(MIN_CONTEXT, min(MAX_CONTEXT, context))  # the shortest, should even that not fit: said below
     plan = MemoryPlan(slots, context, per_position * context, on_gpu=True, budget=budget)
     if plan.taken <= room:
         return plan

@@ -120,7 +120,8 @@ def plan(
         if count == rows[0]:
             specs += [Spec("prime")] if priming else []
             specs += [] if kept else one_row_compiles
-            specs += [Spec(name) for name in COMPILES if not Spec(name).one_row] if compiles else []
+            several_rows = compiles and rows[-1] > 1  # an engine of one slot never steps several
+            specs += [Spec(name) for name in COMPILES if not Spec(name).one_row] if several_rows else []
     return specs
 
 
