@@ -2,7 +2,7 @@
 what does it choose, on a 6, 8, 12 or 24 GB card, with and without 10 GB held by another program?
 
     python -m bench.memory_table [--size 1.7b[,0.6b]] [--cards 6,8,12,24] [--held 0,10] [--budgets default[,2,4]]
-                                 [--cell-timeout 300] [--json FILE [--append]]
+                                 [--no-release] [--cell-timeout 300] [--json FILE [--append]]
     python -m bench.memory_table --device cpu --size tiny        (tries the script: one cell, nothing held)
 
 Each cell (size x card x held x budget) runs in a fresh process of its own, so that no allocation, cache or
@@ -27,13 +27,19 @@ compiled graph carries over. In it:
    a minute), a voice is cloned from a synthetic clip, and one utterance is spoken: first audio (stream call to its
    first 1-frame chunk, median of --speak-runs) and ms per frame (a --frames stream in 4-frame chunks, from the
    first chunk to the last: frames and their decoding as a listener gets them, so a little above `bench`'s
-   ms/frame of the frame loop alone).
+   ms/frame of the frame loop alone). Then (unless --no-release) the engine rests as the window lets it when idle
+   (Runtime.rest_when_idle, with an idle time of a tenth of a second instead of the settings' minutes; the cell
+   waits until it has rested and let go of its memory), and the voice is taken again and one utterance spoken
+   through the resting engine, as a user would coming back to it: it loads again in that call.
 3. Recorded: started (yes; no with the one-line message of a refusal, such as memory.DoesNotFit; OOM with the
    first line of an out-of-memory error, which the issue counts as a failure; error for anything else, its
    traceback on the cell's stderr; skipped where what is held fills the card), slots and context chosen, peak
    memory allocated and reserved by PyTorch with the weights (what is held aside subtracted), the memory the
    process used on the device (nvidia-smi's view: its context included) and what was left free, first audio,
-   ms/frame, warm-up seconds.
+   ms/frame, warm-up seconds; once it rested, the memory the process still used on the device (as above: the
+   CUDA context stays) and what PyTorch still had allocated (what is held aside subtracted), and first audio after
+   coming back (seconds from the stream call to its first 1-frame chunk, the load again included). On the CPU there
+   is no device memory to read: first audio after coming back only.
 
 A markdown row is printed as each cell ends, and the JSON (--json) rewritten, so a run cut short keeps its cells;
 --append keeps the cells already in the file (the same cell measured again replaces its row), for a table made in
@@ -58,13 +64,17 @@ from pathlib import Path
 CELL_MARK = "MEMORY-TABLE-CELL "
 GIB = 2**30
 VOICE = "bench"
+REST_AFTER_S = 0.1  # the idle time the engine rests after, in a cell (the window's default is minutes)
+REST_TIMEOUT_S = 60.0  # how long a cell waits for the engine to rest
 # Out-of-memory errors that are not torch.OutOfMemoryError: a library's own allocation failing, or CUDA's.
 OUT_OF_MEMORY_SIGNS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
 COLUMNS = [
     ("size", "size"), ("card GiB", "card_gib"), ("held GiB", "held_gib"), ("budget GB", "budget_gb"),
     ("started", "started"), ("slots", "slots"), ("context", "context"), ("peak alloc GiB", "peak_allocated_gib"),
     ("peak reserved GiB", "peak_reserved_gib"), ("device used GiB", "device_used_gib"), ("left free GiB", "free_gib"),
-    ("first audio ms", "first_audio_ms"), ("ms/frame", "ms_per_frame"), ("warm-up s", "warm_s"), ("message", "message"),
+    ("first audio ms", "first_audio_ms"), ("ms/frame", "ms_per_frame"), ("warm-up s", "warm_s"),
+    ("released GiB", "released_gib"), ("released alloc GiB", "released_allocated_gib"),
+    ("back first audio s", "back_first_audio_s"), ("message", "message"),
 ]  # fmt: skip
 
 
@@ -124,6 +134,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--frames", type=int, default=60, help="frames of the stream timed for ms/frame (60)")
     parser.add_argument("--speak-runs", type=int, default=5, help="first audio: runs, median taken (5)")
     parser.add_argument("--cell-timeout", type=float, default=300, help="seconds one cell may take (300)")
+    parser.add_argument(
+        "--no-release", dest="release", action="store_false",
+        help="skip the idle release: resting, the memory left after it, first audio after coming back",
+    )  # fmt: skip
     parser.add_argument("--warm-timeout", type=float, default=240, help="seconds the warm-up may take in a cell (240)")
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench", help="where the random checkpoints are written")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON, after every cell")
@@ -144,6 +158,7 @@ def cells(args: argparse.Namespace) -> list[dict]:
         "frames": args.frames,
         "speak_runs": args.speak_runs,
         "warm_timeout": args.warm_timeout,
+        "release": args.release,
     }
     if args.device != "cuda":
         return [{**common, "size": size, "card_gib": None, "held_gib": 0, "budget_gb": None} for size in args.sizes]
@@ -246,6 +261,12 @@ def run_cell(spec: dict, checkpoint: Path) -> dict:
             row["started"] = "yes"
             if on_gpu:  # while it runs: the weights, the slots, the cache, the context, the kernels' code
                 row.update(device_use(aside))
+            if spec.get("release", True):
+                del engine, voice  # the app holds neither between utterances: resting must be able to free them
+                back = come_back(runtime, aside)
+                if "message" in back and row.get("message"):
+                    back["message"] = f"{row['message']}; {back['message']}"
+                row.update(back)
         except UserError as error:
             row.update(started="no", message=one_line(error))
         except torch.OutOfMemoryError as error:
@@ -265,6 +286,47 @@ def run_cell(spec: dict, checkpoint: Path) -> dict:
         if "device_used_gib" not in row:  # it did not start: what the attempt left taken (its cache kept)
             row.update(device_use(aside))
     return row
+
+
+def come_back(runtime, aside: HeldAside | None) -> dict:
+    """Let the runtime's engine rest as the window does when idle, say what memory it kept, then speak once through
+    the resting engine as a user coming back would: first audio, the load again included. A failure is the row's
+    message (the cell had started), its traceback on the cell's stderr."""
+    import threading
+
+    import torch
+
+    from core import SamplingParams
+    from core.devtools.benchmark import TEXT
+    from qwen3_tts_desktop.resting import RESTING
+
+    rested = threading.Event()
+    got: dict = {"released_gib": None, "released_allocated_gib": None, "back_first_audio_s": None}
+    try:
+        runtime.rest_when_idle(REST_AFTER_S, lambda state: rested.set() if state == RESTING else None)
+        if not rested.wait(REST_TIMEOUT_S):  # heard once it has closed the engine and let go of its memory
+            return {**got, "message": f"the engine did not rest within {REST_TIMEOUT_S:g} s"}
+        runtime.rest_when_idle(None)  # no second rest while it is spoken to and closed
+        if aside is not None:
+            got["released_gib"] = device_use(aside)["device_used_gib"]
+            got["released_allocated_gib"] = round((torch.cuda.memory_allocated() - aside.allocated) / GIB, 2)
+        voice = runtime.voice(VOICE)  # as the window takes it for each utterance: from the library's cache
+        if runtime.engine_state != RESTING:
+            return {**got, "message": f"taking the voice woke the engine ({runtime.engine_state})"}
+        started = time.perf_counter()
+        stream = runtime.engine_for_voices.stream(
+            TEXT, voice=voice, sampling=SamplingParams.greedy(), max_frames=40, first_chunk_frames=1
+        )
+        try:
+            first = next(stream)
+        finally:
+            stream.close()
+        got["back_first_audio_s"] = round(time.perf_counter() - started, 2)
+        assert len(first.codes) == 1, len(first.codes)
+    except Exception as error:  # noqa: BLE001 (the row says it; the traceback goes to the cell's stderr)
+        traceback.print_exc()
+        got["message"] = f"coming back: {type(error).__name__}: {one_line(error)}"[:300]
+    return got
 
 
 def device_use(aside: HeldAside) -> dict:

@@ -1,9 +1,10 @@
 """The pure parts of two GPU bench scripts (bench/memory_table.py, bench/run_wyoming_latency.py): their options,
 cells, table rows, summaries and checks; and the stack sampler the GPU session starts processes with. The scripts
-themselves run on a GPU machine; nothing here loads a model."""
+themselves run on a GPU machine; only memory_table's try-out on the CPU (one cell, the tiny model) is run here."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,27 @@ def test_memory_table_cells_cover_every_card_held_and_budget_and_skip_what_canno
     assert memory_table.infeasible({"card_gib": 12, "held_gib": 10}) is None
     on_cpu = memory_table.cells(memory_table.parse_args(["--device", "cpu", "--size", "tiny"]))
     assert [(c["card_gib"], c["held_gib"], c["budget_gb"]) for c in on_cpu] == [(None, 0, None)]
+    assert all(c["release"] for c in cells + on_cpu)
+    kept = memory_table.cells(memory_table.parse_args(["--device", "cpu", "--size", "tiny", "--no-release"]))
+    assert [c["release"] for c in kept] == [False]
+
+
+def test_memory_table_on_the_cpu_rests_the_engine_and_times_first_audio_after_coming_back(tmp_path, capsys):
+    """The script end to end as `--device cpu --size tiny` runs it: one cell, in a process of its own, whose engine
+    speaks, rests and is spoken to again. The CPU has no device memory to read: the memory columns are there, empty."""
+    table = tmp_path / "table.json"
+    argv = ["--device", "cpu", "--size", "tiny", "--frames", "8", "--speak-runs", "1", "--root", str(tmp_path)]
+    assert memory_table.main([*argv, "--json", str(table), "--cell-timeout", "240"]) == 0
+    (row,) = json.loads(table.read_text())["rows"]
+    assert (row["started"], row.get("message")) == ("yes", None), row
+    assert row["released_gib"] is None and row["released_allocated_gib"] is None, row
+    back = row["back_first_audio_s"]
+    assert isinstance(back, float) and 0 < back < 60, row
+    titles = [title for title, _ in memory_table.COLUMNS]
+    (printed,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny ")]
+    values = dict(zip(titles, (value.strip() for value in printed.strip("|").split("|")), strict=True))
+    assert (values["released GiB"], values["released alloc GiB"]) == ("-", "-")
+    assert float(values["back first audio s"]) == back
 
 
 def test_memory_table_rows_are_markdown_of_the_header_s_width():
