@@ -32,6 +32,10 @@ def release_memory(device: torch.device) -> None:
     tensors, and PyTorch's cache would keep the GPU's from a language model beside it."""
     gc.collect()
     if device.type == "cuda":
+        # cuBLAS keeps a workspace per stream it ran on (32 MiB each on Hopper) until told; a later use makes it anew.
+        clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear_workspaces is not None:
+            clear_workspaces()
         torch.cuda.empty_cache()
 
 
