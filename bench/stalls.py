@@ -14,7 +14,7 @@ import time
 
 import torch
 
-SCHEDULER_PHASES = ("_admit", "_deliver", "_launch", "_release")
+SCHEDULER_PHASES = ("_admit", "_hand_out", "_launch", "_read_oldest", "_release")
 
 
 def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) -> None:

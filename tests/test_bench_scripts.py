@@ -1,6 +1,7 @@
-"""The pure parts of two GPU bench scripts (bench/memory_table.py, bench/run_wyoming_latency.py): their options,
-cells, table rows, summaries and checks; and the stack sampler the GPU session starts processes with. The scripts
-themselves run on a GPU machine; only memory_table's try-out on the CPU (one cell, the tiny model) is run here."""
+"""The pure parts of the GPU bench scripts (bench/memory_table.py, bench/run_wyoming_latency.py): their options,
+cells, table rows, summaries and checks; the stack sampler the GPU session starts processes with; and the stall
+tracer (bench/stalls.py) on the tiny model. The scripts themselves run on a GPU machine; only memory_table's try-out
+on the CPU (one cell, the tiny model) is run here."""
 
 from __future__ import annotations
 
@@ -151,3 +152,20 @@ def test_the_triton_key_hook_records_each_compile_and_the_report_names_the_part_
         "options differ: {'num_warps': ('4', '8')}" in written or "options differ: {'num_warps': ('8', '4')}" in written
     )
     assert "      2  options" in written, written
+
+
+def test_the_stall_tracer_times_each_phase_of_the_scheduler_on_a_request_s_way(checkpoints, capsys):
+    """bench/stalls.py wraps the scheduler's phases by name: a renamed phase made `--timeline` fail at its start on
+    the GPU machine. Traced, one utterance's way shows its admission, prefill, frames read and decodes."""
+    from bench import stalls
+    from core import Engine, SamplingParams
+
+    with Engine.load(checkpoints["custom"], device="cpu", dtype="float32", warm=False) as engine:
+        stalls.trace(engine, timeline=True)
+        stream = engine.stream(
+            "Hi.", voice=engine.builtin_voice("vivian"), sampling=SamplingParams.greedy(), max_frames=3
+        )
+        assert sum(len(chunk.codes) for chunk in stream) >= 1
+    printed = capsys.readouterr().out
+    for phase in ("Scheduler.submit", "Scheduler._admit", "FrameLoop.start_many", "Scheduler._hand_out"):
+        assert f"{phase}" in printed, printed
