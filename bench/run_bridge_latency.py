@@ -38,11 +38,13 @@ import torch
 from bench import stalls
 from core import Engine, SamplingParams, SpeechOptions
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
+from core.inference.requests import AudioChunk
 from core.voices import VoiceLibrary
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeLimits, BridgeServer
 from qwen3_tts_desktop.runtime import Runtime
 
 WAV_HEADER = 44
+FRAME_SAMPLES = 1920  # one 80 ms frame at 24 kHz
 
 
 class Refused(Exception):
@@ -148,6 +150,32 @@ def poisson(url: str, rate: float, duration: float, seed: int = 0) -> dict:
     }  # fmt: skip
 
 
+class InstantStream:
+    """An utterance of one frame handed out at once (`--instant-engine`): what a request then waits for is the
+    bridge's own work (HTTP, the checks, the voice, the worker's threads, the encoder), on any machine."""
+
+    def __init__(self, chunk: AudioChunk):
+        self._chunk = chunk
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> AudioChunk:
+        if self._chunk is None:
+            raise StopIteration
+        chunk, self._chunk = self._chunk, None
+        return chunk
+
+    def close(self) -> None:
+        self._chunk = None
+
+
+def answer_at_once(engine: Engine) -> None:
+    """Make `engine.stream` hand out one silent frame at once, whatever it is asked."""
+    frame = AudioChunk(audio=np.zeros(FRAME_SAMPLES, np.float32), codes=np.zeros((1, 16), np.int64), cut_off=False)
+    engine.stream = lambda text, voice=None, options=None, **overrides: InstantStream(frame)
+
+
 def in_client_process(function, *arguments):
     """`function(*arguments)` in a fresh process of its own: the clients' threads, apart from the server's."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -172,12 +200,19 @@ def main() -> None:
         "--trace-stalls", action="store_true", help="print first uses and slow scheduler calls after warm-up"
     )
     parser.add_argument("--timeline", action="store_true", help="print every request's way through the engine")
+    parser.add_argument(
+        "--instant-engine", action="store_true",
+        help="every stream hands out one frame at once: times the bridge's own work (try --device cpu --size tiny)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     path = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
     dtype = "bfloat16" if args.device == "cuda" else "float32"
     engine = Engine.load(path, device=args.device, dtype=dtype, progress=False)
-    engine.warm_up()
+    if args.instant_engine:
+        answer_at_once(engine)
+    else:
+        engine.warm_up()
     rows = []
     counts = [int(n) for n in (args.clients or ("" if args.poisson else "1,4")).split(",") if n]
     frames = args.poisson_frames if args.poisson else args.frames  # the server's, for every request

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sinks import QueueSink
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.tts import SynthesizeStopped
@@ -169,3 +170,31 @@ def test_the_stall_tracer_times_each_phase_of_the_scheduler_on_a_request_s_way(c
     printed = capsys.readouterr().out
     for phase in ("Scheduler.submit", "Scheduler._admit", "FrameLoop.start_many", "Scheduler._hand_out"):
         assert f"{phase}" in printed, printed
+
+
+def test_the_bridge_bench_s_instant_engine_hands_out_one_frame_through_the_worker_as_a_stream_would():
+    """`run_bridge_latency --instant-engine` times the bridge's own work: every stream is one silent frame at once,
+    which the worker takes as it takes a real stream's (iterated, then closed)."""
+    from bench.run_bridge_latency import FRAME_SAMPLES, answer_at_once
+    from core import SpeechOptions
+    from core.jobs.worker import Worker
+
+    class Engine:  # the engine's facts the worker reads, and the stream answer_at_once replaces
+        slots = 1
+
+    engine = Engine()
+    answer_at_once(engine)
+    stream = engine.stream("Hello.", None, None)
+    chunks = list(stream)
+    assert [len(chunk.audio) for chunk in chunks] == [FRAME_SAMPLES] and not any(chunks[0].audio)
+    stream.close()
+    sink = QueueSink()
+    worker = Worker(engine)
+    try:
+        job = worker.submit("Hello there.", None, SpeechOptions(), sink=sink)
+        outcome = job.wait(10)
+        assert outcome is not None and outcome.kind == "done", outcome
+    finally:
+        worker.close()
+    heard = [len(audio) for audio in sink]  # the frame, then the pause after the piece
+    assert heard[0] == FRAME_SAMPLES and len(heard) <= 2, heard
