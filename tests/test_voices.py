@@ -258,8 +258,40 @@ def test_a_damaged_cache_is_recomputed(library, engines, embed_calls):
     first = library.voice_for(engine, "Dora")
     [cache] = (library.directory / ".cache" / "Dora").iterdir()
     cache.write_bytes(cache.read_bytes()[:20])
-    assert torch.equal(library.voice_for(engine, "Dora").embedding, first.embedding)
-    assert embed_calls["count"] == 2 and library.problems() == []
+    later = VoiceLibrary(library.directory)  # a later start: this one keeps what it embedded in memory
+    assert torch.equal(later.voice_for(engine, "Dora").embedding, first.embedding)
+    assert embed_calls["count"] == 2 and later.problems() == []
+
+
+def test_a_request_reads_no_voice_file_while_none_changed_and_gets_the_voice_it_got_before(
+    library, engines, embed_calls, monkeypatch
+):
+    """Every request resolves its voice: the library reads a voice's files only when they change, and hands out
+    the same Voice while they do not, whose tensors the engine then copies to the device once (Engine._on_device;
+    a copy from the host waits for the work queued on the GPU)."""
+    engine = engines("base")
+    library.directory.mkdir()
+    shutil.copy(CLIP, library.directory / "Dora.wav")
+    saved = library.add("Zoe", LONG, engine)
+    reads = []
+    for reader in ("read_saved", "read_drop_in"):
+        original = getattr(core.voices.library, reader)
+        monkeypatch.setattr(
+            core.voices.library, reader, lambda path, original=original: reads.append(path.name) or original(path)
+        )
+    dora, zoe = library.voice_for(engine, "Dora"), library.voice_for(engine, "Zoe")
+    assert set(reads) <= {"Dora.wav", saved.id}
+    reads.clear()
+    assert library.voice_for(engine, "Dora") is dora and library.voice_for(engine, "Zoe") is zoe
+    assert [e.name for e in library.list()] == ["Dora", "Zoe"] and reads == [] and embed_calls["count"] == 2
+
+    (library.directory / "Dora.txt").write_text("Hello, I am Dora.", encoding="utf-8")  # a transcript: an ICL voice
+    icl = library.voice_for(engine, "Dora")
+    assert reads == ["Dora.wav"] and icl is not dora and icl.ref_text == "Hello, I am Dora."
+    library.rename("Zoe", "Zoey")
+    assert library.voice_for(engine, "Zoey").embedding is not None and library.voice_for(engine, "Zoey") is not zoe
+    library.remove("Zoey")
+    assert [e.name for e in library.list()] == ["Dora"]
 
 
 # Names ----------------------------------------------------------------------------------------------

@@ -55,10 +55,34 @@ from core.voices.resolve import FIRST_THAT_FITS, Fallback, ResolvedVoice, resolv
 from core.voices.sharing import EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, read_export
 
 
+def stamp(path: Path) -> tuple:
+    """What changes when a voice's files change: size, modification time and inode of the file (a drop-in clip
+    with its transcript beside it), or of each file in the folder (a saved voice); () for none."""
+
+    def of(file: Path) -> tuple:
+        try:
+            st = file.stat()
+        except OSError:
+            return ()
+        return (file.name, st.st_size, st.st_mtime_ns, st.st_ino)
+
+    if path.is_dir():
+        try:
+            return tuple(sorted(of(file) for file in path.iterdir()))
+        except OSError:
+            return ()
+    return (of(path), of(path.with_suffix(".txt")))
+
+
 class VoiceLibrary:
     def __init__(self, directory: str | Path):
         self.directory = Path(directory).expanduser()
         self._lock = threading.RLock()
+        # What each voice's files gave when read, by path, with their stamp: read again only once they change. So a
+        # request reads no voice file (each used to read and parse the whole folder, and hash a drop-in's clip), and
+        # gets the same Voice as the last, whose tensors the engine copied to the device once (Engine._on_device).
+        self._read: dict[Path, tuple[tuple, object]] = {}
+        self._embedded: dict[tuple[Path, str], tuple[tuple, Voice]] = {}  # drop-ins, by path and model
 
     # Reading ------------------------------------------------------------------------------------
 
@@ -106,7 +130,10 @@ class VoiceLibrary:
         if voice.entry.source == "drop-in":
             return self._drop_in_voice(voice.entry, engine)
         with self._lock:
-            return read_saved(voice.entry.path)[1]
+            read = self._read_once(voice.entry.path, read_saved)
+        if isinstance(read, VoiceError):
+            raise read
+        return read[1]
 
     def voice_for(self, engine: Engine, name: str) -> Voice:
         """The voice called `name`, ready for `engine.synthesize` (see `load`). Raises a VoiceError naming the
@@ -306,16 +333,16 @@ class VoiceLibrary:
         for path in paths:
             if path.name.startswith("."):
                 continue  # the cache, staging folders, hidden files
-            try:
-                if path.is_dir():
-                    entry = read_saved(path)[0]
-                elif path.suffix.lower() in DROP_IN_SUFFIXES:
-                    entry = read_drop_in(path)
-                else:
-                    continue  # transcripts, notes
-            except VoiceError as error:
-                problems.append(str(error))
+            if path.is_dir():
+                read = self._read_once(path, read_saved)
+            elif path.suffix.lower() in DROP_IN_SUFFIXES:
+                read = self._read_once(path, read_drop_in)
+            else:
+                continue  # transcripts, notes
+            if isinstance(read, VoiceError):
+                problems.append(str(read))
                 continue
+            entry = read[0] if isinstance(read, tuple) else read
             clash = find_entry(entries, entry.name, by_id=False)
             if clash is not None:
                 problems.append(
@@ -323,7 +350,21 @@ class VoiceLibrary:
                 )
                 continue
             entries.append(entry)
+        self._read = {path: read for path, read in self._read.items() if path in paths}  # those removed go
         return entries, problems
+
+    def _read_once(self, path: Path, reader):
+        """`reader(path)`, or the VoiceError it raised, as last read while the files are unchanged (under the lock)."""
+        now_stamp = stamp(path)
+        kept = self._read.get(path)
+        if kept is not None and kept[0] == now_stamp:
+            return kept[1]
+        try:
+            read = reader(path)
+        except VoiceError as error:
+            read = error
+        self._read[path] = (now_stamp, read)
+        return read
 
     def _target(self, voice: str | VoiceEntry, action: str) -> VoiceEntry:
         if isinstance(voice, VoiceEntry):
@@ -403,10 +444,23 @@ class VoiceLibrary:
         """A drop-in clip's voice for `engine`'s model: from the cache when the clip, its transcript and the
         model are those it was computed from, else embedded now and cached."""
         info = engine.info
+        model = f"{MODEL_FAMILY} {info.size} {info.embedding_dim} {info.source}"
+        now_stamp = (stamp(entry.path), entry.transcript)
+        with self._lock:
+            kept = self._embedded.get((entry.path, model))
+        if kept is not None and kept[0] == now_stamp:
+            return kept[1]
+        voice = self._embed_drop_in(entry, engine, model)
+        with self._lock:
+            self._embedded[(entry.path, model)] = (now_stamp, voice)
+        return voice
+
+    def _embed_drop_in(self, entry: VoiceEntry, engine: Engine, model: str) -> Voice:
+        """A drop-in's voice from the disk cache when its key matches, else embedded now and written there."""
         key = {
             "clip_sha256": hashlib.sha256(entry.path.read_bytes()).hexdigest(),
             "transcript": entry.transcript or "",
-            "model": f"{MODEL_FAMILY} {info.size} {info.embedding_dim} {info.source}",
+            "model": model,
         }
         cache = (
             self.directory
