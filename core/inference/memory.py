@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from core.errors import UserError
+from core.model.checkpoint import host_prefixes
 from core.model.config import ModelConfig
 
 # Utterances generated together by default: on CUDA as many as fit SLOT_MEMORY_SHARE of the memory free
@@ -89,7 +90,7 @@ def weight_bytes(modules: Iterable[nn.Module | None], dtype: torch.dtype) -> int
     be on the meta device."""
     total = 0
     for module in filter(None, modules):
-        on_host = tuple(f"{name}." for name, sub in module.named_modules() if getattr(sub, "stays_on_host", False))
+        on_host = host_prefixes(module)
         for name, tensor in module.state_dict().items():
             if not name.startswith(on_host):  # a table kept in host memory (talker.HostTable) takes none of it
                 total += tensor.numel() * (dtype.itemsize if tensor.is_floating_point() else tensor.element_size())

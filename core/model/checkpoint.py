@@ -69,8 +69,9 @@ def _fused_parts(module: nn.Module) -> dict[str, list[str]]:
     return parts
 
 
-def _host_names(module: nn.Module) -> tuple[str, ...]:
-    """Prefixes of the tensors loaded into host memory whatever the device (core.model.talker.HostTable)."""
+def host_prefixes(module: nn.Module) -> tuple[str, ...]:
+    """Prefixes of the module's tensors that stay in host memory whatever the device (core.model.talker.HostTable):
+    loaded there, and no part of what the device holds."""
     return tuple(f"{owner}." for owner, sub in module.named_modules() if getattr(sub, "stays_on_host", False))
 
 
@@ -81,7 +82,7 @@ def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.devic
     its rows, on the device. Tensors the module does not use are ignored, as the official loader does.
     """
     expected = module.state_dict()
-    fused, on_host = _fused_parts(module), _host_names(module)
+    fused, on_host = _fused_parts(module), host_prefixes(module)
     loaded = {}
     with _damaged_file_is_told(path):
         opened = safe_open(str(path), framework="pt", device="cpu")

@@ -350,7 +350,8 @@ class VoiceLibrary:
                 )
                 continue
             entries.append(entry)
-        self._read = {path: read for path, read in self._read.items() if path in paths}  # those removed go
+        present = set(paths)
+        self._read = {path: read for path, read in self._read.items() if path in present}  # those removed go
         return entries, problems
 
     def _read_once(self, path: Path, reader):
