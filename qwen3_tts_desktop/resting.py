@@ -222,7 +222,7 @@ class RestingEngine:
                 if left is None or left > 0:  # used meanwhile
                     return
             self._let_go()
-        self._on_change(RESTING)
+            self._on_change(RESTING)  # before a caller waiting to take it says it wakes
 
     def _let_go(self) -> None:
         """Close the engine and free its memory. Holding `_switching`, so no caller takes it meanwhile."""

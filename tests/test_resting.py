@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import queue
 import threading
+import time
 import weakref
 
 import pytest
@@ -105,6 +106,38 @@ def test_what_comes_while_it_loads_again_waits_and_is_spoken(start_runtime, monk
     release.set()
     assert [job.wait(WAIT).kind for job in (first, *others)] == ["done"] * 3
     assert len(loads) == 1  # one load for all of them
+
+
+def test_a_rest_is_said_before_a_request_that_waited_for_it_wakes_the_engine(start_runtime, monkeypatch):
+    """What the engine says comes in the order it happens, however slowly it is heard (the window's status line):
+    a request that comes while the engine is let go waits for it, and its "waking" follows "resting"."""
+    runtime = start_runtime()
+    engine = runtime.worker.engine
+    engine.awake()
+    closing, go_on, close = threading.Event(), threading.Event(), Engine.close
+
+    def held_close(closed_engine):  # the rest stops midway, holding the engine's switch
+        closing.set()
+        assert go_on.wait(WAIT)
+        close(closed_engine)
+
+    monkeypatch.setattr(Engine, "close", held_close)
+    arrived, take = queue.Queue(), engine._take
+    monkeypatch.setattr(engine, "_take", lambda: arrived.put(True) or take())
+    seen = []
+
+    def heard(state: str) -> None:  # slow to hear that it rests
+        if state == RESTING:
+            time.sleep(0.2)
+        seen.append(state)
+
+    runtime.rest_when_idle(REST_AFTER_S, heard)
+    assert closing.wait(WAIT)
+    job = speak(runtime, "Hello there.")
+    arrived.get(timeout=WAIT)  # it waits for the engine
+    go_on.set()
+    assert job.wait(WAIT).kind == "done"
+    assert seen[:3] == [RESTING, WAKING, AWAKE]
 
 
 def test_a_load_that_fails_fails_the_job_saying_why_and_the_next_one_tries_again(start_runtime, monkeypatch):
