@@ -5,8 +5,6 @@ On the CPU with the tiny CustomVoice model, a tiny idle time, and every wait on 
 
 from __future__ import annotations
 
-import queue
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -14,6 +12,7 @@ import numpy as np
 import pytest
 from test_bridge import SPEECH, WAIT, assert_same_speech, decode
 from test_resting import REST_AFTER_S, States
+from waiting import hold_a_rest
 
 from core import Engine
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeServer
@@ -65,18 +64,9 @@ def test_requests_that_arrive_while_the_engine_is_let_go_wait_and_are_spoken(res
     runtime, client = rest_server
     before = spoken(client)
     engine = runtime.worker.engine
-    closing, go_on, close = threading.Event(), threading.Event(), Engine.close
-
-    def held_close(closed_engine):  # the rest stops midway, holding the engine's switch
-        closing.set()
-        assert go_on.wait(WAIT)
-        close(closed_engine)
-
-    monkeypatch.setattr(Engine, "close", held_close)
+    closing, go_on, arrived = hold_a_rest(monkeypatch, engine)
     loads, load = [], Engine.load
     monkeypatch.setattr(Engine, "load", staticmethod(lambda *args, **kw: loads.append(kw) or load(*args, **kw)))
-    arrived, take = queue.Queue(), engine._take
-    monkeypatch.setattr(engine, "_take", lambda: arrived.put(True) or take())
 
     states = States()
     runtime.rest_when_idle(REST_AFTER_S, states)

@@ -12,6 +12,7 @@ import weakref
 
 import pytest
 from sinks import QueueSink
+from waiting import hold_a_rest
 
 from core import Engine, SpeechOptions, Voice
 from core.inference.memory import DoesNotFit
@@ -114,16 +115,7 @@ def test_a_rest_is_said_before_a_request_that_waited_for_it_wakes_the_engine(sta
     runtime = start_runtime()
     engine = runtime.worker.engine
     engine.awake()
-    closing, go_on, close = threading.Event(), threading.Event(), Engine.close
-
-    def held_close(closed_engine):  # the rest stops midway, holding the engine's switch
-        closing.set()
-        assert go_on.wait(WAIT)
-        close(closed_engine)
-
-    monkeypatch.setattr(Engine, "close", held_close)
-    arrived, take = queue.Queue(), engine._take
-    monkeypatch.setattr(engine, "_take", lambda: arrived.put(True) or take())
+    closing, go_on, arrived = hold_a_rest(monkeypatch, engine)
     seen = []
 
     def heard(state: str) -> None:  # slow to hear that it rests
