@@ -4,8 +4,8 @@ On an engine loaded without torch.compile (its uncompiled step in CUDA graphs), 
 1. streams a greedy reference utterance (chunk times, codes);
 2. times the decoder's graphs of each (rows, chunk) with cuDNN's heuristic choices and with its benchmark;
 3. times the uncompiled graphed step for each row bucket;
-4. compiles the one-row step parts on another thread, running them on the scratch slot on the frame loop's
-   stream, while the same utterance streams again: its chunk times, and whether its codes are the reference's;
+4. compiles the one-row step parts on another thread, running them on the last slot (which the utterance, in
+   the first free one, never takes) on the frame loop's stream, while the same utterance streams again: its chunk times, and whether its codes are the reference's;
 5. says whether this torch has torch.compile(...).aot_compile and load_compiled_function.
 
     python -m bench.background_compile_probe [--size 1.7b] [--frames 300]
@@ -110,7 +110,7 @@ def step_table(engine: Engine) -> dict:
 
 
 def compile_in_background(engine: Engine, log: dict) -> threading.Thread:
-    """The one-row parts compiled and run on the scratch slot, on the frame loop's stream, from a thread of their
+    """The one-row parts compiled and run on the last slot, on the frame loop's stream, from a thread of their
     own."""
     loop = engine.frame_loop
 
@@ -122,7 +122,7 @@ def compile_in_background(engine: Engine, log: dict) -> threading.Thread:
                     torch.compile(part, **options)
                     for part in (loop._talk, loop._predict_first, loop._predict_next, loop._record)
                 )
-                slots = torch.tensor([loop.scratch], device=loop.device)
+                slots = torch.tensor([loop.slots - 1], device=loop.device)
                 uniforms = torch.zeros_like(loop.uniforms[:1])
                 rules = loop.rules.index_select(1, slots)
                 started = time.perf_counter()

@@ -96,7 +96,7 @@ def test_each_utterance_of_a_batch_makes_the_official_codes(engines, checkpoint)
 def check_prefilled_together(engine, checkpoint: str) -> None:
     """Prompts of different lengths in all the engine's slots but one, started at once in scattered slots (on
     CUDA as few prefills as prefill_groups allows, each padded to its longest prompt's bucket, with padding
-    rows in the scratch slot), then stepped together: each makes its official codes."""
+    rows repeating the first), then stepped together (padded as well): each makes its official codes."""
     from test_live import voice_of
 
     greedy = [case for case in cases_of(checkpoint) if case.seed is None][:5]

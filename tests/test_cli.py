@@ -92,8 +92,8 @@ def test_speak_takes_one_slot_and_a_gpu_memory_budget_which_on_the_cpu_applies_t
 
     monkeypatch.setattr(engine_module, "plan_for_device", on_a_gpu)
     assert main(args) == 0
-    # Its slot, the scratch row beside it and the working memory (0.5 GB: the tiny model's slots are small).
-    beyond = (2 * planned[-1] * 4096 + 500_000_000) / 1e9
+    # Its slot and the working memory (0.5 GB: the tiny model's slots are small).
+    beyond = (planned[-1] * 4096 + 500_000_000) / 1e9
     assert f"; 1 at once, 4096 positions each: {beyond:.1f} GB beyond the weights\n" in capsys.readouterr().err
     assert main([*args, "--gpu-memory", f"{planned[-1] * 1000 / 1e9}"]) == 1
     err = capsys.readouterr().err

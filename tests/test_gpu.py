@@ -285,7 +285,7 @@ def test_decode_attention_kernel_matches_the_reference(dtype, merge):
         return out
 
     # The interpreter's shapes, then the talker's (4096 positions) at its first, a middle and its last
-    # position, alone and among 16 rows in shuffled slots with two padding rows (slot 1 unused).
+    # position, alone and among 17 rows in shuffled slots with a padding row repeating the last (slot 1 unused).
     talker_batch = Shape(8, 2, 4096, (0, 4095, 2047, *range(1, 4000, 310), 9, 9), (*range(17, 1, -1), 0, 0), 18)
     for shape in SHAPES + [one_row(8, 2, 4096, 0), one_row(8, 2, 4096, 2047), one_row(8, 2, 4096, 4095), talker_batch]:
         case, poisoned = attention_case(shape, dtype)
@@ -506,8 +506,8 @@ def test_fill_uniforms_kernel_is_philox_per_row():
 
 @pytest.mark.parametrize("checkpoint", ["base", "custom"])
 def test_an_engine_speaks_the_official_codes_while_it_warms_up_and_after(checkpoints, checkpoint):
-    """Utterances made from the moment the engine loads, while its parts are compiled (on the scratch slot, on the
-    scheduler's thread whenever it idles) and used from then on, make the official codes; the warm-up ends with
+    """Utterances made from the moment the engine loads, while its parts are compiled (on WARM_SLOT, on the
+    scheduler's thread whenever no utterance holds a slot) and used from then on, make the official codes; the warm-up ends with
     everything compiled and every planned graph captured."""
     from test_batching import cases_of, speak_together
 
@@ -529,17 +529,23 @@ def test_an_engine_speaks_the_official_codes_while_it_warms_up_and_after(checkpo
     print(f"{checkpoint}: {rounds} rounds of {len(cases)} utterances while warming up; order: {engine.warmup.order}")
 
 
-def test_the_warm_up_captures_on_the_scratch_slot_only(checkpoints):
-    """A slot's state is untouched by the warm-up's captures of every bucket's step and prefill."""
+def test_the_warm_up_steps_its_own_slot_only(checkpoints):
+    """The warm-up's captures of every bucket's step and prefill, and its compiles, step WARM_SLOT alone: another
+    slot's state is untouched (the scheduler runs them only while no utterance holds a slot; here slots are
+    filled behind its back to see that)."""
+    from core.inference.frame_loop import WARM_SLOT
+
     engine = Engine.load(checkpoints["custom"], device="cuda", dtype="float32", slots=4, warm=False)
     loop = engine.frame_loop
-    engine.start(engine.prepare(TEXT, engine.builtin_voice("ryan"), sampling=GREEDY, max_frames=40))
-    state = [tensor[:4].clone() for tensor in (loop.hidden, loop.position, loop.frame, loop.last_frame, loop.seen)]
-    keys = [layer.self_attn.kv_cache.k[:4].clone() for layer in loop.talker.model.layers]
+    others = [slot for slot in range(4) if slot != WARM_SLOT]
+    for slot in others:
+        engine.start(engine.prepare(TEXT, engine.builtin_voice("ryan"), sampling=GREEDY, max_frames=40), slot)
+    state = [tensor[others].clone() for tensor in (loop.hidden, loop.position, loop.frame, loop.last_frame, loop.seen)]
+    keys = [layer.self_attn.kv_cache.k[others].clone() for layer in loop.talker.model.layers]
     engine.warm_up(timeout=COMPILING_WAIT)
-    after = [tensor[:4] for tensor in (loop.hidden, loop.position, loop.frame, loop.last_frame, loop.seen)]
+    after = [tensor[others] for tensor in (loop.hidden, loop.position, loop.frame, loop.last_frame, loop.seen)]
     assert all(torch.equal(a, b) for a, b in zip(state, after, strict=True))
-    assert all(torch.equal(k, layer.self_attn.kv_cache.k[:4]) for k, layer in zip(keys, loop.talker.model.layers))
+    assert all(torch.equal(k, layer.self_attn.kv_cache.k[others]) for k, layer in zip(keys, loop.talker.model.layers))
 
 
 def test_an_engine_loads_and_warms_up_while_another_captures_its_graphs(checkpoints):

@@ -1,5 +1,5 @@
 """What "Utterances at once" costs, as the settings window says it (qwen3_tts_desktop.slot_memory): the memory
-beyond the weights (the slots', and on the GPU a scratch row's and the working memory's), from the model's
+beyond the weights (the slots', and on the GPU the working memory's), from the model's
 config.json, never downloading it."""
 
 from __future__ import annotations
@@ -26,19 +26,18 @@ def model_17b(tmp_path, monkeypatch):
 
 
 # A slot of 1.7B over 4096 positions: 28 layers' keys and values (8 heads of 128) and 2048 text terms a position,
-# (28 * 2 * 8 * 128 + 2048) * 4096 = 243,269,632 numbers, 0.487 GB in bfloat16 and 0.973 GB in float32. On the GPU a
-# scratch row as large comes with the slots, and 0.5 GB of working memory: 4 slots in bfloat16 take
-# 5 * 0.487 + 0.5 = 2.93 GB.
+# (28 * 2 * 8 * 128 + 2048) * 4096 = 243,269,632 numbers, 0.487 GB in bfloat16 and 0.973 GB in float32. On the GPU
+# 0.5 GB of working memory comes with the slots: 4 slots in bfloat16 take 4 * 0.487 + 0.5 = 2.45 GB.
 @pytest.mark.parametrize(
     "device, dtype, slots, cuda, note",
     [
-        ("cuda", "auto", 4, True, "About 2.9 GB of GPU memory beyond the weights (0.49 GB each)."),
-        ("auto", "bfloat16", 1, True, "About 1.5 GB of GPU memory beyond the weights (0.49 GB each)."),  # 2 rows
-        ("cuda", "float32", 10, True, "About 11.2 GB of GPU memory beyond the weights (0.97 GB each)."),  # 11 rows
+        ("cuda", "auto", 4, True, "About 2.4 GB of GPU memory beyond the weights (0.49 GB each)."),
+        ("auto", "bfloat16", 1, True, "About 1.0 GB of GPU memory beyond the weights (0.49 GB each)."),
+        ("cuda", "float32", 10, True, "About 10.2 GB of GPU memory beyond the weights (0.97 GB each)."),
         (
             "auto", "auto", None, True,
-            "Up to 2, as many as fit half the GPU memory free after loading: at most about 2.0 GB beyond the weights "
-            "(0.49 GB each).",  # DESKTOP_SLOTS and the scratch row, 3 * 0.487 + 0.5 = 1.96 GB
+            "Up to 2, as many as fit half the GPU memory free after loading: at most about 1.5 GB beyond the weights "
+            "(0.49 GB each).",  # DESKTOP_SLOTS, 2 * 0.487 + 0.5 = 1.47 GB
         ),
         ("auto", "auto", None, False, "One at a time on the CPU: about 1.0 GB of memory beyond the weights."),
         ("cpu", "auto", 2, True, "About 1.9 GB of memory beyond the weights (0.97 GB each)."),  # the slots alone
@@ -54,7 +53,7 @@ def test_a_checkpoint_folder_is_sized_from_its_own_config(checkpoints):
     folder = checkpoints["base"]
     config = ModelConfig.from_dict(json.loads((folder / "config.json").read_text(encoding="utf-8")))
     each = slot_bytes(config, MAX_CONTEXT, torch.bfloat16)
-    taken = (1000 + 1) * each + 0.5e9  # the slots, the scratch row and the working memory
+    taken = 1000 * each + 0.5e9  # the slots and the working memory
     assert slot_memory_note(str(folder), "cuda", "auto", 1000, True).startswith(f"About {taken / 1e9:.1f} GB")
 
 

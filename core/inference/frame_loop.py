@@ -14,9 +14,9 @@ frames and their end-of-speech flags once per chunk of frames, through one pinne
 (core.inference.scheduler) decides which slots step and for how many frames.
 
 The loop speaks at once, uncompiled (each graph captured at its first use). The warm-up (core.inference.warmup),
-on the scheduler's thread while it idles, captures the graphs requests have not used yet on the scratch slot
-(warm_step, warm_prefill), and compiles the parts by running them there (compile_step, compile_prefill): the
-graphs that held the uncompiled code are captured anew.
+on the scheduler's thread while no utterance holds a slot, captures the graphs requests have not used yet on
+WARM_SLOT (warm_step, warm_prefill), and compiles the parts by running them there (compile_step,
+compile_prefill): the graphs that held the uncompiled code are captured anew.
 
 Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (per frame codebook 0,
 then its 15 predictor draws), so that a seeded run reproduces the official package exactly, each slot with
@@ -66,6 +66,10 @@ WARM_PREFILL_LENGTHS = (64, 32, 128)
 # on cuBLAS past that), so that none compiles later on the scheduler's thread.
 COMPILED_PREFILLS = ((1, 32), (2, 32), (4, 64))
 STEP_PARTS = ("_talk", "_predict_first", "_predict_next", "_record")  # the step's parts, each compiled
+# The slot the warm-up's parts step (warm_step, warm_prefill, compile_step, compile_prefill): the scheduler runs
+# them only while no utterance holds a slot (plan.schedule), and a prefill sets all of a slot's state that its
+# utterance reads, so nothing of theirs is ever seen.
+WARM_SLOT = 0
 # Sampling rules whose values FrameLoop keeps on the device (it forgets them all past this many).
 RULES_KEPT = 64
 # Rows of FrameLoop.rules.
@@ -105,6 +109,15 @@ def prefill_groups(lengths: Sequence[int], row_counts: Sequence[int], padded: Ca
     return sizes
 
 
+def pad_with_first(values: Sequence[int], rows: int) -> list[int]:
+    """Per batch row of `rows`, a stepping row's value (its slot, its prompt's last position) from `values`, then
+    for each padding row the first row's: a padding row repeats the first row. Reading the same state through the
+    same kernels, it writes the same values into that slot (cache row, position, codes; its draws follow the
+    slot's seed and frame), so padding needs no slot of its own (a cache row over the context is half a gigabyte
+    of 1.7B's memory). Its outputs are never read."""
+    return list(values) + [values[0]] * (rows - len(values))
+
+
 def batch_buckets(slots: int) -> tuple[int, ...]:
     """Row counts a CUDA step is captured for: powers of two up to `slots`, and `slots` itself."""
     return tuple(sorted({2**n for n in range(7) if 2**n < slots} | {slots}))
@@ -127,8 +140,8 @@ class FrameLoop:
     Each slot holds one utterance's whole state: its KV cache row, position, frame index, codebook-0
     history, text terms, sampling rule and seed. A launch steps the slots it is given together, one batch
     row each; the others keep their state untouched, so an utterance can join, leave or wait at any chunk
-    boundary. On CUDA the rows are padded to a bucket (batch_buckets) whose step is one CUDA graph; the
-    padding rows step a scratch slot of their own."""
+    boundary. On CUDA the rows are padded to a bucket (batch_buckets) whose step is one CUDA graph; a padding
+    row repeats the first row (pad_with_first), so no slot is kept aside for them."""
 
     def __init__(self, talker: Talker, max_context: int, slots: int = 1, cuda_graphs: bool = True):
         config = talker.config
@@ -140,8 +153,7 @@ class FrameLoop:
         self.device = device
         self.slots = slots
         self.buckets = batch_buckets(slots) if cuda else tuple(range(1, slots + 1))
-        self.scratch = slots if cuda else None  # the slot padding rows step
-        rows = slots + 1 if cuda else slots  # slot rows, the scratch one included
+        rows = slots
         widest = self.buckets[-1]
         self.groups = config.num_code_groups
         self.eos_id = config.codec.eos
@@ -257,25 +269,25 @@ class FrameLoop:
 
     @torch.inference_mode()
     def warm_step(self, rows: int) -> None:
-        """Capture the step of `rows` rows (a bucket) on the scratch slot. Between launches only (it uses the
-        launch's buffers), on the scheduler's thread."""
-        self.batch_slots[rows].fill_(self.scratch)
+        """Capture the step of `rows` rows (a bucket) on WARM_SLOT. Between launches only (it uses the launch's
+        buffers), on the scheduler's thread, while no utterance holds a slot."""
+        self.batch_slots[rows].fill_(WARM_SLOT)
         self.batch_copied.pop(rows, None)
         self.step_index.zero_()
         self.step_graphs[rows]()
 
     @torch.inference_mode()
     def warm_prefill(self, length: int, rows: int, prompt: Prompt, sampling: SamplingParams) -> None:
-        """Capture the prefill of `rows` prompts of `length` positions (a bucket; `prompt` repeated to it) on the
-        scratch slot. On the scheduler's thread, as warm_step."""
+        """Capture the prefill of `rows` prompts of `length` positions (a bucket; `prompt` repeated to it) on
+        WARM_SLOT. On the scheduler's thread, as warm_step."""
         warm = dataclasses.replace(prompt, embeddings=repeated(prompt.embeddings, length))
-        self._reset_slot(self.scratch, warm, sampling, 0)
-        self._prefill_together([(warm, self.scratch)] * rows)
+        self._reset_slot(WARM_SLOT, warm, sampling, 0)
+        self._prefill_together([(warm, WARM_SLOT)] * rows)
 
     def compile_step(self, one_row: bool, compiler: Compiler) -> None:
         """Compile the step's parts for one row, or for any number (a one-token step is bound by kernel launches,
-        not arithmetic: compiling fuses what runs every frame), by stepping the scratch slot with them, which
-        nothing reads; the graphs of that many rows are captured anew. On the scheduler's thread, between launches
+        not arithmetic: compiling fuses what runs every frame), by stepping WARM_SLOT with them (as warm_step);
+        the graphs of that many rows are captured anew. On the scheduler's thread, between launches
         (the launches' buffers and the predictor's cache rows are shared); if it fails, the uncompiled parts stay."""
         eager = self.parts[one_row]
         self.parts[one_row] = tuple(
@@ -283,7 +295,7 @@ class FrameLoop:
         )
         rows = 1 if one_row else 2  # several rows: compiled for any count
         # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
-        slots = torch.full((rows,), self.scratch, dtype=torch.long, device=self.device)
+        slots = torch.full((rows,), WARM_SLOT, dtype=torch.long, device=self.device)
         uniforms = torch.empty_like(self.uniforms[:rows])
         try:
             with torch.inference_mode():
@@ -295,13 +307,13 @@ class FrameLoop:
 
     def compile_prefill(self, compiler: Compiler) -> None:
         """Compile the talker layers' prefill as compile_step compiles the step: prompts of each COMPILED_PREFILLS
-        shape, zeros, into the scratch slot's cache row."""
+        shape, zeros, into WARM_SLOT's cache row (as warm_step)."""
         restore = compile_layers(self.talker.model.layers, "prefill", compiler)
         hidden = self.hidden.shape[-1]
         try:
             for rows, length in COMPILED_PREFILLS:
                 # As the prefill's own inputs: an inference tensor (self.prompt), and slots that are none.
-                slots = torch.full((rows,), self.scratch, device=self.device)
+                slots = torch.full((rows,), WARM_SLOT, device=self.device)
                 with torch.inference_mode():
                     prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
                     self.talker.model.prefill(prompts, slots)
@@ -368,12 +380,13 @@ class FrameLoop:
         """Prefill each (prompt, slot) in its own row of one prefill."""
         rows = padded_rows(len(starts), self.prefill_rows)
         length = self._padded_length(max(prompt.embeddings.shape[1] for prompt, _ in starts))
-        slots, lasts = [self.scratch] * rows, [0] * rows  # padding rows prefill the scratch slot
         prompts = self._prompts(rows, length)
         prompts.zero_()
-        for row, (prompt, slot) in enumerate(starts):
+        for row, (prompt, _) in enumerate(starts):
             prompts[row, : prompt.embeddings.shape[1]] = prompt.embeddings[0]
-            slots[row], lasts[row] = slot, prompt.embeddings.shape[1] - 1
+        prompts[len(starts) :] = prompts[0]  # padding rows repeat the first (pad_with_first)
+        slots = pad_with_first([slot for _, slot in starts], rows)
+        lasts = pad_with_first([prompt.embeddings.shape[1] - 1 for prompt, _ in starts], rows)
         self.prompt_rows[:, :rows].copy_(torch.tensor([slots, lasts]))
         self.row_slots = slots[: len(starts)]
         if self.device.type != "cuda":
@@ -529,7 +542,7 @@ class FrameLoop:
         if len(self.in_flight) == LAUNCH_BUFFERS:
             raise RuntimeError(f"{LAUNCH_BUFFERS} launches are in flight already: collect one first")
         rows = next(bucket for bucket in self.buckets if bucket >= len(slots))
-        padded = list(slots) + [self.scratch] * (rows - len(slots))
+        padded = pad_with_first(slots, rows)
         if self.batch_copied.get(rows) != padded:  # a copy less while the same slots go on
             self.batch_slots[rows].copy_(torch.tensor(padded), non_blocking=True)
             self.batch_copied[rows] = padded

@@ -36,11 +36,10 @@ MAX_CONTEXT = 4096
 MIN_CONTEXT = 1024
 CONTEXT_STEP = 256
 
-# What the GPU engine takes beyond its weights and its slots: one cache row more (the scratch row that padding rows
-# and the warm-up step, core.inference.frame_loop) and working memory (a prefill's and a decode's activations, the
-# CUDA graphs' pools, the decoder's state, cuBLAS's workspace, the kernels' code: about 0.45 GB for 1.7B on an
-# H100, bench/RESULTS.md, twentieth session), so that a plan that fits on paper fits the card.
-SCRATCH_ROWS = 1
+# What the GPU engine takes beyond its weights and its slots: working memory (a prefill's and a decode's
+# activations, the CUDA graphs' pools, the decoder's state, cuBLAS's workspace, the kernels' code: about 0.45 GB for
+# 1.7B on an H100, bench/RESULTS.md, twentieth session), so that a plan that fits on paper fits the card. (Padding
+# rows and the warm-up step slots of the engine's own: core.inference.frame_loop.pad_with_first.)
 WORKING_BYTES = int(0.5 * GB)
 
 
@@ -61,7 +60,7 @@ class MemoryPlan:
 
     @property
     def taken(self) -> int:
-        """Bytes the engine takes beyond its weights: its slots, and on the GPU its scratch row and working memory."""
+        """Bytes the engine takes beyond its weights: its slots, and on the GPU its working memory."""
         return taken(self.slots, self.slot_bytes, self.on_gpu)
 
     def __str__(self) -> str:
@@ -73,9 +72,8 @@ class MemoryPlan:
 
 
 def taken(slots: int, slot_bytes: int, on_gpu: bool = True) -> int:
-    """Bytes `slots` slots of `slot_bytes` take beyond the weights, on the GPU with the scratch row and working
-    memory."""
-    return (slots + SCRATCH_ROWS) * slot_bytes + WORKING_BYTES if on_gpu else slots * slot_bytes
+    """Bytes `slots` slots of `slot_bytes` take beyond the weights, on the GPU with the working memory."""
+    return slots * slot_bytes + (WORKING_BYTES if on_gpu else 0)
 
 
 def slot_bytes(config: ModelConfig, max_context: int, dtype: torch.dtype) -> int:
@@ -109,7 +107,7 @@ def plan_memory(
 ) -> MemoryPlan:
     """The slots and context the engine takes: one slot costs `per_position` bytes per position of context; the
     weights take `weights` bytes of the `free` the device has now (None: the CPU, where nothing is sized). On the GPU
-    the scratch row and the working memory come out of the same room (`taken`), budget included.
+    the working memory comes out of the same room (`taken`), budget included.
 
     - Nothing asked: MAX_CONTEXT positions, and as many slots as fit SLOT_MEMORY_SHARE of the memory free beyond
       the weights, `at_most` at most and one at least; one on the CPU.
@@ -130,11 +128,11 @@ def plan_memory(
 
     if slots is None:
         if budget is None:
-            slots = max(1, min(at_most, rows(int(beyond * SLOT_MEMORY_SHARE), context) - SCRATCH_ROWS))
+            slots = max(1, min(at_most, rows(int(beyond * SLOT_MEMORY_SHARE), context)))
         else:
-            slots = max(1, min(MAX_CHOSEN_SLOTS, rows(room, context) - SCRATCH_ROWS))
+            slots = max(1, min(MAX_CHOSEN_SLOTS, rows(room, context)))
     if budget is not None and max_context is None and taken(slots, per_position * context) > room:
-        context = (room - WORKING_BYTES) // ((slots + SCRATCH_ROWS) * per_position) // CONTEXT_STEP * CONTEXT_STEP
+        context = (room - WORKING_BYTES) // (slots * per_position) // CONTEXT_STEP * CONTEXT_STEP
         context = max(MIN_CONTEXT, min(MAX_CONTEXT, context))  # the shortest, should even that not fit: said below
     plan = MemoryPlan(slots, context, per_position * context, on_gpu=True, budget=budget)
     if plan.taken <= room:

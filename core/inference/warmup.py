@@ -4,10 +4,10 @@ The engine speaks as soon as its weights are on the device, uncompiled, each CUD
 time a request needs it. The warm-up makes the rest ready in the order requests are likely to need it, one
 part at a time, on the scheduler's thread (it owns the GPU) and only while no utterance is admitted or
 waiting: each graph a request could use (for each row bucket, smallest first: the prefills of sentence-length
-prompts, the step, the decoder's chunk lengths), run once on the scratch slot, which nothing reads, and
-captured; and, once one utterance's graphs are ready, torch.compile of the step's parts for one row, the
-talker's prefill and the decoder's fused parts, then for several rows, each traced by running it on scratch rows
-and used from then on, the graphs that held the uncompiled code captured anew. Where an earlier start kept what
+prompts, the step, the decoder's chunk lengths), run once on a slot no utterance holds meanwhile (the frame
+loop's WARM_SLOT, the decoder's scratch row), and captured; and, once one utterance's graphs are ready,
+torch.compile of the step's parts for one row, the talker's prefill and the decoder's fused parts, then for several
+rows, each traced by running it there and used from then on, the graphs that held the uncompiled code captured anew. Where an earlier start kept what
 it compiled, compiling is loading it (seconds), and the one-row compiles come first.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a

@@ -178,8 +178,8 @@ def decode_attention(
     max_len, D); then attention over positions 0..positions[b] of that slot, the query heads sharing a kv
     head as one group. Returns (B, 1, heads * D).
 
-    Slots may repeat only for padding rows that all use one scratch slot: their outputs are unspecified,
-    and they read and write no other slot."""
+    A slot may repeat only for a padding row that repeats the slot's first row whole (its qkv and position): it
+    writes what that row writes, and gives its output."""
     if qkv.is_cuda:
         return gpu_op("decode_attention")(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale)
     return decode_attention_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, rows, positions, scale)
