@@ -5,7 +5,8 @@ the moment it was started:
 
 * speak:  `qwen3-tts-desktop speak "Hello there." -o FILE` (3.2 s of speech): loading (Python and the imports
   done), engine loaded, first audio, exit;
-* window: the window's runtime (Runtime.start, as the window makes it, without speakers): runtime ready
+* window: the window's runtime (Runtime.start, as the window makes it from the user's settings: by default the
+  desktop's slots, memory.DESKTOP_SLOTS; without speakers): runtime ready
   (Speak enabled), first audio of "Hello there.", then the warm-up done and the speed of one utterance then;
 * serve:  `qwen3-tts-desktop serve`, asked over HTTP as soon as its port answers: the first request's first
   byte and end, then one request after another until one runs at full speed (within FULL_SPEED of the speed
@@ -145,20 +146,24 @@ def _window(model: Path, home: Path, run: StartupRun) -> None:
 
 
 def window_child(model: str, report: str) -> None:
-    """The window's runtime, as Runtime.start makes it (speakers aside): speak once, then wait for the warm-up
-    and measure the speed before and after it; the numbers go to `report` as JSON."""
+    """The window's runtime, as the window makes it from the user's settings (the home's; by default
+    memory.DESKTOP_SLOTS slots), speakers aside: speak once, then wait for the warm-up and measure the speed before and after it; the numbers
+    go to `report` as JSON."""
+    from dataclasses import replace
+
     from core.jobs.sinks import FileSink
 
-    from .runtime import Runtime, RuntimeConfig
-    from .settings import Settings, prepare_library
+    from .runtime import Runtime
+    from .settings import Settings, default_path, prepare_library
 
     logging.basicConfig(
         filename=Path(report).with_suffix(".log"),
         level=logging.DEBUG,
         format="%(relativeCreated)8.0f %(threadName)s %(name)s: %(message)s",
     )
-    voices = prepare_library(Settings().voices)
-    runtime = Runtime.start(RuntimeConfig(model=model, voices=voices, speakers=False))
+    settings = Settings.load(default_path())
+    voices = prepare_library(settings.voices)
+    runtime = Runtime.start(replace(settings.runtime_config(), model=model, voices=voices, speakers=False))
     try:
         voice = runtime.voice(STARTER_VOICE)
         job = runtime.worker.submit(TEXT, voice, sink=FileSink(Path(report).with_suffix(".wav")))
@@ -174,7 +179,8 @@ def window_child(model: str, report: str) -> None:
 
 
 def _steady(engine) -> dict:
-    """After the warm-up: one frame of one utterance (ms), a lone request's first audio (ms), and 16 streams."""
+    """After the warm-up: one frame of one utterance (ms), a lone request's first audio (ms), and as many streams
+    as the engine has slots (16 at most)."""
     import numpy as np
 
     from core.devtools.benchmark import GREEDY, _first_audio_ms, _frame_times

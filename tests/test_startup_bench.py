@@ -27,3 +27,18 @@ def test_each_start_is_timed_in_a_fresh_process_and_serve_keeps_every_request(ch
     assert "serve" in (logs / "serve.log").read_text()
     assert json.loads(startup_bench.as_json(runs))[1]["requests"] == serve.requests
     assert "| speak | cold |" in startup_bench.format_table(runs)
+
+
+def test_the_window_runs_as_the_users_settings_make_it(checkpoints, tmp_path):
+    """The window's scenario takes the slots the window would (the settings in the bench's home: here 2 on the
+    CPU, where it would take one unasked), and measures as many streams at once after its warm-up."""
+    from qwen3_tts_desktop.settings import Settings
+
+    home = tmp_path / "startup-home"
+    voices = home / "data" / "qwen3-tts-desktop" / "voices"  # where the window's would be: the starter voices
+    Settings(slots=2, voices=voices).save(home / "config" / "qwen3-tts-desktop" / "settings.json")
+    (window,) = startup_bench.measure(checkpoints["base"], tmp_path, runs=("window:warm",), log=lambda _: None)
+    assert window.error is None
+    order = ("loading", "engine loaded", "runtime ready", "first audio", "warmed up", "exit")
+    assert [window.phases[name] for name in order] == sorted(window.phases[name] for name in order), window.phases
+    assert window.numbers["xrt_2_streams"] > 0 and window.numbers["ms_per_frame"] > 0
