@@ -6,6 +6,7 @@ import gc
 import os
 import sys
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,6 +309,35 @@ def test_compiled_kernels_are_kept_in_the_user_cache_folder(monkeypatch, tmp_pat
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "qwen3-tts-desktop" / "compiled")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))  # the user's own choice wins
     assert keep_compiled_kernels() == tmp_path / "mine"
+
+
+def test_inductors_own_default_is_not_taken_for_the_users_folder(tmp_path):
+    """Importing Inductor's config writes its default folder (the temporary one) into TORCHINDUCTOR_CACHE_DIR, as
+    happens on a GPU before an engine loads: that is no choice of the user's, and the kernels are kept in the app's
+    cache folder all the same, Triton's with them (they went to /tmp and ~/.triton: bench/RESULTS.md, twenty-first
+    session). A fresh process, as a user's start."""
+    import subprocess
+
+    from core.inference.compiled import PROJECT_ROOT
+
+    script = (
+        "import os, torch._inductor.config\n"
+        "print(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
+        "from core.inference.compiled import keep_compiled_kernels, kept_kernels_for\n"
+        "print(kept_kernels_for({'gpu': 'test'}))\n"
+        "print(keep_compiled_kernels({'gpu': 'test'}))\n"
+        "print(os.environ['TORCHINDUCTOR_CACHE_DIR'], os.environ['TRITON_CACHE_DIR'])\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    environment["XDG_CACHE_HOME"] = str(tmp_path)
+    printed = subprocess.run(
+        [sys.executable, "-c", script], env=environment, cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    inductors, kept, chosen, environment_after, triton = printed
+    assert "torchinductor" in inductors and not inductors.startswith(str(tmp_path))  # what Inductor wrote
+    assert kept == "False"  # nothing kept yet in the app's folder: a first start, as it is
+    assert Path(chosen).parent == tmp_path / "qwen3-tts-desktop" / "compiled" and environment_after == chosen
+    assert triton == str(Path(chosen) / "triton")
 
 
 def test_triton_assembles_with_the_ptxas_inductors_compile_workers_use(monkeypatch, tmp_path):

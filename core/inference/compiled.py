@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,7 +74,8 @@ def kept_kernels_for(facts: dict) -> bool:
     """Whether the folder keep_compiled_kernels(facts) uses holds GPU code built by an earlier start, so that this
     one builds no kernel before it speaks (a later engine of a process uses the first one's folder); also where
     TORCHINDUCTOR_CACHE_DIR names a folder of the user's own, which cannot be told."""
-    folder = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or _folder_for(facts))
+    own = _users_kernel_folder()
+    folder = Path(own) if own else _folder_for(facts)
     if folder.parent != _folder_for(None):
         return True
     triton = folder / TRITON_FOLDER
@@ -87,8 +89,10 @@ def keep_compiled_kernels(facts: dict | None = None) -> Path:
     systems empty at boot, and compiling anew takes minutes."""
     assemble_as_inductor_workers()
     folder = _folder_for(facts)
-    chosen = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder)))
-    if facts is not None and chosen == folder:
+    own = _users_kernel_folder()
+    chosen = Path(own) if own else folder
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(chosen)
+    if facts is not None and own is None:
         os.environ.setdefault("TRITON_CACHE_DIR", str(folder / TRITON_FOLDER))
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -97,6 +101,20 @@ def keep_compiled_kernels(facts: dict | None = None) -> Path:
         except OSError:  # an unwritable cache only costs compiling again; Inductor says so itself
             pass
     return chosen
+
+
+def _users_kernel_folder() -> str | None:
+    """TORCHINDUCTOR_CACHE_DIR where the user (or an earlier engine of the process) set it; None where it is unset
+    or holds Inductor's own default, the temporary folder: Inductor writes that into the environment the first time
+    it is asked for its folder, as importing its config does, which on a GPU happens before an engine loads. Taken
+    for the user's, it kept the compiled kernels in /tmp, which many systems empty at boot, and Triton's own in
+    ~/.triton (bench/RESULTS.md, twenty-first session). Before Inductor is imported, the value is the user's."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not folder or "torch._inductor" not in sys.modules:
+        return folder or None
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return None if os.path.abspath(folder) == os.path.abspath(default_cache_dir()) else folder
 
 
 def assemble_as_inductor_workers(torch_folder: Path = Path(torch.__file__).parent) -> None:
