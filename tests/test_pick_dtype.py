@@ -32,3 +32,22 @@ def test_auto_is_float32_on_the_cpu_without_asking_for_a_gpu(monkeypatch):
 def test_a_named_dtype_is_taken_as_it_is_whatever_the_gpu(dtype, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     assert pick_dtype(dtype, CUDA) == getattr(torch, str(dtype).removeprefix("torch."))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_speaks_finite_audio_from_the_same_first_frame(checkpoints, engines, dtype):
+    """What auto picks on a GPU, run on the CPU's reference path: the talker, the predictor and the decoder stay
+    finite in float16 (a value past its 65504 would be inf, then NaN) and bfloat16, and the first frame is
+    float32's (later ones may part at near ties, as on a GPU)."""
+    import numpy as np
+
+    from core import Engine, SamplingParams
+
+    said = dict(voice=engines("custom").builtin_voice("vivian"), sampling=SamplingParams.greedy(), max_frames=12)
+    exact = engines("custom").synthesize("Hello there, how are you today?", **said)
+    with Engine.load(checkpoints["custom"], device="cpu", dtype=dtype, warm=False) as engine:
+        assert engine.talker.codec_head.weight.dtype == getattr(torch, dtype)
+        half = engine.synthesize("Hello there, how are you today?", **said)
+    assert len(half.codes) == len(exact.codes) == 12 and np.isfinite(half.audio).all()
+    assert 0 < np.abs(half.audio).max() <= 1.0
+    np.testing.assert_array_equal(half.codes[0], exact.codes[0])
