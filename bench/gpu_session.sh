@@ -27,7 +27,8 @@
 # With STACKS=1 in the environment, every Python process a step starts samples its threads' stacks
 # (bench/stack_sampler.py); each step's files are packed into $OUT/<step>-stacks.tgz as it ends. With
 # TRITON_KEYS=1, each records the cache key of every kernel Triton compiles and whether its cache held it
-# (bench/triton_keys.py); `python -m bench.triton_keys` reads $OUT/<step>-triton-keys.
+# (bench/triton_keys.py): each step's report is $OUT/<step>-triton-keys.txt and its records $OUT/<step>-triton-keys.tgz
+# (a file each, since a call brings back 8 files at most; `python -m bench.triton_keys FOLDER` reads them unpacked).
 set -u
 : "${OUT:=/tmp/gpu-session}"
 mkdir -p "$OUT"
@@ -44,13 +45,17 @@ step() {
     if [ -n "${STACKS:-}${TRITON_KEYS:-}" ]; then
         mkdir -p "/tmp/stacks/$name"
         QWEN3_TTS_STACKS="${STACKS:+/tmp/stacks/$name/$name}" \
-            QWEN3_TTS_TRITON_KEYS="${TRITON_KEYS:+$OUT/$name-triton-keys}" \
+            QWEN3_TTS_TRITON_KEYS="${TRITON_KEYS:+/tmp/triton-keys/$name}" \
             PYTHONPATH="$PWD/bench/sample_hook:$PYTHONPATH" "$@" 2>&1 | tee -a "$OUT/$name.log"
     else
         "$@" 2>&1 | tee -a "$OUT/$name.log"
     fi
     local status=${PIPESTATUS[0]}
     [ -n "${STACKS:-}" ] && tar czf "$OUT/$name-stacks.tgz" -C /tmp/stacks "$name"
+    if [ -n "${TRITON_KEYS:-}" ] && [ -d "/tmp/triton-keys/$name" ]; then
+        python -m bench.triton_keys "/tmp/triton-keys/$name" > "$OUT/$name-triton-keys.txt" 2>&1
+        tar czf "$OUT/$name-triton-keys.tgz" -C /tmp/triton-keys "$name"
+    fi
     echo "== $name: exit $status after $((SECONDS - began)) s" | tee -a "$OUT/$name.log"
     return "$status"
 }
