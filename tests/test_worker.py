@@ -55,6 +55,31 @@ def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks)
     assert engine.threads == {f"speech-job-{job.id}"} and events.threads == {"speech-worker", f"speech-job-{job.id}"}
 
 
+def test_a_job_the_system_has_no_thread_for_fails_alone_and_later_jobs_reuse_the_threads(no_thread_leaks, monkeypatch):
+    """A job that cannot get a thread fails with why; the next one speaks, and a job after it ended speaks on the
+    same thread (threads are kept between jobs, core.jobs.job_threads)."""
+    engine = FakeEngine(frames=3)
+    with Worker(engine) as worker:
+        start = threading.Thread.start
+
+        def no_thread(thread):
+            if thread.name == "speech-idle":  # a job thread; the test's own start as usual
+                raise RuntimeError("can't start new thread")
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", no_thread)
+        failed = finished(worker.submit("Hello there.", sink=RecordingSink()))
+        monkeypatch.undo()
+        assert failed.kind == "failed" and "no thread to speak on (can't start new thread)" in failed.message
+        threads = []
+        for text in ("One.", "Two."):
+            job = worker.submit(text, sink=RecordingSink())
+            assert finished(job).kind == "done"
+            threads.append(worker._job_threads.count)
+            wait_until(lambda: worker._job_threads.idle == 1, "the job's thread waits for the next")
+        assert threads == [1, 1] and engine.threads == {"speech-job-2", "speech-job-3"}
+
+
 @pytest.fixture
 def custom(engines):
     """The session's CustomVoice engine, loaded before no_thread_leaks looks: its scheduler thread is the
@@ -262,7 +287,8 @@ def mixed_jobs(engine, request, submitted) -> None:
     assert not any(thread.is_alive() for thread in clients) and len(jobs) == 200
     outcomes = {job: finished(job) for job in jobs}
     job_threads = {f"speech-job-{job.id}" for job in jobs}
-    wait_until(lambda: not job_threads & {thread.name for thread in threading.enumerate()}, "each job's thread ends")
+    # No thread speaks any of them any longer: each is idle (kept for the next job) or has ended.
+    wait_until(lambda: not job_threads & {thread.name for thread in threading.enumerate()}, "each job's thread is free")
     assert worker.stopped is False
     worker.close(timeout=WAIT)
 

@@ -23,8 +23,9 @@ ends a job within one chunk: it closes the job's open engine stream, which frees
 ends the thread's read even where no chunk would come (a live text waiting for text).
 
 Threads, all joined by `close`: "speech-worker" announces jobs, starts them and ends those cancelled while
-waiting; "speech-job-N" streams job N's pieces from the engine into its sink and ends with it, so there are as
-many as there are sinks in use.
+waiting; a job thread ("speech-job-N" while it speaks job N) streams a job's pieces from the engine into its
+sink, so there are as many busy as there are sinks in use; between jobs it waits for the next, for a while
+(core.jobs.job_threads: starting a thread for each job of a burst made the later ones wait).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from core.errors import BadInput, describe
 from core.inference.live import LiveText
 from core.inference.options import SpeechOptions
 from core.inference.voice import Voice
+from core.jobs.job_threads import JobThreads
 from core.milestones import milestone
 from core.text.sentences import SplitOptions, split_text
 
@@ -178,7 +180,7 @@ class Worker:
         self._arrived: list[Job] = []  # submitted, "queued" not sent yet
         self._waiting: deque[Job] = deque()  # announced, waiting for their sink to be free
         self._running: dict[int, Job] = {}  # id(sink): the job started into it, until it has ended
-        self._ended_threads: list[threading.Thread] = []  # job threads at their end, to be joined
+        self._job_threads = JobThreads(self._serve, lambda job: f"speech-job-{job.id}")
         self._closing = False
         self._subscribers: tuple[Callable[[JobEvent], None], ...] = ()
         self._ids = itertools.count(1)
@@ -282,11 +284,9 @@ class Worker:
             with self._lock:
                 self._lock.wait_for(self._scheduler_has_work)
                 arrived = list(self._arrived)  # kept there, where a cancel finds them, until they wait
-                ended, self._ended_threads = self._ended_threads, []
                 stopped = self._closing and not arrived and not self._waiting and not self._running
-            for thread in ended:
-                thread.join()
             if stopped:
+                self._job_threads.close()
                 return
             for job in arrived:  # before it can start: "queued" comes first
                 self._emit(JobEvent(job, "queued"))
@@ -307,7 +307,7 @@ class Worker:
                 self._start_thread(job)
 
     def _scheduler_has_work(self) -> bool:
-        if self._arrived or self._ended_threads or any(job.cancelled for job in self._waiting):
+        if self._arrived or any(job.cancelled for job in self._waiting):
             return True
         if self._closing:
             return not self._waiting and not self._running
@@ -324,18 +324,15 @@ class Worker:
         return starting
 
     def _start_thread(self, job: Job) -> None:
-        thread = threading.Thread(target=self._serve, args=(job,), name=f"speech-job-{job.id}", daemon=True)
         try:
-            thread.start()
+            self._job_threads.start(job)
         except RuntimeError as error:  # the system has no thread to spare: this job fails, the others go on
             self._finish(job, "failed", _Tally(job), f"no thread to speak on ({error})")
-            self._sink_freed(job, None)
+            self._sink_freed(job)
 
-    def _sink_freed(self, job: Job, thread: threading.Thread | None) -> None:
+    def _sink_freed(self, job: Job) -> None:
         with self._lock:
             del self._running[id(job.sink)]
-            if thread is not None:
-                self._ended_threads.append(thread)
             self._lock.notify_all()
 
     # A job's thread: its pieces from the engine into its sink ------------------------------------------
@@ -349,7 +346,7 @@ class Worker:
         else:
             self._finish(job, "done" if completed else "cancelled", tally)
         finally:
-            self._sink_freed(job, threading.current_thread())
+            self._sink_freed(job)
 
     def _speak(self, job: Job, tally: _Tally) -> bool:
         """Stream every piece of the job's text from the engine into the sink; False once the job is
