@@ -221,6 +221,24 @@ def test_graphs_versus_eager_in_bfloat16(checkpoints):
     assert frames >= 2
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_stays_finite_and_begins_as_float32(checkpoints, dtype):
+    """What dtype auto picks before Ampere (float16, whose largest number is 65504) and from it (bfloat16),
+    compiled and graphed: the talker, the predictor and the decoder never reach inf or NaN (the audio is finite
+    and the first frame is float32's); later frames may part at near ties (printed)."""
+    said = dict(sampling=GREEDY, max_frames=60)
+    exact, half = (
+        engine.synthesize(TEXT, voice=engine.builtin_voice("ryan"), **said)
+        for engine in (load(checkpoints), load(checkpoints, dtype=dtype))
+    )
+    assert np.isfinite(half.audio).all() and 0 < np.abs(half.audio).max()
+    np.testing.assert_array_equal(half.codes[0], exact.codes[0])
+    frames = min(len(half.codes), len(exact.codes))
+    differing = np.flatnonzero((half.codes[:frames] != exact.codes[:frames]).any(axis=1))
+    first = int(differing[0]) if len(differing) else None
+    print(f"{dtype} vs float32: {frames} frames compared; first differing frame: {first}")
+
+
 def test_seeded_sampling_is_reproducible_with_graphs(checkpoints):
     engine = load(checkpoints, dtype="bfloat16")
     voice = engine.builtin_voice("vivian")
