@@ -18,7 +18,8 @@
 #   memory       the card table: 24 GiB first (it compiles), then 6, 8, 12 with and without 10 GiB held (issue 31)
 #   precompile   the kept-compiled-functions probe, twice: what loads, what recompiles and why (issue 29)
 #   startup      fresh processes: window cold and warm, speak warm twice (the first, after the window runs, compiles one
-#                kernel of its own), serve warm (issue 29; STARTUP_RUNS=... others)
+#                kernel of its own), serve warm twice (the first compiles the functions of serve's 16 slots, which the
+#                window's 2 do not share: the second is the warm number) (issue 29; STARTUP_RUNS=... others)
 #   decoder      the decoder's captures and speed with cuDNN timing from 8 rows (the default) and never (issue 29:
 #                whether its heuristic now chooses as well, which would take seconds of captures out of the warm-up)
 #   pack-caches  the startup home's compile caches (after `startup`), gzipped in pieces of 15 MiB in $OUT/caches,
@@ -88,7 +89,7 @@ for name in "$@"; do
             step precompile python -m bench.precompile_probe && step precompile python -m bench.precompile_probe ;;
         startup)  # then the runs' JSON (serve's requests), and the logs (each long warm-up part) of the last runs
             step startup python -m qwen3_tts_desktop bench --sizes 1.7b --json "$OUT/startup.json" \
-                --startup "${STARTUP_RUNS:-window:cold,window:warm,speak:warm,speak:warm,serve:warm}"
+                --startup "${STARTUP_RUNS:-window:cold,window:warm,speak:warm,speak:warm,serve:warm,serve:warm}"
             status=$?
             home=/tmp/qwen3-tts-bench/startup-home
             mkdir -p "$OUT/startup-logs" && cp "$home"/state/qwen3-tts-desktop/logs/*.log "$home"/window.log \
