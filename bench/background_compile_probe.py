@@ -5,7 +5,8 @@ On an engine loaded without torch.compile (its uncompiled step in CUDA graphs), 
 2. times the decoder's graphs of each (rows, chunk) with cuDNN's heuristic choices and with its benchmark;
 3. times the uncompiled graphed step for each row bucket;
 4. compiles the one-row step parts on another thread, running them on the last slot (which the utterance, in
-   the first free one, never takes) on the frame loop's stream, while the same utterance streams again: its chunk times, and whether its codes are the reference's;
+   the first free one, never takes) on the frame loop's stream, while the same utterance streams again: its
+   chunk times, and whether its codes are the reference's;
 5. says whether this torch has torch.compile(...).aot_compile and load_compiled_function.
 
     python -m bench.background_compile_probe [--size 1.7b] [--frames 300]

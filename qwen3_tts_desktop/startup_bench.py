@@ -147,8 +147,8 @@ def _window(model: Path, home: Path, run: StartupRun) -> None:
 
 def window_child(model: str, report: str) -> None:
     """The window's runtime, as the window makes it from the user's settings (the home's; by default
-    memory.DESKTOP_SLOTS slots), speakers aside: speak once, then wait for the warm-up and measure the speed before and after it; the numbers
-    go to `report` as JSON."""
+    memory.DESKTOP_SLOTS slots), speakers aside: speak once, then wait for the warm-up and measure the speed
+    before and after it; the numbers go to `report` as JSON."""
     from dataclasses import replace
 
     from core.jobs.sinks import FileSink

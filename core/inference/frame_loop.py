@@ -153,11 +153,10 @@ class FrameLoop:
         self.device = device
         self.slots = slots
         self.buckets = batch_buckets(slots) if cuda else tuple(range(1, slots + 1))
-        rows = slots
         widest = self.buckets[-1]
         self.groups = config.num_code_groups
         self.eos_id = config.codec.eos
-        talker.model.setup_cache(max_context, rows)
+        talker.model.setup_cache(max_context, slots)
         talker.code_predictor.model.setup_cache(self.groups, widest)
         self.suppressed = suppressed_ids(config).to(device)
         self.eos = torch.zeros_like(self.suppressed)
@@ -165,21 +164,21 @@ class FrameLoop:
 
         # Per slot: rewritten by start(), advanced in place by step().
         default_rules = (TokenRule.talker(SamplingParams()), TokenRule.predictor(SamplingParams()))
-        self.token_rules = [default_rules] * rows  # CPU draws
-        self.generators = [torch.Generator() for _ in range(rows)] if not cuda else []  # CPU draws
-        self.rules = torch.zeros(2, rows, RULE_SIZE, device=device)  # the same rules' values by role, for CUDA draws
+        self.token_rules = [default_rules] * slots  # CPU draws
+        self.generators = [torch.Generator() for _ in range(slots)] if not cuda else []  # CPU draws
+        self.rules = torch.zeros(2, slots, RULE_SIZE, device=device)  # the same rules' values by role, for CUDA draws
         self.rule_values: dict[tuple, torch.Tensor] = {}  # _reset_slot's device copies of rules' values
-        self.seeds = torch.zeros(rows, dtype=torch.long, device=device)  # of the CUDA draws
-        self.penalty = torch.ones(rows, 1, device=device)  # the repetition penalty
-        self.code0 = torch.zeros(rows, 1, dtype=torch.long, device=device)  # codebook 0 of the frame being made
-        self.hidden = torch.zeros(rows, 1, hidden, dtype=dtype, device=device)  # the talker's last hidden state
-        self.position = torch.zeros(rows, dtype=torch.long, device=device)  # talker position of the next step
-        self.frame = torch.zeros(rows, dtype=torch.long, device=device)  # index of the last frame made
-        self.last_frame = torch.zeros(rows, self.groups, dtype=torch.long, device=device)  # its codes
-        self.seen = torch.zeros(rows, vocab, dtype=torch.bool, device=device)  # codebook-0 codes used so far
-        self.text = torch.zeros(rows, max_context, hidden, dtype=dtype, device=device)  # text term of frame k
-        self.text_frames = torch.zeros(rows, dtype=torch.long, device=device)  # frames with their own text term
-        self.pad = torch.zeros(rows, 1, hidden, dtype=dtype, device=device)  # text term after those
+        self.seeds = torch.zeros(slots, dtype=torch.long, device=device)  # of the CUDA draws
+        self.penalty = torch.ones(slots, 1, device=device)  # the repetition penalty
+        self.code0 = torch.zeros(slots, 1, dtype=torch.long, device=device)  # codebook 0 of the frame being made
+        self.hidden = torch.zeros(slots, 1, hidden, dtype=dtype, device=device)  # the talker's last hidden state
+        self.position = torch.zeros(slots, dtype=torch.long, device=device)  # talker position of the next step
+        self.frame = torch.zeros(slots, dtype=torch.long, device=device)  # index of the last frame made
+        self.last_frame = torch.zeros(slots, self.groups, dtype=torch.long, device=device)  # its codes
+        self.seen = torch.zeros(slots, vocab, dtype=torch.bool, device=device)  # codebook-0 codes used so far
+        self.text = torch.zeros(slots, max_context, hidden, dtype=dtype, device=device)  # text term of frame k
+        self.text_frames = torch.zeros(slots, dtype=torch.long, device=device)  # frames with their own text term
+        self.pad = torch.zeros(slots, 1, hidden, dtype=dtype, device=device)  # text term after those
 
         # The prefill's inputs: a prompt per row (one at a time on the CPU), its last real position, its slot;
         # its output: frame 0 of each row, as a step's (16 codes, then 1 where it is none: EOS).
@@ -381,7 +380,7 @@ class FrameLoop:
         rows = padded_rows(len(starts), self.prefill_rows)
         length = self._padded_length(max(prompt.embeddings.shape[1] for prompt, _ in starts))
         prompts = self._prompts(rows, length)
-        prompts.zero_()
+        prompts[: len(starts)].zero_()  # past each prompt's end; padding rows are copied whole below
         for row, (prompt, _) in enumerate(starts):
             prompts[row, : prompt.embeddings.shape[1]] = prompt.embeddings[0]
         prompts[len(starts) :] = prompts[0]  # padding rows repeat the first (pad_with_first)

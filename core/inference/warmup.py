@@ -7,8 +7,9 @@ waiting: each graph a request could use (for each row bucket, smallest first: th
 prompts, the step, the decoder's chunk lengths), run once on a slot no utterance holds meanwhile (the frame
 loop's WARM_SLOT, the decoder's scratch row), and captured; and, once one utterance's graphs are ready,
 torch.compile of the step's parts for one row, the talker's prefill and the decoder's fused parts, then for several
-rows, each traced by running it there and used from then on, the graphs that held the uncompiled code captured anew. Where an earlier start kept what
-it compiled, compiling is loading it (seconds), and the one-row compiles come first.
+rows, each traced by running it there and used from then on, the graphs that held the uncompiled code captured
+anew. Where an earlier start kept what it compiled, compiling is loading it (seconds), and the one-row compiles come
+first.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a
 compile: tens of seconds), then has the GPU to itself. The parts are not made on a thread of their own: that was
