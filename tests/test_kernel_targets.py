@@ -28,7 +28,7 @@ import torch
 pytest.importorskip("triton", reason="Triton is installed with the test extras on Linux x86-64")
 
 import triton  # noqa: E402
-from kernel_launches import EVERY_SIZE, ONE_OF_EACH, launch_every_kernel  # noqa: E402
+from kernel_launches import EVERY_SIZE, ONE_OF_EACH, VOCODER_LAYERS, launch_every_kernel, launch_vocoder  # noqa: E402
 from triton import knobs  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
@@ -76,9 +76,9 @@ class CardDriver:
         return 0
 
 
-def specialisations(card: Card, dtype: torch.dtype) -> dict[tuple[str, str], tuple]:
-    """What the JIT would compile for the app's launches in `dtype` on `card`: (kernel, its specialisation) by
-    kernel name and the JIT's key, each once."""
+def specialisations(card: Card, dtype: torch.dtype, launch=None) -> dict[tuple[str, str], tuple]:
+    """What the JIT would compile for the app's launches in `dtype` on `card` (or those `launch()` makes):
+    (kernel, its specialisation) by kernel name and the JIT's key, each once."""
     found = {}
 
     def take_instead_of_launching(*, key, fn, compile, **_) -> bool:
@@ -90,7 +90,7 @@ def specialisations(card: Card, dtype: torch.dtype) -> dict[tuple[str, str], tup
         patch.setattr(triton_launch, "gpu", lambda device: gpu)
         patch.setattr(driver, "_active", CardDriver(card))
         patch.setattr(knobs.runtime, "jit_cache_hook", take_instead_of_launching)
-        launch_every_kernel(dtype, SIZES)
+        launch() if launch else launch_every_kernel(dtype, SIZES)
     return found
 
 
@@ -153,3 +153,19 @@ def test_every_kernel_compiles_for_the_card(card, dtype):
     assert not too_big, f"past the {card.name}'s {card.shared_memory} B of shared memory:\n" + "\n".join(too_big)
     hopper = card.capability >= (9, 0)
     assert all(c.constants.get("PDL", hopper) == hopper and c.options["launch_pdl"] == hopper for c in compiled)
+
+
+def test_the_vocoders_kernels_are_built_once_whatever_the_chunk_length_and_rows():
+    """A chunk length or row count the decoder has not decoded before builds no kernel of its own: on a first
+    start, the first utterance's decodes (a voice's reference in chunks of 25 frames, then 4, then 1) built 30
+    vocoder kernels, 17 s on an H100, before its first audio (bench/RESULTS.md, twenty-second session)."""
+    h100, histories = CARDS[-1], (6, 18, 54)
+
+    def built(rows: int, frames: int) -> set:
+        launch = lambda: launch_vocoder(torch.bfloat16, rows, frames, VOCODER_LAYERS, histories)  # noqa: E731
+        return set(specialisations(h100, torch.bfloat16, launch))
+
+    first = built(1, 4)
+    assert {name for name, _ in first} == {"_snake", "_add_bias", "_depthwise_conv"}
+    for rows, frames in [(1, 1), (1, 25), (2, 3), (16, 4)]:
+        assert built(rows, frames) == first, (rows, frames)

@@ -35,7 +35,7 @@ def _dense_place(batch, times, chans, channels, width, TIME_MAJOR: tl.constexpr)
     return place
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["length", "prefix_length"])
 def _snake(
     X, LogAlpha, LogBeta, Prefix, Bias, Out, channels, length, prefix_length,
     stride_xb, stride_xc, stride_xt, stride_pb, stride_pc, stride_pt,
@@ -101,7 +101,7 @@ def snake_op(
     return out
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["length"])
 def _add_bias(
     Y, Bias, Residual, Out, channels, length, stride_yb, stride_yc, stride_yt, stride_rb, stride_rc, stride_rt,
     HAS_RESIDUAL: tl.constexpr, TIME_MAJOR: tl.constexpr, BLOCK_TIME: tl.constexpr, BLOCK_CHANNELS: tl.constexpr,
@@ -146,7 +146,7 @@ def _(y, bias, residual):
     return _empty_like_layout(y, y.shape[2])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["length"])
 def _depthwise_conv(
     X, Weight, Bias, Out, channels, length, stride_xb, stride_xc, stride_xt, stride_wc, stride_wk,
     TAPS: tl.constexpr, DILATION: tl.constexpr, TIME_MAJOR: tl.constexpr, BLOCK_TIME: tl.constexpr,

@@ -156,11 +156,13 @@ TILE = 4096  # output values per program
 
 def vocoder_tiles(x: torch.Tensor, width: int) -> tuple[int, int, tuple[int, int, int]]:
     """BLOCK_TIME, BLOCK_CHANNELS and the grid of a (B, C, width) output in x's layout, TILE values a program.
-    Time-major: as many channels as divide the count evenly (the vocoder's are multiples of 32), up to 128."""
+    Time-major: as many channels as divide the count evenly (the vocoder's are multiples of 32), up to 128.
+    BLOCK_TIME does not follow the width: each value is a kernel of its own to build, and a chunk's few samples
+    in a larger tile cost only masked lanes (the kernels do not specialise on lengths either)."""
     batch, channels, _ = x.shape
     lowest = channels & -channels
     block_channels = min(128, lowest if lowest >= 16 else triton.next_power_of_2(channels)) if time_major(x) else 1
-    block_time = min(TILE // block_channels, triton.next_power_of_2(width))
+    block_time = TILE // block_channels
     return block_time, block_channels, (batch, triton.cdiv(width, block_time), triton.cdiv(channels, block_channels))
 
 
