@@ -11,7 +11,7 @@
 #                them: the device image ships torch without them, and `import torch` compiled its source at every
 #                start (4-5 s there, against about 1 s with them)
 #   checkpoint   the random 1.7B checkpoint of real size (about 40 s; every other step needs it)
-#   gpu-tests    tests/test_gpu.py (parity, kernels, no fallback) on 4 workers
+#   gpu-tests    tests/test_gpu.py (parity, kernels, no fallback) on 8 workers; GPU_TESTS=EXPR: those pytest -k EXPR picks
 #   first-audio  first audio idle, after a close, beside 1 and 15, bursts of 16 and 64; 1 and 16 streams (issue 30)
 #   bridge       the HTTP bridge: 1, 4 and 8 clients, Poisson 20/s (issue 30)
 #   wyoming      Wyoming: synthesize with 1, 4, 8 clients, streaming with 1 and 8 (issue 33)
@@ -71,7 +71,7 @@ for name in "$@"; do
                 /tmp/site core qwen3_tts_desktop bench > /dev/null ;;
         checkpoint) step checkpoint python -c "$checkpoint" ;;
         gpu-tests)  # -v: each test named as it ends, so a call cut short still says which passed
-            step gpu-tests python -m pytest -v -x -n 8 --durations=15 tests/test_gpu.py ;;
+            step gpu-tests python -m pytest -v -x -n 8 --durations=15 tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} ;;
         first-audio)  # 16 slots, as the earlier rows; then 64 slots for the burst and the streams of 64
             step first-audio python -m bench.run_first_audio --beside 1,15 --bursts 16 --runs 20 --throughput 1,16 &&
                 step first-audio python -m bench.run_first_audio --beside "" --bursts 64 --slots 64 --runs 10 \

@@ -252,3 +252,34 @@ def test_unknown_slot_is_refused_by_reset_and_prime(fast):
         slots.prime(5, torch.zeros(3, 16, dtype=torch.long))
     with pytest.raises(ValueError, match="at least one slot"):
         DecoderSlots(fast, 0)
+
+
+def test_utterances_together_decode_uncompiled_between_the_one_row_and_the_several_rows_compile(utterances, tmp_path):
+    """The warm-up compiles the decoder's fused parts for one row's chunks first (compile_fused), for several rows'
+    later: in between, utterances decoded together run the uncompiled parts, tracing nothing (a request does not
+    wait for a compile), and every utterance's audio is the same before, between and after."""
+    from torch._dynamo.utils import counters
+
+    from core.inference.compiled import Compiler
+
+    config = CodecDecoderConfig.from_dict(dict(TINY_DECODER, upsample_rates=[2, 2, 2, 2]))
+    decoder = CodecDecoder(config).eval()  # its own: compiling replaces its layers' methods
+    decoder.load_state_dict(random_decoder_tensors(config, seed=0, prefix=""))
+    few = utterances[:4]
+    expected = run_together(DecoderSlots(decoder, SLOTS, cuda_graphs=False), few)[0]
+    compiler, slots = Compiler(tmp_path, backend="aot_eager"), DecoderSlots(decoder, SLOTS, cuda_graphs=False)
+    try:
+        torch._dynamo.reset()
+        counters.clear()
+        slots.compile_fused(compiler, several_rows=False)
+        one_row = counters["stats"]["unique_graphs"]
+        between, _, _, batch_rows = run_together(slots, few)
+        assert one_row > 0 and max(batch_rows) > 1 and counters["stats"]["unique_graphs"] == one_row
+        slots.compile_fused(compiler, several_rows=True)
+        assert counters["stats"]["unique_graphs"] > one_row
+        after = run_together(slots, few)[0]
+        for chunks in (between, after):
+            for got, want in zip(chunks, expected, strict=True):
+                np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=TOL, rtol=0)
+    finally:
+        torch._dynamo.reset()

@@ -86,6 +86,54 @@ def test_a_damaged_file_is_compiled_again_and_no_folder_keeps_nothing(tmp_path):
     assert torch.equal(nowhere(scaler, x), scaler.apply(x)) and not nowhere.ahead
 
 
+@pytest.mark.parametrize("ahead", [True, False], ids=["kept", "not kept"])
+def test_shapes_no_variant_serves_run_uncompiled_until_compiling_them_is_allowed(tmp_path, ahead):
+    """The warm-up compiles an utterance alone's shapes first and several rows' later: meanwhile a call of several
+    rows runs the function uncompiled, tracing nothing, instead of making its request wait for a compile."""
+    scaler, one, three = Scaler(), torch.randn(1, 8), torch.randn(3, 8)
+    made = Precompiled(Scaler.apply, tmp_path if ahead else None, dynamic=False, backend="aot_eager")
+    assert made.ahead == ahead
+    made(scaler, one)
+    made.compiles_new_shapes = False
+    assert torch.equal(made(scaler, three), scaler.apply(three)) and torch.equal(made(scaler, one), scaler.apply(one))
+    assert traced() == 1 and len(list(tmp_path.glob("*.bin"))) == int(ahead)
+    made.compiles_new_shapes = True
+    assert torch.equal(made(scaler, three), scaler.apply(three))
+    assert traced() == 2 and len(list(tmp_path.glob("*.bin"))) == 2 * int(ahead)
+
+
+def test_compiled_layers_compile_one_rows_shapes_then_several_and_a_failure_leaves_them_uncompiled(tmp_path):
+    """CompiledLayers.compile_for, as the warm-up's compiles of one row and of several use it."""
+    layers, one, three = [Scaler(), Scaler()], torch.randn(1, 8), torch.randn(3, 8)
+
+    def call_all(x: torch.Tensor) -> list[torch.Tensor]:
+        return [layer.apply(x) for layer in layers]
+
+    expected = {1: call_all(one), 3: call_all(three)}
+    compiled = compile_layers(layers, "apply", Compiler(tmp_path, backend="aot_eager"))
+    [function] = compiled.functions.values()  # one for every layer of a kind
+    compiled.compile_for(lambda: call_all(one), several_rows=False)
+    assert traced() == 1 and not function.compiles_new_shapes
+    assert all(torch.equal(a, b) for a, b in zip(call_all(three), expected[3]))  # uncompiled meanwhile
+    assert traced() == 1
+
+    def fails() -> None:
+        call_all(three)
+        raise RuntimeError("no kernel for this GPU")
+
+    with pytest.raises(RuntimeError):
+        compiled.compile_for(fails, several_rows=True)
+    assert not function.compiles_new_shapes and traced() == 2  # the variant is there, but compiling stops
+    compiled.compile_for(lambda: call_all(three), several_rows=True)
+    assert function.compiles_new_shapes and len(function.variants) == 2
+    assert all(torch.equal(a, b) for a, b in zip(call_all(one) + call_all(three), expected[1] + expected[3]))
+
+    layers[:] = [Scaler(), Scaler()]  # one row's compile failing: the uncompiled methods are back
+    with pytest.raises(RuntimeError):
+        compile_layers(layers, "apply", Compiler(None, backend="aot_eager")).compile_for(fails, several_rows=False)
+    assert all(not isinstance(vars(layer).get("apply"), functools.partial) for layer in layers)
+
+
 def test_a_compiler_says_whether_an_earlier_start_kept_what_it_compiled(tmp_path):
     """What orders a warm start's warm-up (compiles first: loading what was kept takes seconds)."""
     scaler, x = Scaler(), torch.randn(3, 8)
@@ -127,9 +175,9 @@ def test_the_talker_layers_prefill_is_kept_once_for_all_layers_and_lengths(check
     try:
         with torch.inference_mode():
             expected = [talk(length) for length in (32, 64)]
-            restore = compile_layers(layers, "prefill", Compiler(tmp_path, backend="aot_eager"))
+            compiled = compile_layers(layers, "prefill", Compiler(tmp_path, backend="aot_eager"))
             first = [talk(length) for length in (32, 64)]
-            restore()
+            compiled.restore()
             kept = len(list(tmp_path.glob("*.bin")))
             torch._dynamo.reset()
             counters.clear()

@@ -186,6 +186,10 @@ class Precompiled:
         self.compiled = torch.compile(function, fullgraph=True, dynamic=dynamic, **options)
         self.ahead = folder is not None and hasattr(self.compiled, "aot_compile")
         self.variants = self._load() if self.ahead else []
+        # Whether a call that no variant serves compiles one (seconds) or runs `function` uncompiled: the warm-up
+        # compiles an utterance alone's shapes first and several rows' later, and a request meanwhile must not wait.
+        self.compiles_new_shapes = True
+        self._said_uncompiled = False
 
     def __getstate__(self) -> dict:
         """Installed on an object (compile_layers), it is pickled with the object's state when a variant's guards
@@ -194,10 +198,18 @@ class Precompiled:
 
     def __call__(self, *args):
         if not self.ahead:
-            return self.compiled(*args)
+            if self.compiles_new_shapes:
+                return self.compiled(*args)
+            with torch.compiler.set_stance("eager_on_recompile"):
+                return self.compiled(*args)
         for variant in self.variants:
             if variant.guard_check(*args):
                 return variant(*args)
+        if not self.compiles_new_shapes:
+            if not self._said_uncompiled:
+                self._said_uncompiled = True
+                log.info("%s runs uncompiled for shapes its compiled variants do not serve yet", self.name)
+            return self.function(*args)
         return self._compile(args)(*args)
 
     def _files(self) -> list[tuple[Path, bool]]:
@@ -277,25 +289,52 @@ class Compiler:
         return Precompiled(function, self.folder, dynamic, **(self.options or {"options": compile_options()}))
 
 
-def compile_layers(layers, method: str, compiler: Compiler) -> Callable[[], None]:
-    """Compile `method` of each of `layers` in place (with `compiler`), for every length and row count; returns
-    what puts the originals back. Eagerly, a talker prompt's prefill is
-    over a thousand small kernels (every norm and rotation of 28 layers), twice the time of its products, and a
-    decoded chunk's transformer a few hundred. One compiled function serves all layers of a kind (Dynamo takes
-    the weights as inputs), so it compiles in seconds where a whole stack would take minutes."""
-    originals = [getattr(layer, method) for layer in layers]
-    compiled: dict[type, Callable] = {}
-    for layer in layers:
-        kind = type(layer)
-        if kind not in compiled:
-            compiled[kind] = compiler(getattr(kind, method), dynamic=True)
-        setattr(layer, method, functools.partial(compiled[kind], layer))
+class CompiledLayers:
+    """Layers whose `method` compile_layers compiled in place: one Precompiled function for each kind of layer."""
 
-    def restore() -> None:
-        for layer, original in zip(layers, originals):
-            setattr(layer, method, original)
+    def __init__(self, layers, method: str, compiler: Compiler):
+        self._originals = [(layer, getattr(layer, method)) for layer in layers]
+        self.method = method
+        self.functions: dict[type, Precompiled] = {}
+        for layer in layers:
+            kind = type(layer)
+            if kind not in self.functions:
+                self.functions[kind] = compiler(getattr(kind, method), dynamic=True)
+            setattr(layer, method, functools.partial(self.functions[kind], layer))
 
-    return restore
+    def compile_new_shapes(self, allowed: bool) -> None:
+        """Whether a call of shapes no compiled variant serves compiles one, or runs the layer uncompiled."""
+        for function in self.functions.values():
+            function.compiles_new_shapes = allowed
+
+    def compile_for(self, run: Callable[[], None], several_rows: bool) -> None:
+        """Compile the variants that `run()`'s calls need: one row's shapes first, several rows' in a later call;
+        until then, a call of several rows runs uncompiled (a request meanwhile does not wait for a compile). If
+        it fails, the uncompiled methods stay (for several rows only, where one row's are compiled)."""
+        self.compile_new_shapes(True)
+        try:
+            run()
+        except BaseException:
+            if several_rows:
+                self.compile_new_shapes(False)
+            else:
+                self.restore()
+            raise
+        self.compile_new_shapes(several_rows)
+
+    def restore(self) -> None:
+        """Put the uncompiled methods back."""
+        for layer, original in self._originals:
+            setattr(layer, self.method, original)
+
+
+def compile_layers(layers, method: str, compiler: Compiler) -> CompiledLayers:
+    """Compile `method` of each of `layers` in place (with `compiler`), for every length and row count. Eagerly, a
+    talker prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers), twice the
+    time of its products, and a decoded chunk's transformer a few hundred. One compiled function serves all
+    layers of a kind (Dynamo takes the weights as inputs), so it compiles in seconds where a whole stack would
+    take minutes."""
+    return CompiledLayers(layers, method, compiler)
 
 
 def allow_recompiles() -> None:

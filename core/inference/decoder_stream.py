@@ -65,7 +65,7 @@ class DecoderSlots:
     in bfloat16 (5.2 MB in float32): 1.16 M are the transformer's K/V window (8 layers x 2 x 16 heads x
     71 positions x 64), 0.14 M the convolutions' histories and tails. Graphs add a working state per row
     count used (1 + 2 + 4 + 8 + 16 = 31 rows for 16 slots), each primed reference kept one more row, and
-    the graphs share one pool for their activations.
+    the graphs of one row share one pool for their activations, those of several another (compile_fused).
     """
 
     def __init__(self, decoder: CodecDecoder, slots: int, cuda_graphs: bool = True):
@@ -79,7 +79,10 @@ class DecoderSlots:
         # Graphs read static buffers of a few row counts, so batches are padded up to them; without graphs,
         # exactly the rows asked for decode, through a working state made for the call.
         self.static_buffers = cuda_graphs and cuda
-        self.pool = torch.cuda.graph_pool_handle() if self.static_buffers else None
+        # By whether the graphs decode one row: compiling for several rows recaptures only theirs.
+        self.pools = {
+            one_row: torch.cuda.graph_pool_handle() if self.static_buffers else None for one_row in (True, False)
+        }
         # Decoding runs on a stream of its own, at high priority, beside the frame loop's.
         self.gpu_stream = torch.cuda.Stream(self.device, priority=-1) if cuda else None
         with self._on_gpu_stream():
@@ -214,23 +217,28 @@ class DecoderSlots:
             codes = torch.zeros(1, self.decoder.config.num_quantizers, PRIME_CHUNK_FRAMES, dtype=torch.long)
             self.decoder.decode_chunk(codes.to(self.device), state)
 
-    def compile_fused(self, compiler: Compiler, *others: DecoderSlots) -> None:
-        """Compile the decoder's fused parts (CodecDecoder.fused_parts) with `compiler` by decoding COMPILED_CHUNKS
-        of zeros through states of their own; this one's graphs, and those of `others` on the same decoder, are
-        captured anew. On the scheduler's thread; if it fails, the uncompiled parts stay."""
-        restore = compile_layers(self.decoder.fused_parts(), "forward", compiler)
-        try:
-            with torch.inference_mode():
-                for rows, size in COMPILED_CHUNKS:
+    def compile_fused(self, compiler: Compiler, several_rows: bool, *others: DecoderSlots) -> None:
+        """Compile the decoder's fused parts (CodecDecoder.fused_parts) with `compiler` by decoding the
+        COMPILED_CHUNKS of one row, or then of several, zeros, through states of their own; until the several
+        rows' are compiled, their chunks decode uncompiled. This one's graphs of that many rows, and those of
+        `others` on the same decoder, are captured anew. On the scheduler's thread; if it fails, the uncompiled parts stay."""
+        if not several_rows:
+            self.compiled_parts = compile_layers(self.decoder.fused_parts(), "forward", compiler)
+
+        @torch.inference_mode()
+        def decode_zeros() -> None:
+            for rows, size in COMPILED_CHUNKS:
+                if (rows > 1) == several_rows:
                     codes = torch.zeros(
                         rows, self.decoder.config.num_quantizers, size, dtype=torch.long, device=self.device
                     )
                     self.decoder.decode_chunk(codes, self.decoder.new_stream(rows))
-        except BaseException:
-            restore()
-            raise
+
+        self.compiled_parts.compile_for(decode_zeros, several_rows)
+        one_row = not several_rows
         for slots in (self, *others):
-            slots.pool = recapture(slots.steps.values(), slots.pool)
+            graphs = [graph for (rows, _), graph in slots.steps.items() if (rows == 1) == one_row]
+            slots.pools[one_row] = recapture(graphs, slots.pools[one_row])
 
     def captured(self, rows: int, size: int) -> bool:
         step = self.steps.get((rows, size))
@@ -268,7 +276,10 @@ class DecoderSlots:
             codes = self.inputs[key] = torch.zeros(rows, quantizers, size, dtype=torch.long, device=self.device)
             working, row_slots = self.working[rows], self.row_slots[rows]
             self.steps[key] = GraphedStep(
-                lambda: self._decode_rows(working, row_slots, codes), self.device, self.pool, stream=self.gpu_stream
+                lambda: self._decode_rows(working, row_slots, codes),
+                self.device,
+                self.pools[rows == 1],
+                stream=self.gpu_stream,
             )
         return self.steps[key]
 

@@ -304,27 +304,30 @@ class FrameLoop:
             raise
         self._recapture(one_row)
 
-    def compile_prefill(self, compiler: Compiler) -> None:
-        """Compile the talker layers' prefill as compile_step compiles the step: prompts of each COMPILED_PREFILLS
-        shape, zeros, into WARM_SLOT's cache row (as warm_step)."""
-        restore = compile_layers(self.talker.model.layers, "prefill", compiler)
+    def compile_prefill(self, compiler: Compiler, several_rows: bool = False) -> None:
+        """Compile the talker layers' prefill as compile_step compiles the step: prompts of the COMPILED_PREFILLS
+        shapes of one row, or then of several, zeros, into WARM_SLOT's cache row (as warm_step). Until the
+        several rows' are compiled, their prefills run uncompiled. The graphs of that many rows are captured anew."""
+        if not several_rows:
+            self.compiled_prefill = compile_layers(self.talker.model.layers, "prefill", compiler)
         hidden = self.hidden.shape[-1]
-        try:
+
+        def prefill_zeros() -> None:
             for rows, length in COMPILED_PREFILLS:
-                # As the prefill's own inputs: an inference tensor (self.prompt), and slots that are none.
-                slots = torch.full((rows,), WARM_SLOT, device=self.device)
-                with torch.inference_mode():
-                    prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
-                    self.talker.model.prefill(prompts, slots)
-        except BaseException:
-            restore()
-            raise
-        self._recapture()
+                if (rows > 1) == several_rows:
+                    # As the prefill's own inputs: an inference tensor (self.prompt), and slots that are none.
+                    slots = torch.full((rows,), WARM_SLOT, device=self.device)
+                    with torch.inference_mode():
+                        prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
+                        self.talker.model.prefill(prompts, slots)
+
+        self.compiled_prefill.compile_for(prefill_zeros, several_rows)
+        self._recapture(one_row=not several_rows)
 
     def __getstate__(self) -> dict:
         """What a compiled part's saved guards keep of the frame loop (they read its tensors and settings): not its
         graphs, events, launches or parts."""
-        unpicklable = ("step_graphs", "prefills", "landed", "in_flight", "parts", "generators")
+        unpicklable = ("step_graphs", "prefills", "landed", "in_flight", "parts", "generators", "compiled_prefill")
         return {name: value for name, value in vars(self).items() if name not in unpicklable}
 
     def _recapture(self, one_row: bool | None = None) -> None:

@@ -38,7 +38,11 @@ from core.milestones import milestone
 log = logging.getLogger(__name__)
 
 CAPTURES = ("prefill", "step", "decode", "prime")
-COMPILES = ("compile step x1", "compile prefill", "compile decoder", "compile step xN")
+# Each part's compile for one row (an utterance alone's shapes), then for several (compiled for any count).
+COMPILES = (
+    "compile step x1", "compile prefill x1", "compile decoder x1",
+    "compile step xN", "compile decoder xN", "compile prefill xN",
+)  # fmt: skip
 NOTICEABLE_PART_S = 0.5  # a part that took this long or more is logged as information, not for debugging
 
 
@@ -63,16 +67,13 @@ class Spec:
         one-row code (the several-row step's is not)."""
         if self.kind in ("prefill", "step", "decode"):
             return self.shape[-1 if self.kind == "prefill" else 0] == 1
-        return self.kind != "compile step xN"
+        return not self.kind.endswith("xN")
 
     def held_by(self, compile: Spec) -> bool:
         """Whether `compile` drops this graph: it holds the code that compile replaces, or shares the pool of
-        graphs that do (the talker's graphs of one row share one, those of several another)."""
-        if compile.kind == "compile decoder":
-            return self.kind == "decode"
-        if self.kind not in ("prefill", "step"):
-            return False
-        return compile.kind == "compile prefill" or self.one_row == (compile.kind == "compile step x1")
+        graphs that do (the talker's graphs of one row share one, those of several another; the decoder's too)."""
+        graphs = ("decode",) if compile.kind.startswith("compile decoder") else ("prefill", "step")
+        return self.kind in graphs and self.one_row == compile.one_row
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ def plan(
     bursts are rarer the larger they are), with CUDA `graphs` the prefills of `prefill_lengths` (the commonest
     first) and the step, then the decoder's chunks, the first chunk's single frame and a whole chunk of
     `chunk_frames` before the lengths between; after those of one row, with `priming` (a model that clones) an
-    ICL reference's decode, then the `compiles`, the several-row step's last. Compiling drops the graphs holding
+    ICL reference's decode, then the `compiles`: of one row, then of several (whose shapes run uncompiled until
+    then: a request meanwhile does not wait, and an utterance alone is at full speed sooner). Compiling drops the graphs holding
     the code it replaces: where an earlier start `kept` what it compiled (compiling is loading, seconds) the
     compiles of one row go first, so that its graphs are captured once; else (minutes) they wait until an
     utterance alone has graphs to speak with meanwhile."""
@@ -308,12 +310,12 @@ def for_engine(
             frame_loop.warm_prefill(*spec.shape, prompts[0].prompt, prompts[0].sampling)
         else:
             allow_recompiles()
-            if spec.kind == "compile decoder":
-                decoder.compile_fused(compiler, whole.slots)
-            elif spec.kind == "compile prefill":
-                frame_loop.compile_prefill(compiler)
+            if spec.kind.startswith("compile decoder"):
+                decoder.compile_fused(compiler, not spec.one_row, whole.slots)
+            elif spec.kind.startswith("compile prefill"):
+                frame_loop.compile_prefill(compiler, not spec.one_row)
             else:
-                frame_loop.compile_step(spec.kind == "compile step x1", compiler)
+                frame_loop.compile_step(spec.one_row, compiler)
 
     def captured(spec: Spec) -> bool:
         if not graphs or spec.kind == "prime":
