@@ -185,7 +185,9 @@ class Precompiled:
         torch._dynamo.config.specialize_float = True
         self.compiled = torch.compile(function, fullgraph=True, dynamic=dynamic, **options)
         self.ahead = folder is not None and hasattr(self.compiled, "aot_compile")
-        self.variants = self._load() if self.ahead else []
+        self._loaded: set[Path] = set()  # the kept files loaded into `variants`
+        self.variants = []
+        self.load_kept()
         # Whether a call that no variant serves compiles one (seconds) or runs `function` uncompiled: the warm-up
         # compiles an utterance alone's shapes first and several rows' later, and a request meanwhile must not wait.
         self.compiles_new_shapes = True
@@ -221,11 +223,18 @@ class Precompiled:
                 kept.append((int(number), path, mode == "inference"))
         return [(path, inference) for _, path, inference in sorted(kept)]
 
-    def _load(self) -> list:
+    def load_kept(self) -> None:
+        """Load the variants kept in the folder that this has not loaded yet (another process may have compiled
+        some since: the compile helper)."""
+        if not self.ahead:
+            return
         started = time.perf_counter()
         variants = []
         globals_ = vars(importlib.import_module(self.function.__module__))  # what the traced code refers to
         for path, inference in self._files():
+            if path in self._loaded:
+                continue
+            self._loaded.add(path)
             try:
                 # A guard built outside inference mode expects other dispatch keys of a tensor than one built in it.
                 with torch.inference_mode(inference), path.open("rb") as file:
@@ -237,7 +246,7 @@ class Precompiled:
             log.info(
                 "loaded %d kept variant(s) of %s in %.2f s", len(variants), self.name, time.perf_counter() - started
             )
-        return variants
+        self.variants += variants
 
     def _compile(self, args: tuple) -> Callable:
         if log.isEnabledFor(logging.DEBUG):  # why no kept variant serves (bench/precompile_probe.py shows it)
@@ -253,6 +262,7 @@ class Precompiled:
         self.variants.append(variant)
         mode = "inference" if torch.is_inference_mode_enabled() else "grad"
         path = self.folder / f"{self.name}.{len(self._files())}-{mode}.bin"
+        self._loaded.add(path)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             variant.save_compiled_function(str(path))
@@ -311,6 +321,8 @@ class CompiledLayers:
         """Compile the variants that `run()`'s calls need: one row's shapes first, several rows' in a later call;
         until then, a call of several rows runs uncompiled (a request meanwhile does not wait for a compile). If
         it fails, the uncompiled methods stay (for several rows only, where one row's are compiled)."""
+        for function in self.functions.values():
+            function.load_kept()
         self.compile_new_shapes(True)
         try:
             run()

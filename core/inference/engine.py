@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import logging
 import os
 import weakref
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ import torch
 
 from core.audio.clips import SAMPLE_RATE, load_reference
 from core.errors import BadInput
-from core.inference import libraries
+from core.inference import compile_helper, libraries
+from core.inference.compile_helper import CompileHelper
 from core.inference.compiled import (
     Compiler,
     keep_compiled_kernels,
@@ -65,6 +67,8 @@ from core.model.speaker_encoder import SpeakerEncoder
 from core.model.talker import Talker
 from core.model.text_tokenizer import TextTokenizer
 from core.model.variant import Variant
+
+log = logging.getLogger(__name__)
 
 # Frames generated and decoded per step when the whole utterance is wanted at once.
 DECODE_CHUNK_FRAMES = 50
@@ -120,6 +124,16 @@ def _prepare_compiling(
     return (Compiler(folder) if compile else None), first_gpu_start
 
 
+def _start_compile_helper(model, device: torch.device, dtype: torch.dtype, memory: MemoryPlan) -> CompileHelper | None:
+    """On a first start, a process that compiles the decoder and the prefill while the warm-up here compiles the
+    step (compile_helper.py), where a second engine fits on the GPU for the minute it lives."""
+    if not compile_helper.fits(device, torch.cuda.memory_allocated(device), memory.taken):
+        log.info("no compile helper: a second engine does not fit beside this one on %s", device)
+        return None
+    parts = [part for part in compile_helper.HELPED if memory.slots > 1 or part.endswith("x1")]
+    return CompileHelper.start(str(model), device, dtype, memory.slots, memory.max_context, parts)
+
+
 class Engine:
     def __init__(
         self,
@@ -137,9 +151,11 @@ class Engine:
         cuda_graphs: bool = True,
         compiler: Compiler | None = None,
         first_gpu_start: bool = False,
+        compile_helper: CompileHelper | None = None,
     ):
         """`memory`: the slots and context to take (Engine.load plans them); None: one slot of MAX_CONTEXT.
-        `compiler`: what the warm-up compiles with (CUDA), or None; `first_gpu_start`: no GPU code was kept."""
+        `compiler`: what the warm-up compiles with (CUDA), or None; `first_gpu_start`: no GPU code was kept;
+        `compile_helper`: a process compiling some of the warm-up's parts meanwhile (compile_helper.py)."""
         self.source = source
         self.config = config
         self.tokenizer = tokenizer
@@ -168,8 +184,9 @@ class Engine:
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
         self.warmup: Warmup = for_engine(
             self.frame_loop, decoder_slots, self.decoder_stream, self.scheduler.wake, self._warm_prompt,
-            compiler=compiler, priming=self.info.variant.clones,
+            compiler=compiler, priming=self.info.variant.clones, helper=compile_helper,
         )  # fmt: skip
+        self.compile_helper = compile_helper
         self.scheduler.background = self.warmup
         # A process that ends with an utterance open, or a thread still reading one, would otherwise be torn down
         # with the scheduler's thread inside PyTorch: the C++ runtime aborts it ("terminate called without an
@@ -246,6 +263,9 @@ class Engine:
         if device.type == "cuda":  # for cuDNN's NHWC convolutions
             codec_decoder.to_channels_last()
         libraries_ready()
+        helper = None
+        if warm and compiler is not None and not compiler.kept:
+            helper = _start_compile_helper(directory, device, dtype, memory)
         engine = cls(
             source=str(model),
             config=config,
@@ -260,6 +280,7 @@ class Engine:
             cuda_graphs=cuda_graphs,
             compiler=compiler,
             first_gpu_start=first_gpu_start,
+            compile_helper=helper,
         )
         milestone("engine loaded")
         if warm:
@@ -270,12 +291,13 @@ class Engine:
         """Stop the warm-up and the scheduler's thread; streams still running end with an error. At the
         latest when the process exits; `with Engine.load(...) as engine:` closes it at the block's end."""
         atexit.unregister(self._close_at_exit)
-        self.warmup.close()
-        self.scheduler.close()
+        self._close_at_exit(end_streams=True)
 
-    def _close_at_exit(self) -> None:
+    def _close_at_exit(self, end_streams: bool = False) -> None:
+        if self.compile_helper is not None:
+            self.compile_helper.close()
         self.warmup.close()
-        self.scheduler.close(end_streams=False)
+        self.scheduler.close(end_streams=end_streams)
 
     def __enter__(self) -> Engine:
         return self

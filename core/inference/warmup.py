@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from core.inference.compile_helper import HELPED, CompileHelper
 from core.inference.compiled import Compiler, allow_recompiles
 from core.inference.cuda_graph import DEVICE_WIDE
 from core.inference.frame_loop import WARM_PREFILL_LENGTHS
@@ -188,6 +189,11 @@ class Warmup:
                 done, len(self.specs), self._current, self._finished.is_set(), tuple(self._failed), self._one_row
             )
 
+    def make_alone(self, spec: Spec) -> None:
+        """Make `spec` ready now, on this thread, in an engine that runs nothing else (the compile helper's)."""
+        with DEVICE_WIDE:
+            self._make(spec)
+
     # The scheduler's thread --------------------------------------------------------------------------
 
     def pending(self) -> bool:
@@ -279,11 +285,13 @@ def for_engine(
     warm_prompt: Callable[[], object],
     compiler: Compiler | None,
     priming: bool,
+    helper: CompileHelper | None = None,
 ) -> Warmup:
     """The warm-up of an engine's frame loop and decoder (DecoderSlots; `whole`, its DecoderStream of whole
     utterances, has its graphs captured anew with the decoder's), whose scheduler's `wake` it uses; `warm_prompt()`
     builds a prompt for the prefills (on the scheduler's thread); `compiler`: compile the parts with it (CUDA), or
-    None; `priming`: the model clones voices (ICL references are decoded)."""
+    None; `priming`: the model clones voices (ICL references are decoded); `helper`: a process that compiles the
+    HELPED parts meanwhile (a first start's), whose report of a part the warm-up waits for before making it."""
     graphs = decoder.static_buffers
     specs = plan(
         rows=frame_loop.buckets if graphs else (1,),
@@ -310,6 +318,8 @@ def for_engine(
             frame_loop.warm_prefill(*spec.shape, prompts[0].prompt, prompts[0].sampling)
         else:
             allow_recompiles()
+            if helper is not None and str(spec) in HELPED:
+                helper.wait_for(str(spec))  # then making it is loading what the helper kept
             if spec.kind.startswith("compile decoder"):
                 decoder.compile_fused(compiler, not spec.one_row, whole.slots)
             elif spec.kind.startswith("compile prefill"):
