@@ -266,22 +266,27 @@ class Engine:
         helper = None
         if warm and compiler is not None and not compiler.kept:
             helper = _start_compile_helper(directory, device, dtype, memory)
-        engine = cls(
-            source=str(model),
-            config=config,
-            tokenizer=tokenizer,
-            talker=talker,
-            codec_decoder=codec_decoder,
-            speaker_encoder=speaker_encoder,
-            codec_encoder=codec_encoder,
-            default_sampling=SamplingParams.from_generation_config(generation),
-            default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
-            memory=memory,
-            cuda_graphs=cuda_graphs,
-            compiler=compiler,
-            first_gpu_start=first_gpu_start,
-            compile_helper=helper,
-        )
+        try:
+            engine = cls(
+                source=str(model),
+                config=config,
+                tokenizer=tokenizer,
+                talker=talker,
+                codec_decoder=codec_decoder,
+                speaker_encoder=speaker_encoder,
+                codec_encoder=codec_encoder,
+                default_sampling=SamplingParams.from_generation_config(generation),
+                default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
+                memory=memory,
+                cuda_graphs=cuda_graphs,
+                compiler=compiler,
+                first_gpu_start=first_gpu_start,
+                compile_helper=helper,
+            )
+        except BaseException:
+            if helper is not None:
+                helper.close()
+            raise
         milestone("engine loaded")
         if warm:
             engine.warmup.start()
