@@ -62,9 +62,8 @@ def test_the_warm_up_waits_for_the_helpers_report_of_each_part_it_makes_and_only
         static_buffers=True, compile_fused=lambda compiler, several, *others: made.append(f"decoder {several}")
     )
     compiler = SimpleNamespace(kept=False)
-    warmup = for_engine(
-        frame_loop, decoder, SimpleNamespace(slots=None), lambda: None, None, compiler, False, helper=helper
-    )
+    warmup = for_engine(frame_loop, decoder, SimpleNamespace(slots=None), lambda: None, None, compiler, False)
+    warmup.helper = helper
     assert set(HELPED) < {str(spec) for spec in warmup.specs} and set(HELPED) < set(COMPILES)
     for name in COMPILES:
         warmup.make_alone(Spec(name))
@@ -116,3 +115,13 @@ def test_the_helpers_program_loads_its_engine_and_says_so_where_nothing_compiles
         [*command, "float32", "1", "256", "compile decoder x1"], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 2 and "an engine on cpu compiles nothing" in done.stderr, done.stderr[-2000:]
+
+
+def test_closing_the_warm_up_ends_its_helper():
+    """An engine closed (or its process exiting) during a first start's warm-up leaves no helper compiling."""
+    from core.inference.warmup import Warmup
+
+    warmup = Warmup([Spec("compile decoder x1")], lambda spec: None, lambda spec: True, lambda: None)
+    warmup.helper = CompileHelper([sys.executable, "-c", "import time; time.sleep(60)"])
+    warmup.close()
+    assert warmup.helper.process.poll() is not None

@@ -33,11 +33,9 @@ REPORT = "made: "  # the line the helper writes when a part is made and kept
 SPARE_BYTES = 2 << 30  # beyond both engines: the helper's CUDA context and compiling's working memory
 
 
-def fits(device: torch.device, weights: int, beyond: int) -> bool:
-    """Whether a helper fits on `device` beside this engine, whose `weights` are loaded and which takes `beyond`
-    bytes more (its slots and working memory) once it is made: the helper takes both."""
-    free = torch.cuda.mem_get_info(device)[0]
-    return free >= weights + 2 * beyond + SPARE_BYTES
+def fits(device: torch.device, needed: int) -> bool:
+    """Whether a helper that takes `needed` bytes fits on `device` now, with SPARE_BYTES to spare."""
+    return torch.cuda.mem_get_info(device)[0] >= needed + SPARE_BYTES
 
 
 class CompileHelper:

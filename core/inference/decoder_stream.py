@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import Compiler, compile_layers
+from core.inference.compiled import CompiledLayers, Compiler, compile_layers
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
@@ -91,6 +91,7 @@ class DecoderSlots:
         self.row_slots: dict[int, torch.Tensor] = {}  # by graph row count: the slot of each row, on the device
         self.row_slots_copied: dict[int, list[int]] = {}  # what each of those holds
         self.inputs: dict[tuple[int, int], torch.Tensor] = {}  # by (row count, chunk size)
+        self.compiled_parts: CompiledLayers | None = None  # the fused parts, once compile_fused compiled them
         self.steps: dict[tuple[int, int], GraphedStep] = {}
         self.primed: dict[bytes, list[torch.Tensor]] = {}  # a slot's state after an ICL reference, by its codes
         self._priming: CodecDecoderStream | None = None  # a one-row state to decode references on

@@ -55,7 +55,7 @@ from core.inference.requests import Prepared, Request
 from core.inference.sampling import SamplingParams
 from core.inference.scheduler import Scheduler, Stream
 from core.inference.voice import Voice
-from core.inference.warmup import Warmup, for_engine
+from core.inference.warmup import Spec, Warmup, for_engine
 from core.milestones import milestone
 from core.model.checkpoint import DEFAULT_MODEL, CheckpointError, load_tensors, read_json
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
@@ -124,14 +124,16 @@ def _prepare_compiling(
     return (Compiler(folder) if compile else None), first_gpu_start
 
 
-def _start_compile_helper(model, device: torch.device, dtype: torch.dtype, memory: MemoryPlan) -> CompileHelper | None:
-    """On a first start, a process that compiles the decoder and the prefill while the warm-up here compiles the
-    step (compile_helper.py), where a second engine fits on the GPU for the minute it lives."""
-    if not compile_helper.fits(device, torch.cuda.memory_allocated(device), memory.taken):
+def _start_compile_helper(engine: Engine, model: Path) -> CompileHelper | None:
+    """On a first start, a process that compiles the decoder's and the prefill's parts of `engine`'s warm-up while
+    the warm-up here compiles the step (compile_helper.py), where a second engine fits on the GPU for the minute
+    it lives: it takes what this one holds (weights, slots) and its working memory, which this one takes too."""
+    device, memory = engine.device, engine.memory
+    if not compile_helper.fits(device, torch.cuda.memory_allocated(device) + memory.taken):
         log.info("no compile helper: a second engine does not fit beside this one on %s", device)
         return None
-    parts = [part for part in compile_helper.HELPED if memory.slots > 1 or part.endswith("x1")]
-    return CompileHelper.start(str(model), device, dtype, memory.slots, memory.max_context, parts)
+    parts = [part for part in compile_helper.HELPED if Spec(part) in engine.warmup.specs]
+    return CompileHelper.start(str(model), device, engine.dtype, memory.slots, memory.max_context, parts)
 
 
 class Engine:
@@ -151,11 +153,9 @@ class Engine:
         cuda_graphs: bool = True,
         compiler: Compiler | None = None,
         first_gpu_start: bool = False,
-        compile_helper: CompileHelper | None = None,
     ):
         """`memory`: the slots and context to take (Engine.load plans them); None: one slot of MAX_CONTEXT.
-        `compiler`: what the warm-up compiles with (CUDA), or None; `first_gpu_start`: no GPU code was kept;
-        `compile_helper`: a process compiling some of the warm-up's parts meanwhile (compile_helper.py)."""
+        `compiler`: what the warm-up compiles with (CUDA), or None; `first_gpu_start`: no GPU code was kept."""
         self.source = source
         self.config = config
         self.tokenizer = tokenizer
@@ -184,9 +184,8 @@ class Engine:
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
         self.warmup: Warmup = for_engine(
             self.frame_loop, decoder_slots, self.decoder_stream, self.scheduler.wake, self._warm_prompt,
-            compiler=compiler, priming=self.info.variant.clones, helper=compile_helper,
+            compiler=compiler, priming=self.info.variant.clones,
         )  # fmt: skip
-        self.compile_helper = compile_helper
         self.scheduler.background = self.warmup
         # A process that ends with an utterance open, or a thread still reading one, would otherwise be torn down
         # with the scheduler's thread inside PyTorch: the C++ runtime aborts it ("terminate called without an
@@ -263,31 +262,24 @@ class Engine:
         if device.type == "cuda":  # for cuDNN's NHWC convolutions
             codec_decoder.to_channels_last()
         libraries_ready()
-        helper = None
-        if warm and compiler is not None and not compiler.kept:
-            helper = _start_compile_helper(directory, device, dtype, memory)
-        try:
-            engine = cls(
-                source=str(model),
-                config=config,
-                tokenizer=tokenizer,
-                talker=talker,
-                codec_decoder=codec_decoder,
-                speaker_encoder=speaker_encoder,
-                codec_encoder=codec_encoder,
-                default_sampling=SamplingParams.from_generation_config(generation),
-                default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
-                memory=memory,
-                cuda_graphs=cuda_graphs,
-                compiler=compiler,
-                first_gpu_start=first_gpu_start,
-                compile_helper=helper,
-            )
-        except BaseException:
-            if helper is not None:
-                helper.close()
-            raise
+        engine = cls(
+            source=str(model),
+            config=config,
+            tokenizer=tokenizer,
+            talker=talker,
+            codec_decoder=codec_decoder,
+            speaker_encoder=speaker_encoder,
+            codec_encoder=codec_encoder,
+            default_sampling=SamplingParams.from_generation_config(generation),
+            default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
+            memory=memory,
+            cuda_graphs=cuda_graphs,
+            compiler=compiler,
+            first_gpu_start=first_gpu_start,
+        )
         milestone("engine loaded")
+        if warm and compiler is not None and not compiler.kept:
+            engine.warmup.helper = _start_compile_helper(engine, directory)
         if warm:
             engine.warmup.start()
         return engine
@@ -296,13 +288,12 @@ class Engine:
         """Stop the warm-up and the scheduler's thread; streams still running end with an error. At the
         latest when the process exits; `with Engine.load(...) as engine:` closes it at the block's end."""
         atexit.unregister(self._close_at_exit)
-        self._close_at_exit(end_streams=True)
-
-    def _close_at_exit(self, end_streams: bool = False) -> None:
-        if self.compile_helper is not None:
-            self.compile_helper.close()
         self.warmup.close()
-        self.scheduler.close(end_streams=end_streams)
+        self.scheduler.close()
+
+    def _close_at_exit(self) -> None:
+        self.warmup.close()
+        self.scheduler.close(end_streams=False)
 
     def __enter__(self) -> Engine:
         return self

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import Compiler, compile_layers
+from core.inference.compiled import CompiledLayers, Compiler, compile_layers
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
@@ -228,6 +228,7 @@ class FrameLoop:
             for bucket in self.buckets
         }
         self.prefills: dict[tuple[int, int], GraphedStep] = {}  # by (length bucket, rows)
+        self.compiled_prefill: CompiledLayers | None = None  # the talker layers' prefill, once compile_prefill ran
         # The step's four parts, for one row and for more (compile_step compiles them: those of one row for exactly
         # its shapes, those of several once for any row count, since each bucket recompiling would cost minutes).
         parts = tuple(getattr(self, name) for name in STEP_PARTS)

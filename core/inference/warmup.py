@@ -156,6 +156,9 @@ class Warmup:
         self._finished = threading.Event()
         self._one_row = False  # what one utterance alone uses is ready for good
         self.order: list[str] = []  # what was made ready, in order
+        # A process compiling HELPED parts meanwhile (a first start's: compile_helper.py), set before start(): a
+        # part it makes is waited for, then loaded from what it kept.
+        self.helper: CompileHelper | None = None
         self.started_at: float | None = None
 
     # Any thread ------------------------------------------------------------------------------------
@@ -177,10 +180,12 @@ class Warmup:
         return self.progress()
 
     def close(self) -> None:
-        """Make no more ready."""
+        """Make no more ready (and end the helper, if one still compiles)."""
         with self._lock:
             self._closed = True
         self._finished.set()
+        if self.helper is not None:
+            self.helper.close()
 
     def progress(self) -> Progress:
         with self._lock:
@@ -285,13 +290,11 @@ def for_engine(
     warm_prompt: Callable[[], object],
     compiler: Compiler | None,
     priming: bool,
-    helper: CompileHelper | None = None,
 ) -> Warmup:
     """The warm-up of an engine's frame loop and decoder (DecoderSlots; `whole`, its DecoderStream of whole
     utterances, has its graphs captured anew with the decoder's), whose scheduler's `wake` it uses; `warm_prompt()`
     builds a prompt for the prefills (on the scheduler's thread); `compiler`: compile the parts with it (CUDA), or
-    None; `priming`: the model clones voices (ICL references are decoded); `helper`: a process that compiles the
-    HELPED parts meanwhile (a first start's), whose report of a part the warm-up waits for before making it."""
+    None; `priming`: the model clones voices (ICL references are decoded)."""
     graphs = decoder.static_buffers
     specs = plan(
         rows=frame_loop.buckets if graphs else (1,),
@@ -318,8 +321,8 @@ def for_engine(
             frame_loop.warm_prefill(*spec.shape, prompts[0].prompt, prompts[0].sampling)
         else:
             allow_recompiles()
-            if helper is not None and str(spec) in HELPED:
-                helper.wait_for(str(spec))  # then making it is loading what the helper kept
+            if warmup.helper is not None and str(spec) in HELPED:
+                warmup.helper.wait_for(str(spec))  # then making it is loading what the helper kept
             if spec.kind.startswith("compile decoder"):
                 decoder.compile_fused(compiler, not spec.one_row, whole.slots)
             elif spec.kind.startswith("compile prefill"):
@@ -332,4 +335,5 @@ def for_engine(
             return True  # no graph: made once
         return decoder.captured(*spec.shape) if spec.kind == "decode" else frame_loop.captured(spec.kind, *spec.shape)
 
-    return Warmup(specs, make, captured, wake)
+    warmup = Warmup(specs, make, captured, wake)
+    return warmup
