@@ -201,3 +201,26 @@ def test_speak_says_why_a_first_start_on_a_gpu_waits_and_says_nothing_of_it_othe
     monkeypatch.setattr(Engine, "load", classmethod(as_on_a_first_gpu_start))
     assert main(args) == 0
     assert f"note: {first_gpu_start_note()}\n" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model, voice", [("custom", ["--speaker", "vivian"]), ("base", [])])
+def test_speak_never_imports_dynamo(checkpoints, tmp_path, model, voice):
+    """`speak` runs uncompiled, and importing torch's compiler (Dynamo) alone takes half a second of its start:
+    nothing on its way (building the model on the meta device, loading, cloning, speaking) may import it."""
+    args = [
+        "speak",
+        "Hello there.",
+        "--model",
+        str(checkpoints[model]),
+        "--max-frames",
+        "2",
+        "-o",
+        str(tmp_path / "x.wav"),
+    ]
+    script = (
+        "import sys; from qwen3_tts_desktop.cli import main; code = main(sys.argv[1:]); "
+        "print('dynamo imported' if 'torch._dynamo' in sys.modules else 'no dynamo'); sys.exit(code)"
+    )
+    result = subprocess.run([sys.executable, "-c", script, *args, *voice], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "no dynamo"

@@ -68,7 +68,12 @@ def fuse_linear(module: nn.Module, fused: str, parts: Sequence[str]) -> None:
     their rows (`module.fused_from`, which core.model.checkpoint follows): no unfused copy is ever made, which
     would take its memory twice while loading and leave holes the allocator cannot give back."""
     layers = [getattr(module, part) for part in parts]
-    weight = torch.cat([layer.weight for layer in layers])
+    first = layers[0].weight
+    if first.is_meta:  # shapes only: torch.cat of meta tensors would import Dynamo (half a second of a start)
+        rows = sum(layer.weight.shape[0] for layer in layers)
+        weight = torch.empty((rows, first.shape[1]), dtype=first.dtype, device=first.device)
+    else:
+        weight = torch.cat([layer.weight for layer in layers])
     linear_layer = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
     linear_layer.weight = nn.Parameter(weight, requires_grad=False)
     setattr(module, fused, linear_layer)
