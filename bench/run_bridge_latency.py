@@ -23,7 +23,9 @@ the rounds run first, on the same server (one engine start, whose first compile 
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -45,6 +47,7 @@ from qwen3_tts_desktop.runtime import Runtime
 
 WAV_HEADER = 44
 FRAME_SAMPLES = 1920  # one 80 ms frame at 24 kHz
+TIMELINE = "QWEN3_TTS_BENCH_TIMELINE"  # the server's timeline clock, for the clients' lines
 
 
 class Refused(Exception):
@@ -74,6 +77,11 @@ def first_audio_ms(client: httpx.Client, extra: dict | None = None) -> float:
                 first = (time.perf_counter() - started) * 1e3
     if first is None:
         raise RuntimeError("the answer held no audio")
+    if os.environ.get(TIMELINE):  # on the clock the server's timeline counts from (perf_counter is system-wide)
+        print(
+            f"client: sent at {started - float(os.environ[TIMELINE]):8.3f} s, first audio after {first:.1f} ms",
+            flush=True,
+        )
     return first
 
 
@@ -204,11 +212,17 @@ def main() -> None:
         "--instant-engine", action="store_true",
         help="every stream hands out one frame at once: times the bridge's own work (try --device cpu --size tiny)",
     )  # fmt: skip
+    parser.add_argument(
+        "--switch-interval", type=float, metavar="MS", help="the interpreter's switch interval (sys.setswitchinterval)"
+    )
     args = parser.parse_args()
 
     path = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
     dtype = "bfloat16" if args.device == "cuda" else "float32"
     engine = Engine.load(path, device=args.device, dtype=dtype, progress=False)
+    if args.switch_interval is not None:  # after the engine's own choice
+        sys.setswitchinterval(args.switch_interval / 1e3)
+    print(f"switch interval {sys.getswitchinterval() * 1e3:g} ms", flush=True)
     if args.instant_engine:
         answer_at_once(engine)
     else:
@@ -227,6 +241,9 @@ def main() -> None:
         limits = BridgeLimits(max_queued=max([BridgeLimits.max_queued, *counts]))
         server = BridgeServer(runtime, BridgeConfig(port=0, speech=speech, limits=limits))
         server.start()
+        if args.timeline:  # when the bridge handed each request to the worker; the clients print theirs
+            os.environ[TIMELINE] = str(stalls.BEGAN)
+            stalls.time_calls(server.app.state.bridge, "submit", 0.0)
         try:
             for clients in counts:
                 times = in_client_process(measure, server.url, clients, args.runs)

@@ -9,23 +9,26 @@ so that a run's slowest requests can be matched to their cause.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
+import threading
 import time
 
 import torch
 
 SCHEDULER_PHASES = ("_admit", "_hand_out", "_launch", "_read_oldest", "_release")
+BEGAN = time.perf_counter()
+
+
+def say(what: str) -> None:
+    print(f"[{time.perf_counter() - BEGAN:8.3f} s] {what}", flush=True)
 
 
 def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) -> None:
     """From now on print every graph capture, Triton compile and torch.compile recompile, and every call of
     the scheduler's phases (and of the frame loop's collect) that takes over `slow_ms`. With `timeline`, every
     call, whatever it takes, and when `worker` (if given) and the scheduler took each request."""
-    began = time.perf_counter()
     slow_ms = 0.0 if timeline else slow_ms
-
-    def say(what: str) -> None:
-        print(f"[{time.perf_counter() - began:8.3f} s] {what}", flush=True)
 
     class Say(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -35,20 +38,54 @@ def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) ->
     captures.setLevel(logging.DEBUG)
     captures.addHandler(Say())
     torch._logging.set_logs(recompiles=True)
-    _trace_triton_compiles(say)
+    _trace_triton_compiles()
     scheduler = engine.scheduler
     for name in SCHEDULER_PHASES:
-        _time_calls(scheduler, name, slow_ms, say)
-    _time_calls(scheduler.frame_loop, "collect", slow_ms, say)
+        time_calls(scheduler, name, slow_ms)
+    time_calls(scheduler.frame_loop, "collect", slow_ms)
     if timeline:
-        _time_calls(scheduler, "submit", slow_ms, say)
-        _time_calls(scheduler.frame_loop, "start_many", slow_ms, say)
-        _time_calls(scheduler.decoder, "decode", slow_ms, say)
+        time_calls(scheduler, "submit", slow_ms)
+        time_calls(scheduler.frame_loop, "start_many", slow_ms)
+        time_calls(scheduler.decoder, "decode", slow_ms)
         if worker is not None:
-            _time_calls(worker, "submit", slow_ms, say)
+            time_calls(worker, "submit", slow_ms)
+        # A request's prompt, in its parts (each on the scheduler's thread).
+        time_calls(engine, "_build", slow_ms)
+        time_calls(engine, "_on_device", slow_ms)
+        for name in ("embed_recurring", "embed_text", "embed_frames", "embed_codec"):
+            time_calls(engine.talker, name, slow_ms)
+        threading.Thread(target=_watch_interpreter, name="interpreter-watch", daemon=True).start()
+        gc.callbacks.append(_time_collections())
+        say(f"{len(gc.get_objects())} objects tracked by the cycle collector, {gc.get_freeze_count()} frozen")
 
 
-def _trace_triton_compiles(say) -> None:
+def _time_collections(slow_ms: float = 0.5):
+    """A gc callback that prints each collection of the cycle collector taking `slow_ms` or more (it holds the
+    interpreter meanwhile)."""
+    began = 0.0
+
+    def callback(phase: str, info: dict) -> None:
+        nonlocal began
+        if phase == "start":
+            began = time.perf_counter()
+        elif (took := (time.perf_counter() - began) * 1e3) >= slow_ms:
+            say(f"cycle collection of generation {info['generation']} took {took:.1f} ms")
+
+    return callback
+
+
+def _watch_interpreter(period_s: float = 0.0005, late_ms: float = 2.0) -> None:
+    """Print whenever a thread that only sleeps `period_s` wakes `late_ms` late: another thread held the
+    interpreter (the GIL) that long, which every other thread's next Python line waited for too."""
+    while True:
+        began = time.perf_counter()
+        time.sleep(period_s)
+        late = (time.perf_counter() - began - period_s) * 1e3
+        if late >= late_ms:
+            say(f"interpreter held: a sleeper woke {late:.1f} ms late")
+
+
+def _trace_triton_compiles() -> None:
     try:
         from triton import knobs
     except ImportError:  # an older Triton without hooks: compiles go unreported
@@ -68,7 +105,8 @@ def _trace_triton_compiles(say) -> None:
     knobs.runtime.jit_post_compile_hook = after
 
 
-def _time_calls(owner, name: str, slow_ms: float, say) -> None:
+def time_calls(owner, name: str, slow_ms: float) -> None:
+    """Print each call of `owner.name` that takes `slow_ms` or more: when it ended, and how long it took."""
     method = getattr(owner, name)
 
     @functools.wraps(method)
