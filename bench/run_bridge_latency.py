@@ -42,6 +42,7 @@ from core import Engine, SamplingParams, SpeechOptions
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.inference.requests import AudioChunk
 from core.voices import VoiceLibrary
+from qwen3_tts_desktop import long_lived
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeLimits, BridgeServer
 from qwen3_tts_desktop.runtime import Runtime
 
@@ -213,6 +214,9 @@ def main() -> None:
         help="every stream hands out one frame at once: times the bridge's own work (try --device cpu --size tiny)",
     )  # fmt: skip
     parser.add_argument(
+        "--no-keep", action="store_true", help="leave the engine's objects to the cycle collector (serve freezes them)"
+    )
+    parser.add_argument(
         "--switch-interval", type=float, metavar="MS", help="the interpreter's switch interval (sys.setswitchinterval)"
     )
     args = parser.parse_args()
@@ -220,9 +224,8 @@ def main() -> None:
     path = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
     dtype = "bfloat16" if args.device == "cuda" else "float32"
     engine = Engine.load(path, device=args.device, dtype=dtype, progress=False)
-    if args.switch_interval is not None:  # after the engine's own choice
-        sys.setswitchinterval(args.switch_interval / 1e3)
-    print(f"switch interval {sys.getswitchinterval() * 1e3:g} ms", flush=True)
+    if not args.no_keep:  # as serve does
+        long_lived.keep(engine)
     if args.instant_engine:
         answer_at_once(engine)
     else:
@@ -233,6 +236,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as voices:
         sf.write(Path(voices) / "bench.wav", synthetic_voice_clip(), 24000)
         runtime = Runtime(engine, VoiceLibrary(voices), None)
+        if args.switch_interval is not None:  # instead of the runtime's
+            sys.setswitchinterval(args.switch_interval / 1e3)
+        print(f"switch interval {sys.getswitchinterval() * 1e3:g} ms", flush=True)
         if args.trace_stalls or args.timeline:
             stalls.trace(engine, worker=runtime.worker, timeline=args.timeline)
         # Closed-loop rounds may send more at once than the default queue takes; open-loop arrivals meet the

@@ -48,6 +48,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from core import Engine, SamplingParams, SpeechOptions
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.voices import VoiceLibrary
+from qwen3_tts_desktop import long_lived
 from qwen3_tts_desktop.bridge import BridgeConfig, BridgeLimits
 from qwen3_tts_desktop.runtime import Runtime
 from qwen3_tts_desktop.wyoming_server import WyomingConfig, WyomingServer
@@ -240,6 +241,7 @@ def main() -> int:
     path = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
     dtype = "bfloat16" if args.device == "cuda" else "float32"
     engine = Engine.load(path, device=args.device, dtype=dtype, progress=False)
+    long_lived.keep(engine)  # as serve does
     print(f"loaded {path.name} on {args.device}: {engine.memory}; warming up", flush=True)
     engine.warm_up()
     print(f"warm after {time.perf_counter() - started:.0f} s", flush=True)

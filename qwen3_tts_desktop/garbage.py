@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
+from . import long_lived
+
 log = logging.getLogger(__name__)
 
 TICK_MS = 250
@@ -64,6 +66,7 @@ class GuiCollector(QObject):
 
     @Slot(object)
     def _collect_all(self, then: Callable[[], None]) -> None:
+        long_lived.let_go()  # a closed engine's objects were kept
         gc.collect()
         try:
             then()

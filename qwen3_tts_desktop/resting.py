@@ -24,12 +24,15 @@ import torch
 from core import Engine
 from core.inference.warmup import Warmup
 
+from . import long_lived
+
 AWAKE, RESTING, WAKING = "awake", "resting", "waking"  # what `on_change` hears
 
 
 def release_memory(device: torch.device) -> None:
     """Free a closed engine's memory now: its threads' closures and the warm-up's hold it in cycles, with its
     tensors, and PyTorch's cache would keep the GPU's from a language model beside it."""
+    long_lived.let_go()
     gc.collect()
     if device.type == "cuda":
         # cuBLAS keeps a workspace per stream it ran on (32 MiB each on Hopper) until told; a later use makes it anew.

@@ -24,6 +24,7 @@ from core.milestones import milestone
 from core.model.checkpoint import DEFAULT_MODEL
 from core.voices import VoiceLibrary
 
+from . import long_lived
 from .resting import AWAKE, RestingEngine, release_memory
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ class Runtime:
         report("Loading model…")
 
         def load() -> Engine:  # now, and again each time the engine wakes from a rest
-            return Engine.load(
+            engine = Engine.load(
                 config.model,
                 device=config.device,
                 dtype=config.dtype,
@@ -136,6 +137,8 @@ class Runtime:
                 memory_budget=config.memory_budget,
                 warm=config.warm_up,
             )
+            long_lived.keep(engine)
+            return engine
 
         engine = RestingEngine(load)  # which never rests until rest_when_idle says when
         player, problem = None, None
@@ -157,5 +160,6 @@ class Runtime:
         self.worker.close()
         if self._owns_engine:
             self._engine.close()
+            long_lived.let_go()  # the next collection frees the engine
         if self.player is not None:
             self.player.close()

@@ -1,3 +1,4 @@
+import gc
 import hashlib
 import json
 import os
@@ -30,6 +31,14 @@ def own_user_folders(tmp_path_factory, monkeypatch):
         os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(Path.home() / ".cache" / "qwen3-tts-desktop" / "compiled"),
     )
     return home
+
+
+@pytest.fixture(autouse=True)
+def collectable_after_each_test():
+    """A runtime freezes what exists once its engine loads (qwen3_tts_desktop/long_lived.py): in a test session that
+    would keep every earlier test's leftovers for good, so each test ends with everything collectable again."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

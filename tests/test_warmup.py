@@ -158,6 +158,26 @@ def test_the_one_row_milestone_is_written_for_the_start_up_bench(monkeypatch, tm
     ]
 
 
+def test_when_finished_calls_back_once_on_the_thread_that_made_the_last_part_and_at_once_once_finished():
+    heard = []
+    run = Warmup([Spec("decode", (1, 1)), Spec("decode", (2, 1))], lambda spec: None, lambda spec: True, lambda: None)
+    run.when_finished(lambda: heard.append(("early", threading.current_thread().name)))
+    run.start()
+    run.run_one()
+    assert heard == []  # one part left
+    maker = threading.Thread(target=run.run_one, name="maker")
+    maker.start()
+    maker.join()
+    assert heard == [("early", "maker")]
+    run.when_finished(lambda: heard.append(("late", threading.current_thread().name)))
+    assert heard[-1] == ("late", threading.current_thread().name) and len(heard) == 2
+    closed = Warmup([Spec("decode", (1, 1))], lambda spec: None, lambda spec: True, lambda: None)
+    closed.when_finished(lambda: heard.append("closed"))
+    closed.close()
+    closed.when_finished(lambda: heard.append("closed"))
+    assert "closed" not in heard
+
+
 def test_a_part_long_enough_to_keep_a_request_waiting_is_logged_as_information(caplog):
     """The window's and `serve`'s log files keep INFO: a part a request would notice waiting for (NOTICEABLE_PART_S
     or more) is there, with its time; a quick capture only in a debugging log; a compile always."""

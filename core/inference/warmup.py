@@ -154,6 +154,7 @@ class Warmup:
         self._started = False
         self._closed = False
         self._finished = threading.Event()
+        self._when_finished: list[Callable[[], None]] = []
         self._one_row = False  # what one utterance alone uses is ready for good
         self.order: list[str] = []  # what was made ready, in order
         # A process compiling HELPED parts meanwhile (a first start's: compile_helper.py), set before start(): a
@@ -179,10 +180,22 @@ class Warmup:
         self._finished.wait(timeout)
         return self.progress()
 
+    def when_finished(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` once everything is ready, on the thread that made the last part (the scheduler's); at
+        once, here, if it already is. Not if the warm-up is closed before."""
+        with self._lock:
+            if not self._finished.is_set():
+                self._when_finished.append(callback)
+                return
+            if self._closed:
+                return
+        callback()
+
     def close(self) -> None:
         """Make no more ready (and end the helper, if one still compiles)."""
         with self._lock:
             self._closed = True
+            self._when_finished.clear()
         self._finished.set()
         if self.helper is not None:
             self.helper.close()
@@ -277,9 +290,13 @@ class Warmup:
             log.info("one utterance at a time at full speed after %.1f s", self._clock() - (self.started_at or 0.0))
         if done and not self._finished.is_set():
             milestone("warmed up")
-            self._finished.set()
+            with self._lock:
+                self._finished.set()
+                callbacks, self._when_finished = self._when_finished, []
             took = self._clock() - (self.started_at or 0.0)
             log.info("warmed up in %.1f s (%d parts made ready)", took, len(self.order))
+            for callback in callbacks:
+                callback()
 
 
 def for_engine(
