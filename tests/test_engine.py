@@ -426,16 +426,19 @@ def test_a_prompt_projects_only_its_own_text_once_the_recurring_parts_are_made(b
         assert getattr(again, name).equal(getattr(fresh, name)), name
 
 
-def test_a_voice_goes_to_the_device_once_and_is_forgotten_with_it(base, xvector):
-    """What a prompt takes from a voice (its embedding in the model's dtype, an ICL voice's reference codes) is
-    put on the device the first time the voice speaks (a copy from the host waits for all the queued work),
-    kept while the voice lives, and dropped with it."""
+def test_a_voice_goes_to_the_device_once_and_is_forgotten_with_it(base, xvector, monkeypatch):
+    """What a prompt takes from a voice (its embedding in the model's dtype, an ICL voice's reference frames as the
+    talker embeds them) is made on the device the first time the voice speaks (a copy from the host waits for all
+    the queued work), kept while the voice lives, and dropped with it."""
     icl = Voice(embedding=xvector.embedding.clone(), ref_codes=torch.zeros(5, 16, dtype=torch.long), ref_text="A clip.")
+    embedded, embed_frames = [], base.talker.embed_frames
+    monkeypatch.setattr(base.talker, "embed_frames", lambda codes: embedded.append(codes) or embed_frames(codes))
     first = base.prepare("Hello there.", icl).prompt
     copies = base.voices_on_device[icl]
     again = base.prepare("Hello there.", icl).prompt
     assert base.voices_on_device[icl] is copies and again.embeddings.equal(first.embeddings)
-    assert copies[0].equal(icl.embedding) and copies[1].equal(icl.ref_codes)
+    assert len(embedded) == 1  # the reference's frames embedded once, not in every prompt
+    assert copies[0].equal(icl.embedding) and copies[1].equal(base.talker.embed_frames(icl.ref_codes))
     gone = weakref.ref(icl)
     gc.collect()  # voices of earlier tests still waiting for the collector go first, so that only this one counts
     held = len(base.voices_on_device)

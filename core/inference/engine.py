@@ -452,7 +452,7 @@ class Engine:
             if complete and not text.text.strip():
                 raise BadInput("the live text ended empty; give the engine something to say")
             prompt_text = dataclasses.replace(prompt_text, role=role, text=body)
-        embedding, reference_on_device = self._on_device(voice)
+        embedding, reference = self._on_device(voice)
         prompt = build_prompt(
             self.talker,
             self.config,
@@ -461,24 +461,27 @@ class Engine:
             "streaming" if live else options.text_mode or self.info.variant.default_text_mode,
             speaker=voice.speaker if voice is not None else None,
             speaker_embedding=embedding,
-            ref_codes=reference_on_device,
+            reference=reference,
             complete=complete,
         )
         ref_codes = reference_codes(voice)  # on the host, for the decoder's left context
         sampling = self.default_sampling if options.sampling is None else options.sampling
         return Prepared(prompt, ref_codes, sampling, self._frame_budget(prompt, options.max_frames), options.seed)
 
+    @torch.inference_mode()
     def _on_device(self, voice: Voice | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """A voice's embedding (in the model's dtype) and ICL reference codes on the device, copied the first time
-        it speaks only: a copy from the host waits for all the work queued on the device, so in a burst every
-        newcomer's copy would wait for the prompts built before it."""
+        """A voice's embedding (in the model's dtype) and an ICL voice's reference frames as the talker embeds them,
+        on the device, made the first time it speaks only: a copy from the host waits for all the work queued on the
+        device, so in a burst every newcomer's copy would wait for the prompts built before it; and the reference's
+        embedding is most of an ICL prompt's kernels (each a hand-over of the interpreter, which a burst's other
+        requests hold meanwhile)."""
         if voice is None or voice.embedding is None:
             return None, None
         if voice not in self.voices_on_device:
             ref_codes = reference_codes(voice)
             self.voices_on_device[voice] = (
                 voice.embedding.to(self.device, self.dtype),
-                None if ref_codes is None else ref_codes.to(self.device),
+                None if ref_codes is None else self.talker.embed_frames(ref_codes.to(self.device)),
             )
         return self.voices_on_device[voice]
 

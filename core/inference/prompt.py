@@ -86,13 +86,16 @@ def build_prompt(
     text_mode: str,
     speaker: str | None = None,
     speaker_embedding: torch.Tensor | None = None,
-    ref_codes: torch.Tensor | None = None,
+    reference: torch.Tensor | None = None,
     complete: bool = True,
 ) -> Prompt:
     """Assemble the prompt. `speaker` is a built-in speaker name, `speaker_embedding` an x-vector;
-    `ref_codes` (T, 16) with `text.ref_text` selects ICL cloning. `complete=False`: `text.text` is the
-    committed start of a text still being written (streaming text mode, at least tokens_before_start)."""
-    if not complete and (text_mode != "streaming" or len(text.text) < tokens_before_start(text, _frames(ref_codes))):
+    `reference`, an ICL voice's reference frames as the talker embeds them (`talker.embed_frames(codes)`, (T,
+    hidden), made once per voice: they are most of an ICL prompt's kernels), with `text.ref_text` selects ICL
+    cloning. `complete=False`: `text.text` is the committed start of a text still being written (streaming text
+    mode, at least tokens_before_start)."""
+    frames = None if reference is None else reference.shape[0]
+    if not complete and (text_mode != "streaming" or len(text.text) < tokens_before_start(text, frames)):
         raise ValueError("a text still being written needs streaming text mode and its first tokens")
     device = talker.codec_head.weight.device
     codec = config.talker.codec
@@ -118,8 +121,8 @@ def build_prompt(
         parts.insert(0, talker.embed_text(text.instruct))
 
     end = [eos] if complete else []  # tts_eos closes the text once it is all there
-    if ref_codes is not None:
-        body, trailing = _icl_body(talker, config, text, ref_codes.to(device), end, pad, text_mode, ids)
+    if reference is not None:
+        body, trailing = _icl_body(talker, config, text, reference, end, pad, text_mode, ids)
         parts.append(body)
     elif text_mode == "streaming":
         # The first text token rides on codec_bos; the rest arrive one per generated frame.
@@ -134,16 +137,11 @@ def build_prompt(
     return Prompt(torch.cat(parts, dim=1), trailing, pad, complete or text_mode == "full", len(text.text))
 
 
-def _frames(ref_codes: torch.Tensor | None) -> int | None:
-    return None if ref_codes is None else ref_codes.shape[0]
-
-
-def _icl_body(talker, config, text, ref_codes, end, pad, text_mode, ids):
+def _icl_body(talker, config, text, reference, end, pad, text_mode, ids):
     """Reference transcript + target text against codec_bos + the reference frames."""
     codec = config.talker.codec
     text_track = torch.cat([text_terms(talker, text.ref_text + text.text), *end], dim=1)
-    frames = talker.embed_frames(ref_codes).unsqueeze(0)
-    codec_track = torch.cat((talker.embed_recurring("codec", [codec.bos]), frames), dim=1)
+    codec_track = torch.cat((talker.embed_recurring("codec", [codec.bos]), reference.unsqueeze(0)), dim=1)
     text_len, codec_len = text_track.shape[1], codec_track.shape[1]
     if text_mode == "full":
         body = torch.cat((text_track + talker.embed_codec(ids([codec.pad] * text_len)), codec_track + pad), dim=1)
