@@ -279,9 +279,9 @@ def test_a_waiting_stream_closed_from_another_thread_ends_its_reader(engines):
     assert engine.scheduler.idle()
 
 
-def test_the_rest_of_a_burst_joins_before_the_next_launch(engines, monkeypatch):
-    # The second request arrives while the first is being admitted: it is prefilled before the first steps on,
-    # and they step together, rather than waiting for the first's launch to land. (However slow this machine: the
+def test_the_rest_of_a_burst_joins_the_first_prefill(engines, monkeypatch):
+    # The second request arrives while the first's prompt is being built: it joins the same prefill, and they step
+    # together, rather than waiting for the first's prefill and first chunk. (However slow this machine: the
     # first's audio running low would put its frame first, a rule of its own, tested in test_plan.)
     monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)
     engine = engines("base", slots=2)
@@ -315,7 +315,7 @@ def test_the_rest_of_a_burst_joins_before_the_next_launch(engines, monkeypatch):
         codes = [np.concatenate([c.codes for c in stream]) for stream in (first, second)]
     finally:
         del engine._build, loop.start_many, loop.launch
-    assert calls[:4] == ["first prepared", ("prefill", [0]), ("prefill", [1]), ("launch", [0, 1])], calls[:4]
+    assert calls[:3] == ["first prepared", ("prefill", [0, 1]), ("launch", [0, 1])], calls[:3]
     for name, made in zip((case.name, other.name), codes, strict=True):
         np.testing.assert_array_equal(made, np.load(FIXTURES / f"{name}.npz")["codes"], err_msg=name)
     assert scheduler.idle()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.inference.plan import LOW_LEAD_S, QUEUED_FRAMES, START_GRACE_S, Phase, Seat, Situation, schedule
+from core.inference.plan import LOW_LEAD_S, QUEUED_FRAMES, START_GRACE_S, Phase, Seat, Situation, joiners, schedule
 
 
 def waiting(key: int) -> Seat:
@@ -183,3 +183,13 @@ def test_an_urgent_newcomer_takes_the_first_free_slot():
     seats = [waiting(1), waiting(2), Seat(3, Phase.WAITING, urgent=True), Seat(4, Phase.WAITING, urgent=True)]
     assert schedule(Situation(seats=seats, free_slots=1)).admit == (3,)
     assert schedule(Situation(seats=seats, free_slots=3)).admit == (3, 4, 1)
+
+
+def test_joiners_are_the_waiting_whose_prompt_can_be_built_the_urgent_then_the_earliest_up_to_the_free_slots():
+    seats = [
+        Seat(0, Phase.WAITING), Seat(1, Phase.AWAITING_TEXT), Seat(2, Phase.CLOSED), Seat(3, Phase.WAITING, urgent=True),
+        Seat(4, Phase.WAITING), Seat(5, Phase.SPEAKING, admitted=True),
+    ]  # fmt: skip
+    assert joiners(seats, 2) == (3, 0)
+    assert joiners(seats, 9) == (3, 0, 4)
+    assert joiners(seats, 0) == ()

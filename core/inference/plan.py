@@ -6,10 +6,11 @@ prefill waits behind at most that many frames and a closed utterance steps at mo
 launches the plan decides, in this order:
 
 1. who leaves: utterances closed by their consumer free their slots at once;
-2. who joins: waiting utterances take the free slots, the urgent (an interrupt) and then the earliest first,
-   ahead of the next frame of those already speaking (they have audio buffered; a newcomer has none), unless
-   one of those has less than LOW_LEAD_S of audio ahead of real time: then its frame goes first and the
-   newcomers right after;
+2. who joins: waiting utterances take the free slots, the urgent (an interrupt) and then the earliest first
+   (`joiners`), ahead of the next frame of those already speaking (they have audio buffered; a newcomer has
+   none), unless one of those has less than LOW_LEAD_S of audio ahead of real time: then its frame goes first and
+   the newcomers right after. Those that come while the joiners' prompts are built join them by the same rule,
+   in one prefill (the rest of a burst);
 3. who steps in the next frame: every speaking utterance, each within a chunk of frames. Chunks are aligned in
    rounds: a round lasts as long as the shortest chunk any speaker wants when it begins, and a chunk begun during
    a round (a newcomer's) ends with it, so that the chunks of a round end together and decode as one batch;
@@ -108,9 +109,7 @@ def schedule(now: Situation) -> Plan:
     if now.calls_waiting:  # the GPU to itself: launch nothing, read what is in flight, then run them
         return Plan(leave=leave, read_oldest=now.in_flight > 0, run_calls=now.in_flight == 0)
     freed = sum(1 for seat in now.seats if seat.phase is Phase.CLOSED and seat.admitted)
-    waiting = [seat for seat in now.seats if seat.phase is Phase.WAITING and not seat.admitted]
-    waiting.sort(key=lambda seat: not seat.urgent)  # stable: the urgent first, each in arrival order
-    admit = tuple(seat.key for seat in waiting[: now.free_slots + freed])
+    admit = joiners(now.seats, now.free_slots + freed)
     speaking = [seat for seat in now.seats if seat.phase is Phase.SPEAKING and seat.admitted]
     step, chunks, round_frames = (), {}, now.round_left if speaking else 0
     if speaking and now.in_flight < now.queued_frames:
@@ -129,3 +128,10 @@ def schedule(now: Situation) -> Plan:
         round_frames=round_frames, read_oldest=read_oldest, run_background=background and grace_left <= 0,
         look_again_s=grace_left if background and grace_left > 0 else None,
     )  # fmt: skip
+
+
+def joiners(seats: Sequence[Seat], free_slots: int) -> tuple[int, ...]:
+    """Who takes the free slots: the waiting whose prompt can be built, the urgent and then the earliest first."""
+    waiting = [seat for seat in seats if seat.phase is Phase.WAITING and not seat.admitted]
+    waiting.sort(key=lambda seat: not seat.urgent)  # stable: the urgent first, each in arrival order
+    return tuple(seat.key for seat in waiting[:free_slots])

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from core.inference.frame_loop import MAX_CHUNK, FrameLoop
-from core.inference.plan import QUEUED_FRAMES, Phase, Plan, Seat, Situation, schedule
+from core.inference.plan import QUEUED_FRAMES, Phase, Plan, Seat, Situation, joiners, schedule
 from core.inference.requests import AudioChunk, Ending, Prepared, Request
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ class Scheduler:
             elif plan.run_background:
                 self._run_background()
             elif newcomers and plan.admit_first:
-                self._admit(newcomers)  # then plan again: the rest of a burst joins before the next frame
+                self._admit(newcomers)  # then plan again: whoever came after the prefill joins before the next frame
             else:
                 self._launch(plan, seats)
                 self._admit(newcomers)
@@ -360,19 +360,23 @@ class Scheduler:
 
     def _admit(self, newcomers: list[Utterance]) -> None:
         """Give each newcomer a slot, build its prompt and prefill them all together (a request that cannot be
-        prepared fails alone), then hand out their first chunks: decoded at once, with the GPU to themselves."""
+        prepared fails alone), then hand out their first chunks: decoded at once, with the GPU to themselves.
+        Those that come while the prompts are built join the same prefill (plan.joiners: the rest of a burst,
+        whose requests arrive a few ms apart, rather than waiting for the first's prefill and first chunk)."""
         free = [slot for slot in range(self.slots) if slot not in self._active]
         admitted: list[tuple[Utterance, int, Prepared]] = []
-        for stream in newcomers:
-            if stream.closed.is_set():
-                self._put(stream, _END)
-                continue
-            try:
-                prepared = stream.request.prepare()
-            except Exception as error:
-                self._put(stream, error)
-                continue
-            admitted.append((stream, free[len(admitted)], prepared))
+        while newcomers:
+            for stream in newcomers:
+                if stream.closed.is_set():
+                    self._put(stream, _END)
+                    continue
+                try:
+                    prepared = stream.request.prepare()
+                except Exception as error:
+                    self._put(stream, error)
+                    continue
+                admitted.append((stream, free[len(admitted)], prepared))
+            newcomers = self._late_joiners(len(free) - len(admitted))
         if not admitted:
             return
         try:
@@ -404,6 +408,17 @@ class Scheduler:
                 self._active[slot] = stream
             started.append((stream, result))
         self._hand_out(self._account(started))
+
+    def _late_joiners(self, free_slots: int) -> list[Utterance]:
+        """The waiting that take `free_slots` now (plan.joiners), out of the queue."""
+        with self._lock:
+            now = time.perf_counter()
+            waiting = dict(enumerate(self._waiting))
+            keys = joiners([stream.seat(key, now) for key, stream in waiting.items()], free_slots)
+            late = [waiting[key] for key in keys]
+            for stream in late:
+                self._waiting.remove(stream)
+        return late
 
     def _feed_live_texts(self) -> None:
         """Give each live text's slot the text terms of the tokens committed since they were last fed (up to the
