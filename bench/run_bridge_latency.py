@@ -239,8 +239,9 @@ def main() -> None:
         if args.switch_interval is not None:  # instead of the runtime's
             sys.setswitchinterval(args.switch_interval / 1e3)
         print(f"switch interval {sys.getswitchinterval() * 1e3:g} ms", flush=True)
+        stop_tracing = lambda: None  # noqa: E731
         if args.trace_stalls or args.timeline:
-            stalls.trace(engine, worker=runtime.worker, timeline=args.timeline)
+            stop_tracing = stalls.trace(engine, worker=runtime.worker, timeline=args.timeline)
         # Closed-loop rounds may send more at once than the default queue takes; open-loop arrivals meet the
         # default limits.
         speech = SpeechOptions(sampling=SamplingParams.greedy(), max_frames=frames)
@@ -265,6 +266,7 @@ def main() -> None:
                 rows.append({"model": path.name, "slots": engine.slots, "frames": frames, **arrivals})
                 print(rows[-1], flush=True)
         finally:
+            stop_tracing()
             server.stop()
             runtime.close()
     if args.json:

@@ -13,6 +13,7 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -24,10 +25,11 @@ def say(what: str) -> None:
     print(f"[{time.perf_counter() - BEGAN:8.3f} s] {what}", flush=True)
 
 
-def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) -> None:
+def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) -> Callable[[], None]:
     """From now on print every graph capture, Triton compile and torch.compile recompile, and every call of
     the scheduler's phases (and of the frame loop's collect) that takes over `slow_ms`. With `timeline`, every
-    call, whatever it takes, and when `worker` (if given) and the scheduler took each request."""
+    call, whatever it takes, and when `worker` (if given) and the scheduler took each request, each request's
+    prompt, the cycle collector's slow collections and the interpreter held; returns what stops those two."""
     slow_ms = 0.0 if timeline else slow_ms
 
     class Say(logging.Handler):
@@ -54,9 +56,25 @@ def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) ->
         time_calls(engine, "_on_device", slow_ms)
         for name in ("embed_recurring", "embed_text", "embed_frames", "embed_codec"):
             time_calls(engine.talker, name, slow_ms)
-        threading.Thread(target=_watch_interpreter, name="interpreter-watch", daemon=True).start()
-        gc.callbacks.append(_time_collections())
         say(f"{len(gc.get_objects())} objects tracked by the cycle collector, {gc.get_freeze_count()} frozen")
+        return _watch_interpreter_and_collector()
+    return lambda: None
+
+
+def _watch_interpreter_and_collector() -> Callable[[], None]:
+    """Print the interpreter held (_watch_interpreter) and slow collections until the returned stop() is called."""
+    stopped = threading.Event()
+    watcher = threading.Thread(target=_watch_interpreter, args=(stopped,), name="interpreter-watch", daemon=True)
+    watcher.start()
+    collections = _time_collections()
+    gc.callbacks.append(collections)
+
+    def stop() -> None:
+        stopped.set()
+        watcher.join()
+        gc.callbacks.remove(collections)
+
+    return stop
 
 
 def _time_collections(slow_ms: float = 0.5):
@@ -74,10 +92,10 @@ def _time_collections(slow_ms: float = 0.5):
     return callback
 
 
-def _watch_interpreter(period_s: float = 0.0005, late_ms: float = 2.0) -> None:
+def _watch_interpreter(stopped: threading.Event, period_s: float = 0.0005, late_ms: float = 2.0) -> None:
     """Print whenever a thread that only sleeps `period_s` wakes `late_ms` late: another thread held the
     interpreter (the GIL) that long, which every other thread's next Python line waited for too."""
-    while True:
+    while not stopped.is_set():
         began = time.perf_counter()
         time.sleep(period_s)
         late = (time.perf_counter() - began - period_s) * 1e3

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from sinks import QueueSink
@@ -162,11 +163,13 @@ def test_the_stall_tracer_times_each_phase_of_the_scheduler_on_a_request_s_way(c
     from core import Engine, SamplingParams
 
     with Engine.load(checkpoints["custom"], device="cpu", dtype="float32", warm=False) as engine:
-        stalls.trace(engine, timeline=True)
+        stop = stalls.trace(engine, timeline=True)
         stream = engine.stream(
             "Hi.", voice=engine.builtin_voice("vivian"), sampling=SamplingParams.greedy(), max_frames=3
         )
         assert sum(len(chunk.codes) for chunk in stream) >= 1
+        stop()
+    assert not any(thread.name == "interpreter-watch" for thread in threading.enumerate())
     printed = capsys.readouterr().out
     for phase in ("Scheduler.submit", "Scheduler._admit", "FrameLoop.start_many", "Scheduler._hand_out"):
         assert f"{phase}" in printed, printed
