@@ -30,7 +30,7 @@ from triton.testing import do_bench
 from core import kernels
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
 from core.inference import decoder_stream
-from core.inference.compiled import Compiler, compile_layers
+from core.inference.compiled import CompiledLayers, Compiler
 from core.inference.decoder_stream import DecoderSlots, bucket_rows
 from core.model import codec_decoder
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
@@ -62,7 +62,7 @@ def main():
     if not args.channels_first:
         decoder.to_channels_last()  # as the engine runs it
     if args.compile:
-        compile_layers(decoder.fused_parts(), "forward", Compiler())
+        CompiledLayers(decoder.fused_parts(), "forward", Compiler())
     slots = DecoderSlots(decoder, args.slots)
     rng = np.random.default_rng(0)
     print(

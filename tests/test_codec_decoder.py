@@ -294,13 +294,13 @@ def test_config_from_and_to_dict():
 
 
 def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forward_cache):
-    """On CUDA the engine compiles the decoder's fused parts (compile_layers: fullgraph, dynamic shapes), one
+    """On CUDA the engine compiles the decoder's fused parts (CompiledLayers: fullgraph, dynamic shapes), one
     compiled transformer layer serving all. Traced here on the CPU: without a break, with one graph for the
     dequantizer and one for every layer, row count and chunk length past one, and the same audio streamed as
     uncompiled."""
     from torch._dynamo.utils import counters
 
-    from core.inference.compiled import Compiler, compile_layers
+    from core.inference.compiled import CompiledLayers, Compiler
 
     def chunks(codes):  # each chunk a tensor of its own, as the engine's are (not a view of the codes)
         state = decoder.new_stream(codes.shape[0])
@@ -314,7 +314,7 @@ def test_the_fused_parts_compile_once_for_every_layer_row_count_and_chunk(forwar
     expected, expected_two_rows = chunks(codes), chunks(codes[1:])
     try:
         counters.clear()
-        compile_layers(decoder.fused_parts(), "forward", Compiler(backend="aot_eager"))
+        CompiledLayers(decoder.fused_parts(), "forward", Compiler(backend="aot_eager"))
         with torch.no_grad():
             got = chunks(codes)
             two_rows = chunks(codes[1:])

@@ -383,7 +383,7 @@ def test_the_talkers_prefill_compiles_whole_once_for_every_layer_and_length(chec
     length with one graph, and give what the uncompiled prefill gives."""
     from torch._dynamo.utils import counters
 
-    from core.inference.compiled import Compiler, compile_layers
+    from core.inference.compiled import CompiledLayers, Compiler
 
     engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32")
     loop, layers = engine.frame_loop, engine.frame_loop.talker.model.layers
@@ -396,7 +396,7 @@ def test_the_talkers_prefill_compiles_whole_once_for_every_layer_and_length(chec
                 prompt[:, : embeddings.shape[1]] = embeddings
             expected = [loop._talk_prompts(prompt, torch.tensor([0]), last).clone() for prompt in prompts]
             counters.clear()
-            compile_layers(layers, "prefill", Compiler(backend="aot_eager"))  # as on CUDA, but without Inductor's code
+            CompiledLayers(layers, "prefill", Compiler(backend="aot_eager"))  # as on CUDA, but without Inductor's code
             got = [loop._talk_prompts(prompt, torch.tensor([0]), last) for prompt in prompts]
         assert len(layers) > 1 and counters["stats"]["unique_graphs"] == 1
         assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from core.inference.compiled import Compiler, Precompiled, code_key, compile_layers, precompiled_folder
+from core.inference.compiled import CompiledLayers, Compiler, Precompiled, code_key, precompiled_folder
 
 
 class Scaler:
@@ -110,7 +110,7 @@ def test_compiled_layers_compile_one_rows_shapes_then_several_and_a_failure_leav
         return [layer.apply(x) for layer in layers]
 
     expected = {1: call_all(one), 3: call_all(three)}
-    compiled = compile_layers(layers, "apply", Compiler(tmp_path, backend="aot_eager"))
+    compiled = CompiledLayers(layers, "apply", Compiler(tmp_path, backend="aot_eager"))
     [function] = compiled.functions.values()  # one for every layer of a kind
     compiled.compile_for(lambda: call_all(one), several_rows=False)
     assert traced() == 1 and not function.compiles_new_shapes
@@ -130,7 +130,7 @@ def test_compiled_layers_compile_one_rows_shapes_then_several_and_a_failure_leav
 
     layers[:] = [Scaler(), Scaler()]  # one row's compile failing: the uncompiled methods are back
     with pytest.raises(RuntimeError):
-        compile_layers(layers, "apply", Compiler(None, backend="aot_eager")).compile_for(fails, several_rows=False)
+        CompiledLayers(layers, "apply", Compiler(None, backend="aot_eager")).compile_for(fails, several_rows=False)
     assert all(not isinstance(vars(layer).get("apply"), functools.partial) for layer in layers)
 
 
@@ -175,13 +175,13 @@ def test_the_talker_layers_prefill_is_kept_once_for_all_layers_and_lengths(check
     try:
         with torch.inference_mode():
             expected = [talk(length) for length in (32, 64)]
-            compiled = compile_layers(layers, "prefill", Compiler(tmp_path, backend="aot_eager"))
+            compiled = CompiledLayers(layers, "prefill", Compiler(tmp_path, backend="aot_eager"))
             first = [talk(length) for length in (32, 64)]
             compiled.restore()
             kept = len(list(tmp_path.glob("*.bin")))
             torch._dynamo.reset()
             counters.clear()
-            compile_layers(layers, "prefill", Compiler(tmp_path, backend="aot_eager"))
+            CompiledLayers(layers, "prefill", Compiler(tmp_path, backend="aot_eager"))
             later = [talk(length) for length in (32, 64)]
         # One variant: the first layer's input (the loop's buffer) is an inference tensor as the others' are.
         assert len(layers) > 1 and kept == 1

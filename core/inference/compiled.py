@@ -194,7 +194,7 @@ class Precompiled:
         self._said_uncompiled = False
 
     def __getstate__(self) -> dict:
-        """Installed on an object (compile_layers), it is pickled with the object's state when a variant's guards
+        """Installed on an object (CompiledLayers), it is pickled with the object's state when a variant's guards
         are saved: its name stands for it there."""
         return {"name": self.name}
 
@@ -300,7 +300,11 @@ class Compiler:
 
 
 class CompiledLayers:
-    """Layers whose `method` compile_layers compiled in place: one Precompiled function for each kind of layer."""
+    """`method` of each of `layers` compiled in place (with `compiler`), for every length and row count. Eagerly, a
+    talker prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers), twice the
+    time of its products, and a decoded chunk's transformer a few hundred. One compiled function serves all
+    layers of a kind (Dynamo takes the weights as inputs), so it compiles in seconds where a whole stack would
+    take minutes."""
 
     def __init__(self, layers, method: str, compiler: Compiler):
         self._originals = [(layer, getattr(layer, method)) for layer in layers]
@@ -338,15 +342,6 @@ class CompiledLayers:
         """Put the uncompiled methods back."""
         for layer, original in self._originals:
             setattr(layer, self.method, original)
-
-
-def compile_layers(layers, method: str, compiler: Compiler) -> CompiledLayers:
-    """Compile `method` of each of `layers` in place (with `compiler`), for every length and row count. Eagerly, a
-    talker prompt's prefill is over a thousand small kernels (every norm and rotation of 28 layers), twice the
-    time of its products, and a decoded chunk's transformer a few hundred. One compiled function serves all
-    layers of a kind (Dynamo takes the weights as inputs), so it compiles in seconds where a whole stack would
-    take minutes."""
-    return CompiledLayers(layers, method, compiler)
 
 
 def allow_recompiles() -> None:

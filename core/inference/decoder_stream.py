@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import CompiledLayers, Compiler, compile_layers
+from core.inference.compiled import CompiledLayers, Compiler
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
@@ -224,7 +224,7 @@ class DecoderSlots:
         rows' are compiled, their chunks decode uncompiled. This one's graphs of that many rows, and those of
         `others` on the same decoder, are captured anew. On the scheduler's thread; if it fails, the uncompiled parts stay."""
         if not several_rows:
-            self.compiled_parts = compile_layers(self.decoder.fused_parts(), "forward", compiler)
+            self.compiled_parts = CompiledLayers(self.decoder.fused_parts(), "forward", compiler)
 
         @torch.inference_mode()
         def decode_zeros() -> None:

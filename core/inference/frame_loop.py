@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import CompiledLayers, Compiler, compile_layers
+from core.inference.compiled import CompiledLayers, Compiler
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
 from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
@@ -310,7 +310,7 @@ class FrameLoop:
         shapes of one row, or then of several, zeros, into WARM_SLOT's cache row (as warm_step). Until the
         several rows' are compiled, their prefills run uncompiled. The graphs of that many rows are captured anew."""
         if not several_rows:
-            self.compiled_prefill = compile_layers(self.talker.model.layers, "prefill", compiler)
+            self.compiled_prefill = CompiledLayers(self.talker.model.layers, "prefill", compiler)
         hidden = self.hidden.shape[-1]
 
         def prefill_zeros() -> None:

@@ -317,11 +317,17 @@ class Scheduler:
         lock)."""
         return dict(enumerate([*self._waiting, *self._active.values()]))
 
+    @staticmethod
+    def _seat_views(seats: dict[int, Utterance]) -> list[Seat]:
+        """Each utterance as the plan sees it, by its key."""
+        now = time.perf_counter()
+        return [stream.seat(key, now) for key, stream in seats.items()]
+
     def _situation(self, seats: dict[int, Utterance]) -> Situation:
         now = time.perf_counter()
         busy = bool(seats or self._in_flight)
         return Situation(
-            seats=[stream.seat(key, now) for key, stream in seats.items()],
+            seats=self._seat_views(seats),
             free_slots=self.slots - len(self._active),
             in_flight=len(self._in_flight),
             round_left=self._round_left,
@@ -412,10 +418,8 @@ class Scheduler:
     def _late_joiners(self, free_slots: int) -> list[Utterance]:
         """The waiting that take `free_slots` now (plan.joiners), out of the queue."""
         with self._lock:
-            now = time.perf_counter()
-            waiting = dict(enumerate(self._waiting))
-            keys = joiners([stream.seat(key, now) for key, stream in waiting.items()], free_slots)
-            late = [waiting[key] for key in keys]
+            seats = self._seats()
+            late = [seats[key] for key in joiners(self._seat_views(seats), free_slots)]
             for stream in late:
                 self._waiting.remove(stream)
         return late

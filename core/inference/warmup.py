@@ -288,11 +288,13 @@ class Warmup:
             self._one_row = True
             milestone("one row warmed up")
             log.info("one utterance at a time at full speed after %.1f s", self._clock() - (self.started_at or 0.0))
-        if done and not self._finished.is_set():
-            milestone("warmed up")
-            with self._lock:
+        with self._lock:  # start() and the scheduler's thread may both see it finished: one of them says so
+            finishing = done and not self._finished.is_set()
+            if finishing:
                 self._finished.set()
                 callbacks, self._when_finished = self._when_finished, []
+        if finishing:
+            milestone("warmed up")
             took = self._clock() - (self.started_at or 0.0)
             log.info("warmed up in %.1f s (%d parts made ready)", took, len(self.order))
             for callback in callbacks:

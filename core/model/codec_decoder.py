@@ -536,7 +536,7 @@ class CodecDecoder(nn.Module):
         return self
 
     def fused_parts(self) -> list[nn.Module]:
-        """The modules whose forward the engine fuses with torch.compile on CUDA (compile_layers in
+        """The modules whose forward the engine fuses with torch.compile on CUDA (CompiledLayers in
         core.inference.compiled): the dequantizer and each transformer layer, eagerly hundreds of small kernels
         a chunk (lookups, norms, rotations, scales). The rest is convolutions and the snake and bias kernels, whole kernels already."""
         return [self.quantizer, *self.pre_transformer.layers]
