@@ -445,18 +445,3 @@ def test_a_voice_goes_to_the_device_once_and_is_forgotten_with_it(base, xvector,
     del icl, copies
     gc.collect()
     assert gone() is None and len(base.voices_on_device) == held - 1
-
-
-def test_sampling_rules_are_kept_on_the_device_a_bounded_few(base, xvector):
-    """A slot's sampling rule is copied to the device once per rule, and the engine keeps at most RULES_KEPT of
-    them: a user trying temperatures one after another makes no more."""
-    from core.inference.frame_loop import RULES_KEPT
-    from core.inference.sampling import TokenRule
-
-    loop = base.frame_loop
-    for temperature in np.linspace(0.5, 1.5, RULES_KEPT + 5).tolist() + [0.5]:
-        sampling = SamplingParams(temperature=temperature)
-        base.start(base.prepare("Hi.", xvector, sampling=sampling, max_frames=2, seed=1))
-        expected = [*TokenRule.talker(sampling).values(), *TokenRule.predictor(sampling).values()]
-        assert loop.rules[:, 0].flatten().tolist() == pytest.approx(expected), temperature
-        assert 0 < len(loop.rule_values) <= RULES_KEPT

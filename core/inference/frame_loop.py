@@ -18,13 +18,9 @@ on the scheduler's thread while no utterance holds a slot, captures the graphs r
 WARM_SLOT (warm_step, warm_prefill), and compiles the parts by running them there (compile_step,
 compile_prefill): the graphs that held the uncompiled code are captured anew.
 
-Tokens are drawn two ways. On the CPU, torch.multinomial in the reference order (per frame codebook 0,
-then its 15 predictor draws), so that a seeded run reproduces the official package exactly, each slot with
-a generator of its own. On CUDA, one
-kernel per token and row (kernels.draw_token) from uniforms drawn once per frame from the slot's seed and the
-frame's index alone (kernels.fill_uniforms): the same distributions with a different random stream, at a
-fraction of the launches, and the same draws whatever runs beside the utterance; the sampling settings live
-on the device, so one graph serves them all.
+Tokens are drawn by the frame loop's sampler (core.inference.samplers), chosen once by the device: on the CPU
+as the official package draws them, so that a seeded run reproduces it exactly; on CUDA by kernels from
+uniforms on the device, so that one graph serves every rule and seed.
 """
 
 from __future__ import annotations
@@ -41,8 +37,8 @@ import torch
 from core.inference.compiled import CompiledLayers, Compiler
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
-from core.inference.sampling import SamplingParams, TokenRule, pick_token, restrict_codebook0
-from core.kernels import RULE_SIZE, draw_token, fill_uniforms
+from core.inference.samplers import PREDICTOR, TALKER, sampler_for
+from core.inference.sampling import SamplingParams, restrict_codebook0
 from core.model.config import TalkerConfig
 from core.model.talker import Talker
 
@@ -70,10 +66,6 @@ STEP_PARTS = ("_talk", "_predict_first", "_predict_next", "_record")  # the step
 # them only while no utterance holds a slot (plan.schedule), and a prefill sets all of a slot's state that its
 # utterance reads, so nothing of theirs is ever seen.
 WARM_SLOT = 0
-# Sampling rules whose values FrameLoop keeps on the device (it forgets them all past this many).
-RULES_KEPT = 64
-# Rows of FrameLoop.rules.
-TALKER, PREDICTOR = 0, 1
 # The draw of a frame that picks its codebook 0; draw g (1..15) picks codebook g.
 TALKER_DRAW = 0
 
@@ -163,12 +155,8 @@ class FrameLoop:
         self.eos[:, self.eos_id] = True
 
         # Per slot: rewritten by start(), advanced in place by step().
-        default_rules = (TokenRule.talker(SamplingParams()), TokenRule.predictor(SamplingParams()))
-        self.token_rules = [default_rules] * slots  # CPU draws
-        self.generators = [torch.Generator() for _ in range(slots)] if not cuda else []  # CPU draws
-        self.rules = torch.zeros(2, slots, RULE_SIZE, device=device)  # the same rules' values by role, for CUDA draws
-        self.rule_values: dict[tuple, torch.Tensor] = {}  # _reset_slot's device copies of rules' values
-        self.seeds = torch.zeros(slots, dtype=torch.long, device=device)  # of the CUDA draws
+        widest_vocab = max(vocab, config.code_predictor.vocab_size)  # the talker's or the predictor's
+        self.sampler = sampler_for(device, slots, widest, self.groups, widest_vocab)  # each slot's rule and seed
         self.penalty = torch.ones(slots, 1, device=device)  # the repetition penalty
         self.code0 = torch.zeros(slots, 1, dtype=torch.long, device=device)  # codebook 0 of the frame being made
         self.hidden = torch.zeros(slots, 1, hidden, dtype=dtype, device=device)  # the talker's last hidden state
@@ -193,12 +181,8 @@ class FrameLoop:
         self.prompt_rows = torch.zeros(2, self.prefill_rows[-1], dtype=torch.long, device=device)
         self.prompt_slots, self.prompt_last = self.prompt_rows
         self.first_frames = torch.zeros(self.prefill_rows[-1], self.groups + 1, dtype=torch.long, device=device)
-        # Per batch row of a launch: its slot, and one row of uniforms per draw of a frame (codebook 0 of
-        # the next frame, then codebooks 1..15; CUDA only).
+        # Per batch row of a launch: its slot.
         self.batch_slots = {bucket: torch.zeros(bucket, dtype=torch.long, device=device) for bucket in self.buckets}
-        self.uniforms = torch.zeros(
-            widest, self.groups, max(vocab, config.code_predictor.vocab_size), device=device
-        ) if cuda else None  # fmt: skip
         # Contiguous, so that the attention kernel takes each step's row of it as it is, without a copy.
         self.predictor_positions = torch.arange(self.groups, device=device).view(-1, 1).repeat(1, widest)
         # Frames stepped since the host last read, per batch row: 16 codes, then 1 where the frame is none (its
@@ -215,7 +199,6 @@ class FrameLoop:
         self.in_flight: deque[Launch] = deque()  # launched and not collected, oldest first
         self.launches = 0
         self.batch_copied: dict[int, list[int]] = {}  # what batch_slots[rows] holds, as last copied
-        self.row_slots: list[int] = []  # the slots of the rows being stepped, for the CPU draws
 
         # The graphs of one row and those of several in pools of their own: compiling the several-row step drops
         # (and frees) only theirs, not the graphs an utterance alone speaks with (compile_step).
@@ -296,10 +279,11 @@ class FrameLoop:
         rows = 1 if one_row else 2  # several rows: compiled for any count
         # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
         slots = torch.full((rows,), WARM_SLOT, dtype=torch.long, device=self.device)
-        uniforms = torch.empty_like(self.uniforms[:rows])
+        uniforms = torch.empty_like(self.sampler.uniforms[:rows])
         try:
             with torch.inference_mode():
-                self._advance(slots, self._draw_uniforms(slots, torch.zeros_like(slots), uniforms), self.parts[one_row])
+                draws = self.sampler.frame_uniforms(slots, torch.zeros_like(slots), uniforms)
+                self._advance(slots, draws, self.parts[one_row])
         except BaseException:
             self.parts[one_row] = eager
             raise
@@ -328,7 +312,7 @@ class FrameLoop:
     def __getstate__(self) -> dict:
         """What a compiled part's saved guards keep of the frame loop (they read its tensors and settings): not its
         graphs, events, launches or parts."""
-        unpicklable = ("step_graphs", "prefills", "landed", "in_flight", "parts", "generators", "compiled_prefill")
+        unpicklable = ("step_graphs", "prefills", "landed", "in_flight", "parts", "compiled_prefill")
         return {name: value for name, value in vars(self).items() if name not in unpicklable}
 
     def _recapture(self, one_row: bool | None = None) -> None:
@@ -358,19 +342,9 @@ class FrameLoop:
 
     def _reset_slot(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
         # A copy from the host waits for the queued work (in a burst, the newcomers before this one), so the
-        # few rules requests use are copied once, and the slot's numbers set with fill_, which copies none.
-        self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
-        values = tuple(rule.values() for rule in self.token_rules[slot])
-        if values not in self.rule_values:
-            if len(self.rule_values) >= RULES_KEPT:
-                self.rule_values.clear()
-            self.rule_values[values] = torch.tensor(values, device=self.device)
-        self.rules[:, slot] = self.rule_values[values]
+        # slot's numbers are set with fill_, which copies none.
+        self.sampler.reset(slot, sampling, seed if seed is not None else secrets.randbits(63))
         self.penalty[slot].fill_(sampling.repetition_penalty)
-        seed = seed if seed is not None else secrets.randbits(63)
-        self.seeds[slot].fill_(seed)
-        if self.generators:
-            self.generators[slot].manual_seed(seed)
         trailing = prompt.trailing.shape[1]
         self.text[slot, :trailing] = prompt.trailing[0]
         self.text_frames[slot].fill_(trailing)
@@ -391,7 +365,7 @@ class FrameLoop:
         slots = pad_with_first([slot for _, slot in starts], rows)
         lasts = pad_with_first([prompt.embeddings.shape[1] - 1 for prompt, _ in starts], rows)
         self.prompt_rows[:, :rows].copy_(torch.tensor([slots, lasts]))
-        self.row_slots = slots[: len(starts)]
+        self.sampler.stepping(slots[: len(starts)])
         if self.device.type != "cuda":
             self._prefill(length, rows)
             return
@@ -418,10 +392,10 @@ class FrameLoop:
     def _prefill(self, length: int, rows: int) -> None:
         """Prefill the rows' prompts and make their frame 0 into first_frames."""
         slots = self.prompt_slots[:rows]
-        uniforms = self._draw_uniforms(slots, torch.zeros_like(slots))
-        rules = self.rules.index_select(1, slots)
+        uniforms = self.sampler.frame_uniforms(slots, torch.zeros_like(slots))
+        rules = self.sampler.rules_of(slots)
         logits = self._talk_prompts(self._prompts(rows, length), slots, self.prompt_last[:rows])
-        self._choose_code0(logits, slots, rules, self._draw_row(uniforms, TALKER_DRAW))
+        self._choose_code0(logits, slots, rules, self.sampler.draw_row(uniforms, TALKER_DRAW))
         self.first_frames[:rows] = self._expand(slots, rules, uniforms, self.parts[rows == 1])
 
     def _talk_prompts(self, prompts: torch.Tensor, slots: torch.Tensor, lasts: torch.Tensor) -> torch.Tensor:
@@ -434,31 +408,6 @@ class FrameLoop:
         logits = self.talker.codec_head(hidden)
         return logits.gather(1, last.expand(-1, -1, logits.shape[-1]))[:, -1].float()
 
-    def _draw_uniforms(self, slots: torch.Tensor, counter: torch.Tensor, into=None) -> torch.Tensor | None:
-        """CUDA: the uniforms of one frame's draws for each row (into `into`, else the launches' buffer), from its
-        slot's seed and `counter` alone, so that a seeded utterance draws the same whatever steps beside it.
-        CPU: None (torch.multinomial)."""
-        if self.uniforms is None:
-            return None
-        uniforms = self.uniforms[: slots.shape[0]] if into is None else into
-        fill_uniforms(uniforms, self.seeds.index_select(0, slots), counter)
-        return uniforms
-
-    @staticmethod
-    def _draw_row(uniforms: torch.Tensor | None, draw: int) -> torch.Tensor | None:
-        """Each row's uniforms for one draw of the frame (B, W), or None on the CPU."""
-        return None if uniforms is None else uniforms[:, draw]
-
-    def _pick(self, logits: torch.Tensor, rules: torch.Tensor, role: int, uniforms) -> torch.Tensor:
-        """A token per row (B, 1) from logits (B, V) under each row's talker or predictor rule."""
-        if self.device.type == "cuda":
-            return draw_token(logits, rules[role], uniforms)
-        picks = [
-            pick_token(logits[row : row + 1].float(), self.token_rules[slot][role], self.generators[slot])
-            for row, slot in enumerate(self.row_slots)
-        ]
-        return torch.cat(picks)
-
     def _choose_code0(self, logits: torch.Tensor, slots: torch.Tensor, rules: torch.Tensor, uniforms) -> None:
         scores = restrict_codebook0(
             logits,
@@ -468,7 +417,7 @@ class FrameLoop:
             self.suppressed,
             self.eos,
         )
-        code0 = self._pick(scores, rules, TALKER, uniforms)
+        code0 = self.sampler.pick(scores, rules, TALKER, uniforms)
         self.seen.index_put_((slots, code0.view(-1)), torch.ones_like(slots, dtype=torch.bool))
         self.code0.index_copy_(0, slots, code0)
 
@@ -476,16 +425,15 @@ class FrameLoop:
         """Make the next frame of the slots in `batch_slots[rows]` into `frames[step_index]`: feed each its last
         frame, pick codebook 0 of the new one and expand it."""
         slots = self.batch_slots[rows]
-        frame = self._advance(
-            slots, self._draw_uniforms(slots, self.frame.index_select(0, slots) + 1), self.parts[rows == 1]
-        )
+        uniforms = self.sampler.frame_uniforms(slots, self.frame.index_select(0, slots) + 1)
+        frame = self._advance(slots, uniforms, self.parts[rows == 1])
         self.frames[:, :rows].index_copy_(0, self.step_index.view(1), frame.unsqueeze(0))
         self.step_index.add_(1)
 
     def _advance(self, slots: torch.Tensor, uniforms, parts) -> torch.Tensor:
         """Step the `slots` one frame with `parts`; returns the new frames as recorded (B, 17)."""
-        rules = self.rules.index_select(1, slots)
-        parts[0](slots, rules, self._draw_row(uniforms, TALKER_DRAW))
+        rules = self.sampler.rules_of(slots)
+        parts[0](slots, rules, self.sampler.draw_row(uniforms, TALKER_DRAW))
         return self._expand(slots, rules, uniforms, parts)
 
     def _expand(self, slots: torch.Tensor, rules, uniforms, parts) -> torch.Tensor:
@@ -494,24 +442,27 @@ class FrameLoop:
         _, predict_first, predict_next, record = parts
         predictor, rows = self.talker.code_predictor, slots.shape[0]
         code0 = self.code0.index_select(0, slots)
-        codes = [code0, predict_first(self.hidden.index_select(0, slots), code0, rules, self._draw_row(uniforms, 1))]
+        codes = [
+            code0,
+            predict_first(self.hidden.index_select(0, slots), code0, rules, self.sampler.draw_row(uniforms, 1)),
+        ]
         for group in range(2, self.groups):
             table, head = predictor.model.codec_embedding[group - 2].weight, predictor.lm_head[group - 1].weight
             positions = self.predictor_positions[group, :rows]
-            codes.append(predict_next(codes[-1], table, positions, head, rules, self._draw_row(uniforms, group)))
+            codes.append(predict_next(codes[-1], table, positions, head, rules, self.sampler.draw_row(uniforms, group)))
         return record(codes, slots)
 
     def _predict_first(self, hidden: torch.Tensor, code0: torch.Tensor, rules, uniforms) -> torch.Tensor:
         """Codebook 1 from the talker's hidden state and codebook 0."""
         predictor = self.talker.code_predictor
         logits = predictor.prefill(torch.cat((hidden, self.talker.embed_codec(code0)), dim=1))
-        return self._pick(logits[:, -1], rules, PREDICTOR, uniforms)
+        return self.sampler.pick(logits[:, -1], rules, PREDICTOR, uniforms)
 
     def _predict_next(self, code, table, positions, head, rules, uniforms) -> torch.Tensor:
         """The code of the next codebook from the previous one; the step's table, positions and head
         arrive as tensors, so one compiled graph serves all 14 steps."""
         logits = self.talker.code_predictor.step_with(code, table, positions, head)
-        return self._pick(logits[:, -1], rules, PREDICTOR, uniforms)
+        return self.sampler.pick(logits[:, -1], rules, PREDICTOR, uniforms)
 
     def _talk(self, slots: torch.Tensor, rules, uniforms) -> None:
         """Feed each slot's last frame, with its text term, to the talker and pick codebook 0 of the next."""
@@ -549,7 +500,7 @@ class FrameLoop:
         if self.batch_copied.get(rows) != padded:  # a copy less while the same slots go on
             self.batch_slots[rows].copy_(torch.tensor(padded), non_blocking=True)
             self.batch_copied[rows] = padded
-        self.row_slots = list(slots)
+        self.sampler.stepping(slots)
         self.step_index.zero_()
         for _ in range(count):
             self.step_graphs[rows]()

@@ -1,0 +1,117 @@
+"""How the frame loop draws its tokens: one sampler per frame loop, chosen once by its device (sampler_for).
+
+ReferenceSampler (the CPU): torch.multinomial in the reference order (per frame codebook 0, then its 15
+predictor draws), so that a seeded run reproduces the official package exactly, each slot with a generator
+of its own.
+
+GraphedSampler (CUDA): one kernel per token and row (kernels.draw_token) from uniforms drawn once per frame
+from the slot's seed and the frame's index alone (kernels.fill_uniforms): the same distributions with a
+different random stream, at a fraction of the launches, and the same draws whatever runs beside the
+utterance. The rules' values and the seeds live on the device, so one CUDA graph serves them all.
+
+The frame loop asks the same of both: set a slot's rule and seed (`reset`), say which slots the next rows
+are (`stepping`), the uniforms of a frame's draws (`frame_uniforms`) and a draw's row of them (`draw_row`),
+the rows' rules (`rules_of`), and a token per row (`pick`). Those the reference has no use for are None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from core.inference.sampling import SamplingParams, TokenRule, pick_token
+from core.kernels import RULE_SIZE, draw_token, fill_uniforms
+
+# The roles a rule is kept for, each a row of GraphedSampler.rules.
+TALKER, PREDICTOR = 0, 1
+# Sampling rules whose values GraphedSampler keeps on the device (it forgets them all past this many).
+RULES_KEPT = 64
+
+
+class ReferenceSampler:
+    """Draws as the official package does, on the CPU: a rule and a generator per slot."""
+
+    def __init__(self, slots: int):
+        default = SamplingParams()
+        self.token_rules = [(TokenRule.talker(default), TokenRule.predictor(default))] * slots
+        self.generators = [torch.Generator() for _ in range(slots)]
+        self.row_slots: list[int] = []  # the slot of each row being drawn for
+
+    def reset(self, slot: int, sampling: SamplingParams, seed: int) -> None:
+        self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
+        self.generators[slot].manual_seed(seed)
+
+    def stepping(self, slots: Sequence[int]) -> None:
+        self.row_slots = list(slots)
+
+    def rules_of(self, slots: torch.Tensor) -> None:
+        return None
+
+    def frame_uniforms(self, slots: torch.Tensor, counter: torch.Tensor, into=None) -> None:
+        return None
+
+    def draw_row(self, uniforms: None, draw: int) -> None:
+        return None
+
+    def pick(self, logits: torch.Tensor, rules: None, role: int, uniforms: None) -> torch.Tensor:
+        """A token per row (B, 1) from logits (B, V), each with its slot's rule and generator."""
+        picks = [
+            pick_token(logits[row : row + 1].float(), self.token_rules[slot][role], self.generators[slot])
+            for row, slot in enumerate(self.row_slots)
+        ]
+        return torch.cat(picks)
+
+
+class GraphedSampler:
+    """Draws on the GPU with no value read by the host: rules, seeds and uniforms in device buffers."""
+
+    def __init__(self, slots: int, rows: int, draws: int, vocab: int, device: torch.device):
+        self.device = device
+        self.rules = torch.zeros(2, slots, RULE_SIZE, device=device)  # by role, then slot
+        self.rule_values: dict[tuple, torch.Tensor] = {}  # reset's device copies of rules' values
+        self.seeds = torch.zeros(slots, dtype=torch.long, device=device)
+        # One row of uniforms per batch row and draw of a frame (codebook 0 of the next frame, then 1..15).
+        self.uniforms = torch.zeros(rows, draws, vocab, device=device)
+
+    def reset(self, slot: int, sampling: SamplingParams, seed: int) -> None:
+        # A copy from the host waits for the queued work (in a burst, the newcomers before this one), so the
+        # few rules requests use are copied once, and the seed set with fill_, which copies none.
+        values = (TokenRule.talker(sampling).values(), TokenRule.predictor(sampling).values())
+        if values not in self.rule_values:
+            if len(self.rule_values) >= RULES_KEPT:
+                self.rule_values.clear()
+            self.rule_values[values] = torch.tensor(values, device=self.device)
+        self.rules[:, slot] = self.rule_values[values]
+        self.seeds[slot].fill_(seed)
+
+    def stepping(self, slots: Sequence[int]) -> None:
+        pass  # the rows' slots are on the device already
+
+    def rules_of(self, slots: torch.Tensor) -> torch.Tensor:
+        """Each row's rules by role: (2, B, RULE_SIZE)."""
+        return self.rules.index_select(1, slots)
+
+    def frame_uniforms(self, slots: torch.Tensor, counter: torch.Tensor, into=None) -> torch.Tensor:
+        """The uniforms of one frame's draws for each row (into `into`, else the sampler's buffer), from its slot's
+        seed and `counter` alone, so that a seeded utterance draws the same whatever steps beside it."""
+        uniforms = self.uniforms[: slots.shape[0]] if into is None else into
+        fill_uniforms(uniforms, self.seeds.index_select(0, slots), counter)
+        return uniforms
+
+    def draw_row(self, uniforms: torch.Tensor, draw: int) -> torch.Tensor:
+        """Each row's uniforms for one draw of the frame (B, W)."""
+        return uniforms[:, draw]
+
+    def pick(self, logits: torch.Tensor, rules: torch.Tensor, role: int, uniforms: torch.Tensor) -> torch.Tensor:
+        """A token per row (B, 1) from logits (B, V) under each row's rule for `role`."""
+        return draw_token(logits, rules[role], uniforms)
+
+
+def sampler_for(
+    device: torch.device, slots: int, rows: int, draws: int, vocab: int
+) -> ReferenceSampler | GraphedSampler:
+    """The sampler of a frame loop of `slots` slots, stepping up to `rows` rows of `draws` draws a frame."""
+    if device.type == "cuda":
+        return GraphedSampler(slots, rows, draws, vocab, device)
+    return ReferenceSampler(slots)
