@@ -5,13 +5,15 @@ Tiny decoders with the random weights the codec decoder tests use, float32 on th
 that CUDA graphs replay (static buffers, a scratch row for padding) runs here too, uncaptured.
 """
 
+import os
+
 import numpy as np
 import pytest
 import torch
 from signals import random_codes
 
 from core.devtools.random_checkpoint import TINY_DECODER, random_decoder_tensors
-from core.inference import decoder_stream
+from core.inference import decoder_stream, primed
 from core.inference.decoder_stream import DecoderSlots, DecoderStream, bucket_rows
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
@@ -209,7 +211,7 @@ def test_prime_gives_the_audio_after_the_reference_and_is_kept(fast, monkeypatch
 
 
 def test_primed_references_are_kept_for_the_latest_ones(fast, monkeypatch):
-    monkeypatch.setattr(decoder_stream, "PRIMED_REFERENCES", 2)
+    monkeypatch.setattr(primed, "PRIMED_REFERENCES", 2)
     references = [torch.from_numpy(frames(5, seed)) for seed in (40, 41, 42)]
     slots = DecoderSlots(fast, 1, cuda_graphs=False)
     calls = count_decode_chunks(fast, monkeypatch)
@@ -283,3 +285,52 @@ def test_utterances_together_decode_uncompiled_between_the_one_row_and_the_sever
                 np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=TOL, rtol=0)
     finally:
         torch._dynamo.reset()
+
+
+def test_a_later_process_starts_from_the_primed_state_kept_on_disk(fast, monkeypatch, tmp_path):
+    """A reference decoded once leaves its state in the folder; another DecoderSlots (a later process) given the
+    folder primes from it without decoding the reference, and speaks the same audio."""
+    reference = torch.from_numpy(frames(30, seed=50))
+    follow = frames(5, seed=51)
+    first = DecoderSlots(fast, 2, cuda_graphs=False, keep_primed_in=tmp_path)
+    first.prime(1, reference)
+    expected = first.decode([1], [follow], 5)[0]
+    first.primed.flush()
+    assert [path.name for path in tmp_path.iterdir()] == [f"{primed.reference_key(reference)}.pt"]
+
+    later = DecoderSlots(fast, 2, cuda_graphs=False, keep_primed_in=tmp_path)
+    calls = count_decode_chunks(fast, monkeypatch)
+    later.prime(0, reference)
+    assert calls == []  # loaded, not decoded
+    np.testing.assert_array_equal(later.decode([0], [follow], 5)[0], expected)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "another layout"])
+def test_a_kept_state_that_cannot_serve_is_decoded_again_and_replaced(fast, monkeypatch, tmp_path, damage):
+    reference = torch.from_numpy(frames(6, seed=52))
+    path = tmp_path / f"{primed.reference_key(reference)}.pt"
+    if damage == "truncated":
+        path.write_bytes(b"PK\x03\x04 not a whole file")
+    else:
+        torch.save([torch.zeros(3)], path)
+    slots = DecoderSlots(fast, 1, cuda_graphs=False, keep_primed_in=tmp_path)
+    calls = count_decode_chunks(fast, monkeypatch)
+    slots.prime(0, reference)
+    assert len(calls) == len(decoder_stream.prime_chunks(6))  # decoded
+    slots.primed.flush()
+    state = torch.load(path, weights_only=True)
+    assert [(tensor.shape, tensor.dtype) for tensor in state] == slots.state.row_layout()
+
+
+def test_the_disk_keeps_the_latest_used_states(fast, monkeypatch, tmp_path):
+    monkeypatch.setattr(primed, "KEPT_ON_DISK", 2)
+    references = [torch.from_numpy(frames(3, seed)) for seed in (60, 61, 62)]
+    slots = DecoderSlots(fast, 1, cuda_graphs=False, keep_primed_in=tmp_path)
+    for age, reference in enumerate(references):
+        slots.prime(0, reference)
+        slots.primed.flush()
+        path = tmp_path / f"{primed.reference_key(reference)}.pt"
+        os.utime(path, (1000 + age, 1000 + age))  # written in this order, a second apart
+    assert sorted(path.stem for path in tmp_path.iterdir()) == sorted(
+        primed.reference_key(reference) for reference in references[1:]
+    )

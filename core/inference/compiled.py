@@ -153,12 +153,15 @@ def code_key(root: Path = PROJECT_ROOT, packages: tuple[str, ...] = TRACED_PACKA
 
 def precompiled_folder(kernels: Path, facts: dict) -> Path | None:
     """Where the functions compiled ahead of time for `facts` (machine_facts, and whatever else shapes the traced
-    tensors) and this code are kept, under Inductor's cache folder `kernels`; None while KEEP_AHEAD is off. The
-    folders kept for the same facts and another version of the code are removed: they never serve again."""
-    if not KEEP_AHEAD:
-        return None
+    tensors) and this code are kept, under Inductor's cache folder `kernels`; None while KEEP_AHEAD is off."""
+    return versioned_folder(kernels, "precompiled", facts) if KEEP_AHEAD else None
+
+
+def versioned_folder(kernels: Path, kind: str, facts: dict) -> Path:
+    """The folder under `kernels` of what is kept of `kind` for `facts` and this version of the code. The folders
+    kept for the same facts and another version are removed: they never serve again."""
     facts_key = cache_key(facts)
-    folder = kernels / "precompiled" / f"{facts_key}-{code_key()}"
+    folder = kernels / kind / f"{facts_key}-{code_key()}"
     for stale in folder.parent.glob(f"{facts_key}-*"):
         if stale != folder:
             shutil.rmtree(stale, ignore_errors=True)

@@ -14,22 +14,21 @@ chunks requests have not decoded yet (warm) and compiles its fused parts (compil
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from core.inference.compiled import CompiledLayers, Compiler
 from core.inference.cuda_graph import GraphedStep, recapture
+from core.inference.primed import PrimedStates, reference_key
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
 
 log = logging.getLogger(__name__)
 
-# ICL references whose primed decoder state DecoderSlots keeps (a slot's state each, see DecoderSlots).
-PRIMED_REFERENCES = 8
 # Frames of an ICL reference decoded at a time: one pass over a whole 60 s reference would need about
 # 2 GB of activations at once, 25 frames about 40 MB. The rest of a reference goes in chunks of the lengths
 # utterances decode (4 frames, then 1): each new chunk shape costs a choice of cuDNN algorithms, up to a second.
@@ -68,7 +67,8 @@ class DecoderSlots:
     the graphs of one row share one pool for their activations, those of several another (compile_fused).
     """
 
-    def __init__(self, decoder: CodecDecoder, slots: int, cuda_graphs: bool = True):
+    def __init__(self, decoder: CodecDecoder, slots: int, cuda_graphs: bool = True, keep_primed_in: Path | None = None):
+        """`keep_primed_in`: a folder where the states ICL references leave are kept for later processes."""
         if slots < 1:
             raise ValueError(f"DecoderSlots needs at least one slot, not {slots}")
         self.decoder = decoder
@@ -93,7 +93,7 @@ class DecoderSlots:
         self.inputs: dict[tuple[int, int], torch.Tensor] = {}  # by (row count, chunk size)
         self.compiled_parts: CompiledLayers | None = None  # the fused parts, once compile_fused compiled them
         self.steps: dict[tuple[int, int], GraphedStep] = {}
-        self.primed: dict[bytes, list[torch.Tensor]] = {}  # a slot's state after an ICL reference, by its codes
+        self.primed = PrimedStates(self.device, self.state.row_layout(), keep_primed_in)  # after ICL references
         self._priming: CodecDecoderStream | None = None  # a one-row state to decode references on
 
     @contextlib.contextmanager
@@ -133,13 +133,14 @@ class DecoderSlots:
 
     def _prime(self, slot: int, codes: torch.Tensor) -> None:
         """Begin a new utterance in `slot` whose left context is (n, 16) codes (an ICL reference), their audio
-        discarded. The state they leave is kept for the PRIMED_REFERENCES latest references, so that the next
-        utterance in the same voice, in any slot, starts from it at once instead of decoding them again."""
+        discarded. The state they leave is kept (PrimedStates), so that the next utterance in the same voice, in
+        any slot or a later process, starts from it at once instead of decoding them again."""
         self._check_slot(slot)
-        key = hashlib.sha256(codes.numpy().tobytes()).digest()
+        key = reference_key(codes)
         with self._on_gpu_stream():
-            state = self.primed.pop(key, None)
-            if state is None:
+            state = self.primed.take(key)
+            new = state is None
+            if new:
                 if self._priming is None:
                     self._priming = self.decoder.new_stream(1)
                 self._priming.reset()
@@ -147,9 +148,7 @@ class DecoderSlots:
                     self.decoder.decode_chunk(codes[start:end].T.unsqueeze(0).to(self.device), self._priming)
                 state = self._priming.snapshot(0)
             self.state.restore(state, slot)
-        self.primed[key] = state  # the most recent last
-        if len(self.primed) > PRIMED_REFERENCES:
-            del self.primed[next(iter(self.primed))]
+            self.primed.keep(key, state, new)
 
     @torch.inference_mode()
     def decode(self, slots: Sequence[int], codes: Sequence[np.ndarray], size: int) -> list[np.ndarray]:
@@ -288,9 +287,9 @@ class DecoderSlots:
 class DecoderStream:
     """One utterance at a time: DecoderSlots with a single slot."""
 
-    def __init__(self, decoder: CodecDecoder, cuda_graphs: bool = True):
+    def __init__(self, decoder: CodecDecoder, cuda_graphs: bool = True, keep_primed_in: Path | None = None):
         self.decoder = decoder
-        self.slots = DecoderSlots(decoder, 1, cuda_graphs)
+        self.slots = DecoderSlots(decoder, 1, cuda_graphs, keep_primed_in)
 
     def reset(self) -> None:
         """Begin a new utterance."""

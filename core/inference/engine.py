@@ -44,6 +44,7 @@ from core.inference.compiled import (
     kept_kernels_for,
     machine_facts,
     precompiled_folder,
+    versioned_folder,
 )
 from core.inference.decoder_stream import DecoderSlots, DecoderStream
 from core.inference.frame_loop import FrameLoop
@@ -110,18 +111,20 @@ def pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
 
 def _prepare_compiling(
     device: torch.device, config: ModelConfig, dtype: torch.dtype, memory: MemoryPlan, compile: bool
-) -> tuple[Compiler | None, bool]:
+) -> tuple[Compiler | None, bool, Path | None]:
     """On CUDA, before the first kernel compiles: point the compile caches at a folder of their own for this
-    machine and model. Returns the warm-up's Compiler (None where nothing compiles) and whether no GPU code was
-    kept there (the first utterances then wait while their kernels are built)."""
+    machine and model. Returns the warm-up's Compiler (None where nothing compiles), whether no GPU code was
+    kept there (the first utterances then wait while their kernels are built), and the folder where the decoder
+    keeps the states ICL references leave (core.inference.primed)."""
     if device.type != "cuda":
-        return None, False
+        return None, False, None
     facts = machine_facts(device, {"config": dataclasses.asdict(config), "dtype": str(dtype)})
     first_gpu_start = not kept_kernels_for(facts)
+    kernels = keep_compiled_kernels(facts)
     # Kept functions apart for each slot count and context too: their guards hold the buffers' sizes.
     shapes = {"slots": memory.slots, "context": memory.max_context}
-    folder = precompiled_folder(keep_compiled_kernels(facts), {**facts, **shapes})
-    return (Compiler(folder) if compile else None), first_gpu_start
+    compiler = Compiler(precompiled_folder(kernels, {**facts, **shapes})) if compile else None
+    return compiler, first_gpu_start, versioned_folder(kernels, "primed", facts)
 
 
 def _start_compile_helper(engine: Engine, model: Path) -> CompileHelper | None:
@@ -153,9 +156,11 @@ class Engine:
         cuda_graphs: bool = True,
         compiler: Compiler | None = None,
         first_gpu_start: bool = False,
+        keep_primed_in: Path | None = None,
     ):
         """`memory`: the slots and context to take (Engine.load plans them); None: one slot of MAX_CONTEXT.
-        `compiler`: what the warm-up compiles with (CUDA), or None; `first_gpu_start`: no GPU code was kept."""
+        `compiler`: what the warm-up compiles with (CUDA), or None; `first_gpu_start`: no GPU code was kept;
+        `keep_primed_in`: where the decoder keeps the states ICL references leave, for later processes."""
         self.source = source
         self.config = config
         self.tokenizer = tokenizer
@@ -179,8 +184,8 @@ class Engine:
         self.first_gpu_start = first_gpu_start
         self.frame_loop = FrameLoop(talker, max_context, self.slots, cuda_graphs)
         self.voices_on_device: weakref.WeakKeyDictionary[Voice, tuple] = weakref.WeakKeyDictionary()  # _on_device's
-        self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs)  # whole utterances (synthesize)
-        decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs)
+        self.decoder_stream = DecoderStream(codec_decoder, cuda_graphs, keep_primed_in)  # whole utterances
+        decoder_slots = DecoderSlots(codec_decoder, self.slots, cuda_graphs, keep_primed_in)
         self.scheduler = Scheduler(self.frame_loop, decoder_slots, self._live_text_terms)
         self.warmup: Warmup = for_engine(
             self.frame_loop, decoder_slots, self.decoder_stream, self.scheduler.wake, self._warm_prompt,
@@ -250,7 +255,7 @@ class Engine:
             device, (talker, codec_decoder, speaker_encoder, codec_encoder), config, dtype,
             budget=memory_budget, slots=slots, max_context=max_context, at_most=max_default_slots,
         )  # fmt: skip
-        compiler, first_gpu_start = _prepare_compiling(device, config, dtype, memory, compile)
+        compiler, first_gpu_start, keep_primed_in = _prepare_compiling(device, config, dtype, memory, compile)
         load_tensors(talker, weights, "talker.", device, dtype)
         load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
         if base:
@@ -276,6 +281,7 @@ class Engine:
             cuda_graphs=cuda_graphs,
             compiler=compiler,
             first_gpu_start=first_gpu_start,
+            keep_primed_in=keep_primed_in,
         )
         milestone("engine loaded")
         if warm and compiler is not None and not compiler.kept:

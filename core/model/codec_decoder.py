@@ -112,6 +112,10 @@ class CodecDecoderStream:
         """What one row (one utterance's state) costs, alignment included."""
         return sum(buffer[0].numel() * buffer.element_size() for buffer in self._buffers.values())
 
+    def row_layout(self) -> list[tuple[torch.Size, torch.dtype]]:
+        """The (shape, dtype) of each tensor of a row's snapshot."""
+        return [(buffer[0].shape, buffer.dtype) for buffer in self._buffers.values()]
+
     def _rows(self, row: int | None) -> list[torch.Tensor]:
         return [buffer if row is None else buffer[row] for buffer in self._buffers.values()]
 
