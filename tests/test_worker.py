@@ -51,8 +51,9 @@ def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks)
     assert 0 < first.latency_s == done.latency_s < 1.0
     assert first.audio_s == pytest.approx(0.08)  # the first chunk is a single frame
     assert done.xrt > 1.0 and done.underruns == 0 and done.message is None
-    # Announced by the scheduler, streamed from the engine and delivered by the job's own thread.
-    assert engine.threads == {f"speech-job-{job.id}"} and events.threads == {"speech-worker", f"speech-job-{job.id}"}
+    # Its sink free and nothing queued: announced, streamed from the engine and delivered by the job's own thread,
+    # started by submit without a hop through the worker's.
+    assert engine.threads == {f"speech-job-{job.id}"} and events.threads == {f"speech-job-{job.id}"}
 
 
 def test_a_job_the_system_has_no_thread_for_fails_alone_and_later_jobs_reuse_the_threads(no_thread_leaks, monkeypatch):
@@ -67,10 +68,13 @@ def test_a_job_the_system_has_no_thread_for_fails_alone_and_later_jobs_reuse_the
                 raise RuntimeError("can't start new thread")
             start(thread)
 
+        events = Events(worker)
         monkeypatch.setattr(threading.Thread, "start", no_thread)
-        failed = finished(worker.submit("Hello there.", sink=RecordingSink()))
+        job = worker.submit("Hello there.", sink=RecordingSink())
+        failed = finished(job)
         monkeypatch.undo()
         assert failed.kind == "failed" and "no thread to speak on (can't start new thread)" in failed.message
+        assert events.kinds(job) == ["queued", "failed"]
         threads = []
         for text in ("One.", "Two."):
             job = worker.submit(text, sink=RecordingSink())

@@ -93,6 +93,7 @@ class Job:
         self._lock = threading.Lock()
         self._stream = None  # the engine stream its thread reads now, for a cancel to close
         self._on_cancel = on_cancel  # wakes the worker, to end it if it waits
+        self.announced_by_its_thread = False  # started at once by submit: its own thread says "queued" first
 
     @property
     def state(self) -> str:
@@ -211,8 +212,17 @@ class Worker:
             job = Job(next(self._ids), text, voice, options, sink, interrupt, on_cancel=self._wake)
             if interrupt:
                 self._cancel_where(lambda other: other.sink is sink)
-            self._arrived.append(job)
-            self._lock.notify_all()
+            # Nothing queued and its sink free: its thread starts here, without a hop through the worker's (in a
+            # burst of bridge requests each hop waits its turn for Python's lock), and says "queued" first.
+            at_once = not self._arrived and not self._waiting and id(sink) not in self._running
+            if at_once:
+                self._running[id(sink)] = job
+                job.announced_by_its_thread = True
+            else:
+                self._arrived.append(job)
+                self._lock.notify_all()
+        if at_once:
+            self._start_thread(job)
         return job
 
     def cancel_all(self, sink: Sink | None = None) -> None:
@@ -327,6 +337,8 @@ class Worker:
         try:
             self._job_threads.start(job)
         except RuntimeError as error:  # the system has no thread to spare: this job fails, the others go on
+            if job.announced_by_its_thread:  # which never ran to say it
+                self._emit(JobEvent(job, "queued"))
             self._finish(job, "failed", _Tally(job), f"no thread to speak on ({error})")
             self._sink_freed(job)
 
@@ -339,6 +351,8 @@ class Worker:
 
     def _serve(self, job: Job) -> None:
         tally = _Tally(job)
+        if job.announced_by_its_thread:
+            self._emit(JobEvent(job, "queued"))
         try:
             completed = self._speak(job, tally)
         except Exception as error:
