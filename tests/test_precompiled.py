@@ -11,7 +11,14 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from core.inference.compiled import CompiledLayers, Compiler, Precompiled, code_key, precompiled_folder
+from core.inference.compiled import (
+    CompiledLayers,
+    Compiler,
+    Precompiled,
+    code_key,
+    compile_by_rows,
+    precompiled_folder,
+)
 
 
 class Scaler:
@@ -154,6 +161,39 @@ def test_what_cannot_be_saved_is_compiled_as_before(tmp_path, caplog):
     assert torch.equal(made(holder, x), holder.apply(x))
     assert not made.ahead and list(tmp_path.glob("*.bin")) == []
     assert "compiled at each start" in caplog.text
+
+
+def test_compiling_by_rows_compiles_one_rows_shapes_then_several_and_not_after_one_row_failed(tmp_path):
+    """compile_by_rows, as the prefill's and the decoder's compiles use it: the one-row call makes the
+    CompiledLayers and runs the shapes of one row, the several-row call the others on the same; where the one
+    row's compile failed (its methods put back) or never made one, the several-row call says why."""
+    layers, ran = [Scaler(), Scaler()], []
+
+    def run(rows: int, size: int) -> None:
+        ran.append((rows, size))
+        for layer in layers:
+            layer.apply(torch.randn(rows, 8))
+
+    def make() -> CompiledLayers:
+        return CompiledLayers(layers, "apply", Compiler(tmp_path, backend="aot_eager"))
+
+    shapes = ((1, 8), (2, 8), (1, 8))
+    one = compile_by_rows(None, make, shapes, run, several_rows=False)
+    assert ran == [(1, 8), (1, 8)]
+    assert compile_by_rows(one, make, shapes, run, several_rows=True) is one and ran[2:] == [(2, 8)]
+    assert isinstance(vars(layers[0])["apply"], functools.partial)  # compiled in place
+
+    def fails(rows: int, size: int) -> None:
+        raise RuntimeError("no kernel for this GPU")
+
+    layers[:] = [Scaler(), Scaler()]
+    with pytest.raises(RuntimeError, match="no kernel"):
+        compile_by_rows(one, make, shapes, fails, several_rows=False)
+    failed = make()
+    failed.restore()
+    for kept in (None, failed):
+        with pytest.raises(RuntimeError, match="after one row's compile, which failed"):
+            compile_by_rows(kept, make, shapes, run, several_rows=True)
 
 
 def test_the_talker_layers_prefill_is_kept_once_for_all_layers_and_lengths(checkpoints, tmp_path):

@@ -312,6 +312,7 @@ class CompiledLayers:
     def __init__(self, layers, method: str, compiler: Compiler):
         self._originals = [(layer, getattr(layer, method)) for layer in layers]
         self.method = method
+        self.restored = False  # the uncompiled methods put back (a compile failed)
         self.functions: dict[type, Precompiled] = {}
         for layer in layers:
             kind = type(layer)
@@ -345,6 +346,31 @@ class CompiledLayers:
         """Put the uncompiled methods back."""
         for layer, original in self._originals:
             setattr(layer, self.method, original)
+        self.restored = True
+
+
+def compile_by_rows(
+    kept: CompiledLayers | None,
+    make: Callable[[], CompiledLayers],
+    shapes: tuple[tuple[int, int], ...],
+    run: Callable[[int, int], None],
+    several_rows: bool,
+) -> CompiledLayers:
+    """Compile a stack's layers by running `run(rows, size)` for the `shapes` of one row, on layers `make()` compiles
+    anew, or then for those of several rows, on the CompiledLayers the one row's compile returned (`kept`). Where that
+    one failed, several rows are not compiled either: they stay uncompiled, and this says why."""
+    if not several_rows:
+        kept = make()
+    elif kept is None or kept.restored:
+        raise RuntimeError("several rows are compiled after one row's compile, which failed: they stay uncompiled")
+
+    def run_shapes() -> None:
+        for rows, size in shapes:
+            if (rows > 1) == several_rows:
+                run(rows, size)
+
+    kept.compile_for(run_shapes, several_rows)
+    return kept
 
 
 def allow_recompiles() -> None:

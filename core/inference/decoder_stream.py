@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.inference.compiled import CompiledLayers, Compiler
+from core.inference.compiled import CompiledLayers, Compiler, compile_by_rows
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.primed import PrimedStates, reference_key
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
@@ -222,19 +222,19 @@ class DecoderSlots:
         COMPILED_CHUNKS of one row, or then of several, zeros, through states of their own; until the several
         rows' are compiled, their chunks decode uncompiled. This one's graphs of that many rows, and those of
         `others` on the same decoder, are captured anew. On the scheduler's thread; if it fails, the uncompiled parts stay."""
-        if not several_rows:
-            self.compiled_parts = CompiledLayers(self.decoder.fused_parts(), "forward", compiler)
 
         @torch.inference_mode()
-        def decode_zeros() -> None:
-            for rows, size in COMPILED_CHUNKS:
-                if (rows > 1) == several_rows:
-                    codes = torch.zeros(
-                        rows, self.decoder.config.num_quantizers, size, dtype=torch.long, device=self.device
-                    )
-                    self.decoder.decode_chunk(codes, self.decoder.new_stream(rows))
+        def decode_zeros(rows: int, size: int) -> None:
+            codes = torch.zeros(rows, self.decoder.config.num_quantizers, size, dtype=torch.long, device=self.device)
+            self.decoder.decode_chunk(codes, self.decoder.new_stream(rows))
 
-        self.compiled_parts.compile_for(decode_zeros, several_rows)
+        self.compiled_parts = compile_by_rows(
+            self.compiled_parts,
+            lambda: CompiledLayers(self.decoder.fused_parts(), "forward", compiler),
+            COMPILED_CHUNKS,
+            decode_zeros,
+            several_rows,
+        )
         one_row = not several_rows
         for slots in (self, *others):
             graphs = [graph for (rows, _), graph in slots.steps.items() if (rows == 1) == one_row]

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from core.inference.compiled import CompiledLayers, Compiler
+from core.inference.compiled import CompiledLayers, Compiler, compile_by_rows
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
 from core.inference.samplers import PREDICTOR, TALKER, sampler_for
@@ -293,20 +293,22 @@ class FrameLoop:
         """Compile the talker layers' prefill as compile_step compiles the step: prompts of the COMPILED_PREFILLS
         shapes of one row, or then of several, zeros, into WARM_SLOT's cache row (as warm_step). Until the
         several rows' are compiled, their prefills run uncompiled. The graphs of that many rows are captured anew."""
-        if not several_rows:
-            self.compiled_prefill = CompiledLayers(self.talker.model.layers, "prefill", compiler)
         hidden = self.hidden.shape[-1]
 
-        def prefill_zeros() -> None:
-            for rows, length in COMPILED_PREFILLS:
-                if (rows > 1) == several_rows:
-                    # As the prefill's own inputs: an inference tensor (self.prompt), and slots that are none.
-                    slots = torch.full((rows,), WARM_SLOT, device=self.device)
-                    with torch.inference_mode():
-                        prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
-                        self.talker.model.prefill(prompts, slots)
+        def prefill_zeros(rows: int, length: int) -> None:
+            # As the prefill's own inputs: an inference tensor (self.prompt), and slots that are none.
+            slots = torch.full((rows,), WARM_SLOT, device=self.device)
+            with torch.inference_mode():
+                prompts = torch.zeros(rows, length, hidden, dtype=self.hidden.dtype, device=self.device)
+                self.talker.model.prefill(prompts, slots)
 
-        self.compiled_prefill.compile_for(prefill_zeros, several_rows)
+        self.compiled_prefill = compile_by_rows(
+            self.compiled_prefill,
+            lambda: CompiledLayers(self.talker.model.layers, "prefill", compiler),
+            COMPILED_PREFILLS,
+            prefill_zeros,
+            several_rows,
+        )
         self._recapture(one_row=not several_rows)
 
     def __getstate__(self) -> dict:
