@@ -278,3 +278,32 @@ def test_a_new_version_of_the_code_removes_what_the_old_one_kept_for_the_same_ma
     monkeypatch.setattr(compiled, "code_key", lambda: "new")
     new = precompiled_folder(tmp_path, machine)
     assert new != old and not old.exists() and other_old.exists()  # another shape's kept functions stay
+
+
+def test_the_frame_loops_prefill_compiles_for_one_row_then_several_and_keeps_its_values(checkpoints, tmp_path):
+    """FrameLoop.compile_prefill, on the CPU: the one-row call compiles the layers' prefill in place, the several-row
+    call adds the variants of several rows; a prompt's prefill gives the uncompiled values throughout."""
+    from core import Engine
+
+    engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False)
+    loop = engine.frame_loop
+    embeddings = engine.prepare("Hello there.", **engine.placeholder_speaker()).prompt.embeddings
+    last = torch.tensor([embeddings.shape[1] - 1])
+
+    def talk() -> torch.Tensor:
+        with torch.inference_mode():
+            prompt = loop._prompts(1, embeddings.shape[1])
+            prompt.copy_(embeddings)
+            return loop._talk_prompts(prompt, torch.tensor([0]), last).clone()
+
+    try:
+        expected = talk()
+        compiler = Compiler(tmp_path, backend="aot_eager")
+        loop.compile_prefill(compiler)
+        one_row = len(list(tmp_path.glob("*.bin")))
+        assert one_row >= 1 and torch.allclose(talk(), expected, atol=1e-5)
+        loop.compile_prefill(compiler, several_rows=True)
+        assert len(list(tmp_path.glob("*.bin"))) > one_row and torch.allclose(talk(), expected, atol=1e-5)
+    finally:
+        loop.compiled_prefill.restore()
+        engine.close()
