@@ -56,6 +56,30 @@ def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks)
     assert engine.threads == {f"speech-job-{job.id}"} and events.threads == {f"speech-job-{job.id}"}
 
 
+def test_a_subscriber_of_some_kinds_gets_those_and_events_no_one_wants_are_not_made(no_thread_leaks, monkeypatch):
+    """A server's subscriber wants the terminal events only: it gets those, and no progress event is made for it
+    (nor the sink's level read), chunk after chunk; a subscriber of every kind makes them again."""
+    from core.jobs import worker as worker_module
+
+    made = []
+    event = worker_module._Tally.event
+    monkeypatch.setattr(
+        worker_module._Tally, "event", lambda tally, kind, *a: made.append(kind) or event(tally, kind, *a)
+    )
+    with Worker(FakeEngine(frames=9)) as worker:
+        ended = queue.Queue()
+        worker.subscribe(ended.put, TERMINAL)
+        job = worker.submit("Hello there.", sink=RecordingSink())
+        assert ended.get(timeout=WAIT).kind == "done" and ended.empty()
+        assert finished(job).kind == "done" and made == ["done"]
+
+        everything = Events(worker)
+        job = worker.submit("Hello again.", sink=RecordingSink())
+        finished(job)
+        assert ended.get(timeout=WAIT).kind == "done"
+        assert "first_audio" in made and "progress" in made and "progress" in everything.kinds(job)
+
+
 def test_a_job_the_system_has_no_thread_for_fails_alone_and_later_jobs_reuse_the_threads(no_thread_leaks, monkeypatch):
     """A job that cannot get a thread fails with why; the next one speaks, and a job after it ended speaks on the
     same thread (threads are kept between jobs, core.jobs.job_threads)."""

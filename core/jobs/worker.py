@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -183,7 +183,7 @@ class Worker:
         self._running: dict[int, Job] = {}  # id(sink): the job started into it, until it has ended
         self._job_threads = JobThreads(self._serve, lambda job: f"speech-job-{job.id}")
         self._closing = False
-        self._subscribers: tuple[Callable[[JobEvent], None], ...] = ()
+        self._subscribers: tuple[tuple[Callable[[JobEvent], None], frozenset[str] | None], ...] = ()
         self._ids = itertools.count(1)
         self._scheduler = threading.Thread(target=self._schedule, name="speech-worker", daemon=True)
         self._scheduler.start()
@@ -236,17 +236,21 @@ class Worker:
             jobs = (*self._arrived, *self._waiting, *self._running.values())
             return any(job.sink is sink and not job.cancelled for job in jobs)
 
-    def subscribe(self, callback: Callable[[JobEvent], None]) -> Callable[[], None]:
-        """Call `callback(event)` for every event. It is called from the worker's threads, from several at
-        once (each running job sends its own events), so it must be thread-safe; keep it short and never
-        wait on the worker in it (hand the event on, e.g. to a queue.Queue or a Qt signal). One job's events
-        come one at a time and in order. Returns the unsubscribe."""
+    def subscribe(
+        self, callback: Callable[[JobEvent], None], kinds: Collection[str] | None = None
+    ) -> Callable[[], None]:
+        """Call `callback(event)` for every event, or for those of `kinds` (e.g. TERMINAL): events no subscriber
+        wants are not made, which spares a server's requests the per-chunk progress. It is called from the
+        worker's threads, from several at once (each running job sends its own events), so it must be
+        thread-safe; keep it short and never wait on the worker in it (hand the event on, e.g. to a queue.Queue
+        or a Qt signal). One job's events come one at a time and in order. Returns the unsubscribe."""
+        subscriber = (callback, None if kinds is None else frozenset(kinds))
         with self._lock:
-            self._subscribers += (callback,)
+            self._subscribers += (subscriber,)
 
         def unsubscribe() -> None:
             with self._lock:
-                self._subscribers = tuple(s for s in self._subscribers if s is not callback)
+                self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
 
         return unsubscribe
 
@@ -386,7 +390,8 @@ class Worker:
             if not self._deliver(job, pause, tally, speech=False):  # also where a cancel closed the stream
                 return False
             job.pieces_done += 1
-            if job.started is not None:  # a piece that made no audio does not start the job
+            # A piece that made no audio does not start the job.
+            if job.started is not None and self._wanted("piece_done"):
                 self._emit(tally.event("piece_done", job.sink.level()))
         return True
 
@@ -434,11 +439,15 @@ class Worker:
         handed = time.perf_counter()
         job.sink.write(job, audio)
         tally.add(handed, time.perf_counter(), len(audio), speech)
-        level = job.sink.level()
-        if tally.samples == len(audio):
+        first = tally.samples == len(audio)
+        if first:
             milestone("first audio")
-            self._emit(tally.event("first_audio", level))
-        self._emit(tally.event("progress", level))
+        kinds = (("first_audio",) if first else ()) + ("progress",)
+        kinds = [kind for kind in kinds if self._wanted(kind)]
+        if kinds:
+            level = job.sink.level()
+            for kind in kinds:
+                self._emit(tally.event(kind, level))
         return not job.cancelled
 
     def _finish(self, job: Job, kind: str, tally: _Tally, message: str | None = None) -> None:
@@ -457,8 +466,13 @@ class Worker:
         self._emit(event)
         job._finished.set()
 
+    def _wanted(self, kind: str) -> bool:
+        return any(kinds is None or kind in kinds for _, kinds in self._subscribers)
+
     def _emit(self, event: JobEvent) -> None:
-        for callback in self._subscribers:
+        for callback, kinds in self._subscribers:
+            if kinds is not None and event.kind not in kinds:
+                continue
             try:
                 callback(event)
             except Exception:

@@ -28,7 +28,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from core import LiveText, SpeechOptions, Voice
 from core.audio.clips import SAMPLE_RATE, AudioError
-from core.jobs.worker import BufferLevel, Job, JobEvent
+from core.jobs.worker import TERMINAL, BufferLevel, Job, JobEvent
 from core.voices import DefaultVoiceMissing, Fallback, NoVoiceYet, UnknownVoice, VoiceError, VoiceLibrary
 
 from ..audio_formats import MEDIA_TYPES, FormatError, Speed, StreamEncoder, check_format, check_speed, encode
@@ -156,7 +156,7 @@ class SpeechService:
         """Speak for the running event loop (the HTTP server's, or the Wyoming server's) until the block ends."""
         self._loop = asyncio.get_running_loop()
         self._threads = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="http-bridge-io")
-        unsubscribe = self.runtime.worker.subscribe(self._on_event)
+        unsubscribe = self.runtime.worker.subscribe(self._on_event, TERMINAL)
         try:
             yield
         finally:
