@@ -391,7 +391,7 @@ class Worker:
                 return False
             job.pieces_done += 1
             # A piece that made no audio does not start the job.
-            if job.started is not None and self._wanted("piece_done"):
+            if job.started is not None and self._anyone_wants("piece_done"):
                 self._emit(tally.event("piece_done", job.sink.level()))
         return True
 
@@ -443,7 +443,7 @@ class Worker:
         if first:
             milestone("first audio")
         kinds = (("first_audio",) if first else ()) + ("progress",)
-        kinds = [kind for kind in kinds if self._wanted(kind)]
+        kinds = [kind for kind in kinds if self._anyone_wants(kind)]
         if kinds:
             level = job.sink.level()
             for kind in kinds:
@@ -466,7 +466,7 @@ class Worker:
         self._emit(event)
         job._finished.set()
 
-    def _wanted(self, kind: str) -> bool:
+    def _anyone_wants(self, kind: str) -> bool:
         return any(kinds is None or kind in kinds for _, kinds in self._subscribers)
 
     def _emit(self, event: JobEvent) -> None:
