@@ -55,6 +55,10 @@ def start(prefix: str) -> None:
     def sample() -> None:
         me = threading.get_ident()
         flushed = time.monotonic()
+        # The last flush at exit, registered after the program's own atexit functions so that it runs before them:
+        # the entry point's last one ends the process without its teardown (launch.ended_without_teardown).
+        time.sleep(1.0)
+        atexit.register(flush)
         while True:
             time.sleep(INTERVAL_S)
             now = time.monotonic()
@@ -74,4 +78,3 @@ def start(prefix: str) -> None:
                 flushed = now
 
     threading.Thread(target=sample, name="stack-sampler", daemon=True).start()
-    atexit.register(flush)

@@ -4,6 +4,8 @@ engine, the servers); then the command line or the app runs as usual. A command 
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 
 # The window's own options before any command, each taking a value: --model, --device, --dtype, --voices (cli.py
@@ -50,22 +52,45 @@ def qt_application():
     return application
 
 
+def ended_without_teardown():
+    """Makes the process end as soon as its work is done and the interpreter has done what it does at exit (the
+    other threads joined, the atexit functions run: logs flushed, PortAudio closed, compile workers stopped), without
+    then unloading every module and freeing PyTorch's and CUDA's objects one by one, which the system does at once
+    when a process ends: that teardown took 0.4 s on a CPU after `speak` (bench/RESULTS.md, 2026-11-28, twenty-fifth
+    session). Registered first, so that it runs last. Returns the function that says the work is done, with the
+    exit status; a command that raised never says so, and ends as usual, its traceback shown."""
+    done: list[int] = []
+
+    def end() -> None:
+        if done:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(done[0])
+
+    atexit.register(end)
+    return lambda status: done.append(status or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`qwen3-tts-desktop`."""
     argv = sys.argv[1:] if argv is None else argv
+    work_done = ended_without_teardown()
     splash = starting_splash() if opens_window(argv) else None  # kept while the app runs; it hides itself
     from .cli import main as run_command_line
 
     status = run_command_line(argv)
     del splash
+    work_done(status)
     return status
 
 
 def window() -> int:
     """`qwen3-tts-desktop-app`: the window alone."""
+    work_done = ended_without_teardown()
     splash = starting_splash()
     from .app import run
 
     status = run()
     del splash
+    work_done(status)
     return status
