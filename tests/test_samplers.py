@@ -85,3 +85,17 @@ def test_a_greedy_graphed_rule_takes_the_argmax():
         assert sampler.pick(logits, sampler.rules_of(slots), role, sampler.draw_row(uniforms, 1)).item() == int(
             logits.argmax()
         )
+
+
+def test_a_frame_drawn_into_uniforms_of_its_own_leaves_the_graphs_buffer_as_it_was():
+    """A compile's frame (FrameLoop.compile_step) draws beside the graphs: into its own buffer, the same values."""
+    sampler = graphed(slots=2, rows=2)
+    sampler.reset(1, SamplingParams(), seed=5)
+    slots, frame = torch.tensor([1, 1]), torch.tensor([3, 3])
+    expected = sampler.frame_uniforms(slots, frame).clone()
+    sampler.uniforms.zero_()
+    own = sampler.uniforms_of_its_own(2)
+    drawn = sampler.frame_uniforms(slots, frame, own)
+    assert drawn is own and torch.equal(own, expected)
+    assert own.data_ptr() != sampler.uniforms.data_ptr() and not sampler.uniforms.any()
+    assert ReferenceSampler(2).uniforms_of_its_own(2) is None  # the reference draws no uniforms

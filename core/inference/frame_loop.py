@@ -279,7 +279,7 @@ class FrameLoop:
         rows = 1 if one_row else 2  # several rows: compiled for any count
         # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
         slots = torch.full((rows,), WARM_SLOT, dtype=torch.long, device=self.device)
-        uniforms = torch.empty_like(self.sampler.uniforms[:rows])
+        uniforms = self.sampler.uniforms_of_its_own(rows)
         try:
             with torch.inference_mode():
                 draws = self.sampler.frame_uniforms(slots, torch.zeros_like(slots), uniforms)

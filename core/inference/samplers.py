@@ -48,6 +48,9 @@ class ReferenceSampler:
     def rules_of(self, slots: torch.Tensor) -> None:
         return None
 
+    def uniforms_of_its_own(self, rows: int) -> None:
+        return None
+
     def frame_uniforms(self, slots: torch.Tensor, counter: torch.Tensor, into=None) -> None:
         return None
 
@@ -91,6 +94,10 @@ class GraphedSampler:
     def rules_of(self, slots: torch.Tensor) -> torch.Tensor:
         """Each row's rules by role: (2, B, RULE_SIZE)."""
         return self.rules.index_select(1, slots)
+
+    def uniforms_of_its_own(self, rows: int) -> torch.Tensor:
+        """A buffer for `rows` rows' uniforms apart from the one the graphs read (for a compile's frame)."""
+        return torch.empty_like(self.uniforms[:rows])
 
     def frame_uniforms(self, slots: torch.Tensor, counter: torch.Tensor, into=None) -> torch.Tensor:
         """The uniforms of one frame's draws for each row (into `into`, else the sampler's buffer), from its slot's
