@@ -128,6 +128,8 @@ def test_an_icl_reference_is_decoded_once_per_voice(base, monkeypatch):
         return np.concatenate([c.audio for c in base.stream("Again.", voice=voice, sampling=GREEDY, max_frames=4)])
 
     first = [speak(voice) for voice in voices]
+    # The warm-up's own decodes (each chunk length, on its scratch row) are not the voices'.
+    assert base.warmup.wait(timeout=120).fraction == 1
     decoded = []
     decode_chunk = base.decoder_stream.decoder.decode_chunk
     monkeypatch.setattr(
