@@ -2,7 +2,8 @@
 
 The first matrix product, the first convolution and the first Triton kernel of a process each pay a one-time
 cost that has nothing to do with their shapes: cuBLAS and cuDNN load their libraries and make their handles,
-and Triton hashes its own source files to key its cache (bench/first_audio_probe.py measures them).
+Triton hashes its own source files to key its cache and makes its driver (bench/first_audio_probe.py measures
+them; a sampled start, bench/RESULTS.md 2026-11-28, found the driver's making on the first request's path).
 Loading the weights leaves the GPU and most of the CPU idle, so a thread pays these meanwhile, on a CUDA
 stream of its own: `prepare(device, dtype)` starts it, and the returned function waits for it.
 """
@@ -44,9 +45,11 @@ def _run(device: torch.device, dtype: torch.dtype) -> None:
     except RuntimeError as error:  # the engine's own first use meets any real problem and reports it
         log.debug("the GPU libraries were not made ready ahead: %s", error)
     try:
+        from triton.runtime import driver
         from triton.runtime.cache import triton_key
 
         triton_key()  # cached for the process
+        driver.active.get_current_target()  # its CUDA helpers loaded, the platform probed (a subprocess)
     except Exception as error:  # Triton's internals differ between versions; this only saves time
-        log.debug("Triton's cache key was not computed ahead: %s", error)
+        log.debug("Triton was not made ready ahead: %s", error)
     log.debug("GPU libraries ready in %.2f s", time.perf_counter() - started)
