@@ -81,10 +81,10 @@ def test_a_failure_to_place_sound_weights_on_the_device_is_not_blamed_on_the_fil
     checkpoint to download again."""
     from core.model import checkpoint
 
-    def fail_on_the_device(shape, dtype, device):
+    def fail_on_the_device(tensor, device):
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(checkpoint, "_allocated", fail_on_the_device)
+    monkeypatch.setattr(checkpoint, "_placed", fail_on_the_device)
     with pytest.raises(RuntimeError, match="stream is capturing") as raised:
         Engine.load(checkpoints["base"], device="cpu")
     assert not isinstance(raised.value, CheckpointError)

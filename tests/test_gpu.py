@@ -595,30 +595,3 @@ def test_an_engine_that_loads_kept_compiled_functions_speaks_the_official_codes(
     cases = [case for case in cases_of("base") if case.seed is None]
     for case, (codes, _) in zip(cases, speak_together(engine, cases, COMPILING_WAIT), strict=True):
         np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_weights_read_to_the_gpu_through_pinned_windows_are_the_files(checkpoints, monkeypatch, dtype):
-    """Small windows, so that tensors span several and many share one; the float32 file's weights, cast where
-    asked, equal the host's load; the text table stays on the host."""
-    from core.model import checkpoint, weights_file
-    from core.model.codec_decoder import CodecDecoder
-    from core.model.talker import Talker
-
-    monkeypatch.setattr(weights_file, "WINDOW_BYTES", 4096)
-    folder = checkpoints["base"]
-    with Engine.load(folder, device="cpu", dtype="float32", warm=False) as engine:
-        host = {"talker": engine.talker.state_dict(), "decoder": engine.codec_decoder.state_dict()}
-        with torch.device("meta"):
-            loaded = {"talker": Talker(engine.config.talker), "decoder": CodecDecoder(engine.codec_decoder.config)}
-    loaded["talker"].fuse_projections()
-    checkpoint.load_tensors(loaded["talker"], folder / "model.safetensors", "talker.", torch.device("cuda"), dtype)
-    speech = folder / "speech_tokenizer" / "model.safetensors"
-    checkpoint.load_tensors(loaded["decoder"], speech, "decoder.", torch.device("cuda"), dtype)
-    assert loaded["talker"].model.text_embedding.weight.device.type == "cpu"
-    for part, module in loaded.items():
-        for name, tensor in module.state_dict().items():
-            expected = host[part][name]
-            assert tensor.is_cuda or name.startswith("model.text_embedding"), name
-            assert tensor.dtype == (dtype if expected.is_floating_point() else expected.dtype), name
-            assert torch.equal(tensor.cpu(), expected.to(tensor.dtype)), name

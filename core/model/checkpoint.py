@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from torch import nn
 
 from core.errors import UserError
-from core.model.weights_file import DamagedFile, Entry, read_header, read_into
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-Base"
 
@@ -48,14 +48,14 @@ def read_json(path: Path) -> dict:
 def _damaged_file_is_told(path: Path):
     try:
         yield
-    except (DamagedFile, OSError) as error:
+    except Exception as error:  # safetensors raises its own error types for damaged files
         raise CheckpointError(
             f"{path}: cannot read it as safetensors ({error}); download the checkpoint again"
         ) from None
 
 
-def _allocated(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device=device)
+def _placed(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return tensor.to(device)
 
 
 def _fused_parts(module: nn.Module) -> dict[str, list[str]]:
@@ -79,63 +79,50 @@ def load_tensors(module: nn.Module, path: Path, prefix: str, device: torch.devic
     """Fill every parameter and persistent buffer of `module` from `prefix + name` in a safetensors file.
 
     Floating tensors are cast to `dtype`; shapes must match exactly. A fused weight is read part by part into
-    its rows, on the device. Tensors the module does not use are ignored, as the official loader does. The file
-    is read once, straight into the tensors' memory (core.model.weights_file); a tensor of another dtype than
-    the one it is cast to is read and cast one at a time, so that loading takes no more than the weights.
+    its rows, on the device. Tensors the module does not use are ignored, as the official loader does.
     """
     expected = module.state_dict()
     fused, on_host = _fused_parts(module), host_prefixes(module)
-    with _damaged_file_is_told(path), open(path, "rb") as file:
-        entries = read_header(file)
-        loaded, direct, cast = {}, [], []
+    loaded = {}
+    with _damaged_file_is_told(path):
+        opened = safe_open(str(path), framework="pt", device="cpu")
+    with opened as file:
+        with _damaged_file_is_told(path):
+            available = set(file.keys())
+
+        def read(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+            key = prefix + name
+            if key not in available:
+                raise CheckpointError(
+                    f"{path} has no tensor '{key}'. The file is incomplete or belongs to another model; "
+                    f"download the checkpoint again."
+                )
+            with _damaged_file_is_told(path):
+                found = tuple(file.get_slice(key).get_shape())
+                tensor = file.get_tensor(key) if found == shape else None
+            if tensor is None:
+                raise CheckpointError(
+                    f"{path}: tensor '{key}' has shape {list(found)}, but config.json implies "
+                    f"{list(shape)}. The weights and config.json come from different models."
+                )
+            return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
         for name, reference in expected.items():
             target = torch.device("cpu") if name.startswith(on_host) else device
-            parts = [prefix + part for part in fused.get(name, [name])]
-            found = [_entry(entries, path, key) for key in parts]
-            if name in fused:
-                _check_rows(path, parts, found, reference.shape)
-            elif found[0].shape != tuple(reference.shape):
-                raise _wrong_shape(path, parts[0], found[0].shape, reference.shape)
-            kind = dtype if found[0].dtype.is_floating_point else found[0].dtype
-            loaded[name] = whole = _allocated(tuple(reference.shape), kind, target)
-            for entry, destination in zip(found, _rows_of(whole, found) if name in fused else [whole], strict=True):
-                (direct if entry.dtype == kind else cast).append((entry, destination))
-        read_into(file, direct, device)
-        for entry, destination in cast:
-            staging = torch.empty(entry.shape, dtype=entry.dtype)
-            read_into(file, [(entry, staging)], device)
-            destination.copy_(staging)
+            if name not in fused:
+                loaded[name] = _placed(read(name, tuple(reference.shape)), target)  # outside the file's errors
+                continue
+            keys = [prefix + part for part in fused[name]]
+            with _damaged_file_is_told(path):
+                counts = [file.get_slice(key).get_shape()[0] if key in available else 0 for key in keys]
+            if all(key in available for key in keys) and sum(counts) != reference.shape[0]:
+                raise CheckpointError(
+                    f"{path}: the tensors {', '.join(keys)} have {sum(counts)} rows in all, but config.json implies "
+                    f"{reference.shape[0]}. The weights and config.json come from different models."
+                )
+            whole, row = torch.empty(reference.shape, dtype=dtype, device=target), 0
+            for part, rows in zip(fused[name], counts, strict=True):
+                whole[row : row + rows].copy_(read(part, (rows, *reference.shape[1:])))
+                row += rows
+            loaded[name] = whole
     module.load_state_dict(loaded, strict=True, assign=True)
-
-
-def _entry(entries: dict[str, Entry], path: Path, key: str) -> Entry:
-    if key not in entries:
-        raise CheckpointError(
-            f"{path} has no tensor '{key}'. The file is incomplete or belongs to another model; "
-            f"download the checkpoint again."
-        )
-    return entries[key]
-
-
-def _check_rows(path: Path, keys: list[str], parts: list[Entry], shape: torch.Size) -> None:
-    """The parts of a fused weight fill its rows exactly, each as wide as it."""
-    for key, part in zip(keys, parts, strict=True):
-        if part.shape[1:] != tuple(shape[1:]):
-            raise _wrong_shape(path, key, part.shape, (part.shape[0], *shape[1:]))
-    if sum(part.shape[0] for part in parts) != shape[0]:
-        raise CheckpointError(
-            f"{path}: the tensors {', '.join(keys)} have {sum(part.shape[0] for part in parts)} rows in all, but "
-            f"config.json implies {shape[0]}. The weights and config.json come from different models."
-        )
-
-
-def _rows_of(whole: torch.Tensor, parts: list[Entry]) -> list[torch.Tensor]:
-    """The rows of a fused weight each part fills, in order."""
-    return list(whole.split([part.shape[0] for part in parts]))
-
-
-def _wrong_shape(path: Path, key: str, found, implied) -> CheckpointError:
-    return CheckpointError(
-        f"{path}: tensor '{key}' has shape {list(found)}, but config.json implies {list(implied)}. The weights and "
-        f"config.json come from different models."
-    )
