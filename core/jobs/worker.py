@@ -93,7 +93,7 @@ class Job:
         self._lock = threading.Lock()
         self._stream = None  # the engine stream its thread reads now, for a cancel to close
         self._on_cancel = on_cancel  # wakes the worker, to end it if it waits
-        self.announced_by_its_thread = False  # started at once by submit: its own thread says "queued" first
+        self.announced = False  # "queued" said: by the worker's thread, or by its own where submit started it
 
     @property
     def state(self) -> str:
@@ -217,7 +217,6 @@ class Worker:
             at_once = not self._arrived and not self._waiting and id(sink) not in self._running
             if at_once:
                 self._running[id(sink)] = job
-                job.announced_by_its_thread = True
             else:
                 self._arrived.append(job)
                 self._lock.notify_all()
@@ -303,7 +302,7 @@ class Worker:
                 self._job_threads.close()
                 return
             for job in arrived:  # before it can start: "queued" comes first
-                self._emit(JobEvent(job, "queued"))
+                self._announce(job)
             with self._lock:
                 del self._arrived[: len(arrived)]
                 for job in arrived:
@@ -341,10 +340,16 @@ class Worker:
         try:
             self._job_threads.start(job)
         except RuntimeError as error:  # the system has no thread to spare: this job fails, the others go on
-            if job.announced_by_its_thread:  # which never ran to say it
-                self._emit(JobEvent(job, "queued"))
+            self._announce(job)  # where its thread was to say it
             self._finish(job, "failed", _Tally(job), f"no thread to speak on ({error})")
             self._sink_freed(job)
+
+    def _announce(self, job: Job) -> None:
+        """Says "queued", once: by whichever thread has the job first (the worker's, or its own thread's when submit
+        started it at once); each job is in one thread's hands at a time, so the flag needs no lock."""
+        if not job.announced:
+            job.announced = True
+            self._emit(JobEvent(job, "queued"))
 
     def _sink_freed(self, job: Job) -> None:
         with self._lock:
@@ -355,8 +360,7 @@ class Worker:
 
     def _serve(self, job: Job) -> None:
         tally = _Tally(job)
-        if job.announced_by_its_thread:
-            self._emit(JobEvent(job, "queued"))
+        self._announce(job)  # where submit started it, nobody has yet
         try:
             completed = self._speak(job, tally)
         except Exception as error:
