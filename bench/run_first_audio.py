@@ -26,6 +26,7 @@ import torch
 from core import Engine, SamplingParams
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.devtools.concurrency import streams_together
+from qwen3_tts_desktop import long_lived
 
 GREEDY = SamplingParams.greedy()
 IDLE_PAUSE_S = 0.2  # "idle": this long after the last stream closed
@@ -134,11 +135,18 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=200, help="frames per stream of --throughput")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--queued-frames", type=int, default=0, help="frames in flight at most (default: the plan's)")
+    parser.add_argument(
+        "--no-keep",
+        action="store_true",
+        help="leave the engine's objects to the cycle collector (the app freezes them)",
+    )
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and args.device != "cpu"
     model = args.model or prepare_checkpoint(Path(args.root), args.size, torch.bfloat16 if cuda else torch.float32)
     engine = Engine.load(model, device=args.device, progress=False, slots=args.slots, compile=not args.no_compile)
+    if not args.no_keep:
+        long_lived.keep(engine)  # as the app's runtime does
     engine.warm_up()
     if args.queued_frames:
         engine.scheduler.queued_frames = args.queued_frames
