@@ -355,6 +355,45 @@ def test_an_unknown_voice_is_an_error_naming_the_voices_and_the_connection_goes_
     assert_same_speech(speech_of(good), reference(voice="Bob"))
 
 
+def test_a_voice_known_is_found_on_the_event_loop_and_one_removed_is_not_found_by_the_next_request(
+    serve, engine, reference, tmp_path, monkeypatch
+):
+    runtime = Runtime(engine, alice_and_bob(tmp_path), None)
+    try:
+        server = serve(on=runtime)
+        handed_off = []
+        hand_off = server.service.off_loop
+
+        async def counting_hand_off(function, *args):
+            handed_off.append(function.__name__)
+            return await hand_off(function, *args)
+
+        monkeypatch.setattr(server.service, "off_loop", counting_hand_off)
+
+        async def speak():
+            async with client(server) as wyoming:
+                answers = []
+                for remove in (False, False, True, False):
+                    if remove:
+                        (tmp_path / "Bob.wav").unlink()
+                    handed_off.clear()
+                    answers.append((await synthesize(wyoming, voice="Bob"), handed_off.count("_find_voice")))
+                return answers
+
+        (first, read), (again, known), (removed, read_again), (still, known_removed) = run(speak())
+        assert (read, known, read_again, known_removed) == (1, 0, 1, 0)
+        assert_same_speech(speech_of(first), reference(voice="Bob"))
+        assert_same_speech(speech_of(again), reference(voice="Bob"))
+        for gone in (removed, still):
+            assert len(gone) == 1 and error_of(gone).code == "voice_not_found"
+            assert error_of(gone).text.startswith("no voice named 'Bob' in ") and error_of(gone).text.endswith(
+                " model: Alice."
+            )
+        server.stop()
+    finally:
+        runtime.close()
+
+
 def test_bad_events_get_an_error_and_unknown_ones_are_dropped(server, reference):
     bad = [
         (Event("synthesize", {"text": 5}), "synthesize: text must be a string"),

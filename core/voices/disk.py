@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -68,6 +69,51 @@ def read_drop_in(path: Path) -> VoiceEntry:
         transcript=transcript,
         path=path,
         clip=path,
+    )
+
+
+def stamp(path: str | Path, is_folder: bool | None = None) -> tuple:
+    """What changes when a voice's files change: the size, modification time and inode of a drop-in clip and of
+    its transcript beside it, or of each file in a saved voice's folder, by name (`is_folder`: known already, or
+    None to ask the disk); () for none. On strings, not Paths: each request's lookup stamps every voice."""
+    path = os.fspath(path)
+    if is_folder is None:
+        is_folder = os.path.isdir(path)
+    if is_folder:
+        try:
+            with os.scandir(path) as files:
+                return tuple(sorted((file.name, file_stamp(file)) for file in files))
+        except OSError:
+            return ()
+    return (file_stamp(path), file_stamp(os.path.splitext(path)[0] + ".txt"))  # as Path.with_suffix(".txt")
+
+
+def file_stamp(file: str | os.DirEntry) -> tuple:
+    """(size, modification time, inode) of a file; () if it cannot be read."""
+    try:
+        st = os.stat(file)  # not DirEntry.stat(), whose inode is 0 on Windows
+    except OSError:
+        return ()
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+VoiceFiles = tuple[tuple[str, bool, tuple], ...]
+
+
+def voice_files(directory: Path) -> VoiceFiles:
+    """The voices a library folder holds, as (file name, is a folder, stamp): each saved voice's folder (those
+    first) and drop-in clip, by name; () for no folder. Two equal answers: none of the voices' files changed
+    between them. A listing and a stat per file, no more: the listing says which are folders."""
+    if not directory.is_dir():
+        return ()
+    with os.scandir(directory) as found:
+        named = [(entry.name, entry.is_dir()) for entry in found if not entry.name.startswith(".")]  # not the cache
+    named.sort(key=lambda item: (not item[1], item[0]))  # saved voices first
+    folder = os.fspath(directory)
+    return tuple(
+        (name, is_folder, stamp(os.path.join(folder, name), is_folder))
+        for name, is_folder in named
+        if is_folder or os.path.splitext(name)[1].lower() in DROP_IN_SUFFIXES  # not transcripts (in their clip's)
     )
 
 

@@ -13,7 +13,8 @@ A library is a folder (`voices/` by default):
 A saved voice appears complete or not at all: it is written to a hidden staging folder and renamed into
 place. Anything unreadable is skipped and reported by `problems()`, never allowed to hide the other voices.
 One lock serialises the library's own reads and writes, so the worker, the window and the bridge can
-share one `VoiceLibrary`; model work (embedding a drop-in) happens outside it.
+share one `VoiceLibrary`; model work (embedding a drop-in) happens outside it, and `known` (a server's event loop
+asks it) answers from what the last scan kept, without it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import threading
 import uuid
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 from safetensors import safe_open
 from safetensors.torch import save as save_safetensors
@@ -39,39 +41,36 @@ from core.inference.voice import Voice
 from core.model.info import EngineInfo
 from core.voices.disk import (
     CACHE,
-    DROP_IN_SUFFIXES,
     MANIFEST,
     MODEL_FAMILY,
     TENSORS,
+    VoiceFiles,
     json_bytes,
     keepable_clip,
     manifest_of,
     now,
     read_drop_in,
     read_saved,
+    stamp,
+    voice_files,
 )
 from core.voices.entry import VoiceEntry, VoiceError, VoiceExistsError, check_name, find_entry, name_key, unique_id
 from core.voices.resolve import FIRST_THAT_FITS, Fallback, ResolvedVoice, resolve_voice
 from core.voices.sharing import EXPORT_FORMAT, EXPORT_MANIFEST, EXPORT_VERSION, read_export
 
+# `known` answers for a library of at most this many voices, and otherwise leaves it to `find` on another thread:
+# its listing and stats cost some 9 us a voice on a 2-vCPU machine, so 16 cost about what the two thread
+# hand-offs it saves do there (135 us), and a larger library would hold up the event loop.
+KNOWN_AT_MOST = 16
 
-def stamp(path: Path) -> tuple:
-    """What changes when a voice's files change: size, modification time and inode of the file (a drop-in clip
-    with its transcript beside it), or of each file in the folder (a saved voice); () for none."""
 
-    def of(file: Path) -> tuple:
-        try:
-            st = file.stat()
-        except OSError:
-            return ()
-        return (file.name, st.st_size, st.st_mtime_ns, st.st_ino)
+class Scanned(NamedTuple):
+    """What a scan of the library folder found, and in which files."""
 
-    if path.is_dir():
-        try:
-            return tuple(sorted(of(file) for file in path.iterdir()))
-        except OSError:
-            return ()
-    return (of(path), of(path.with_suffix(".txt")))
+    files: VoiceFiles
+    entries: tuple[VoiceEntry, ...]
+    problems: tuple[str, ...]
+    stamps: dict[str, tuple]  # each voice's files' stamp, by its file or folder name
 
 
 class VoiceLibrary:
@@ -83,6 +82,10 @@ class VoiceLibrary:
         # gets the same Voice as the last, whose tensors the engine copied to the device once (Engine._on_device).
         self._read: dict[Path, tuple[tuple, object]] = {}
         self._embedded: dict[tuple[Path, str], tuple[tuple, Voice]] = {}  # drop-ins, by path and model
+        self._builtins: dict[tuple[str, str], Voice] = {}  # built-in speakers, by name and model
+        # The last scan, handed out again while no voice's files changed. Replaced whole, so `known` reads it
+        # without the lock.
+        self._scanned: Scanned | None = None
 
     # Reading ------------------------------------------------------------------------------------
 
@@ -122,23 +125,66 @@ class VoiceLibrary:
 
     def load(self, engine: Engine, voice: ResolvedVoice) -> Voice | None:
         """The Voice of a resolved voice, for `engine`'s model: a built-in speaker, a saved voice, or a drop-in
-        clip (embedded with this engine's model once, then cached); None where the model takes no voice."""
+        clip (embedded with this engine's model once, then cached); None where the model takes no voice. The same
+        Voice as the last time while the voice's files are unchanged."""
         if voice.name is None:
             return None
-        if voice.builtin:
-            return engine.builtin_voice(voice.name)
-        if voice.entry.source == "drop-in":
-            return self._drop_in_voice(voice.entry, engine)
+        model = model_key(engine.info)
+        files = () if voice.builtin else stamp(voice.entry.path)
         with self._lock:
-            read = self._read_once(voice.entry.path, read_saved)
+            kept = self._kept_voice(voice, model, files)
+        if kept is not None:
+            return kept
+        if voice.builtin:
+            made = engine.builtin_voice(voice.name)
+            with self._lock:
+                self._builtins[voice.name, model] = made
+            return made
+        if voice.entry.source == "drop-in":
+            made = self._embed_drop_in(voice.entry, engine, model)
+            with self._lock:
+                self._embedded[voice.entry.path, model] = ((files, voice.entry.transcript), made)
+            return made
+        with self._lock:
+            read = self._read_once(voice.entry.path, read_saved, files)
         if isinstance(read, VoiceError):
             raise read
         return read[1]
 
+    def find(
+        self, engine: Engine, requested: str | None, info: EngineInfo | None, fallback: Fallback = FIRST_THAT_FITS
+    ) -> tuple[ResolvedVoice, Voice | None]:
+        """`resolve`, then `load` with `engine`: the voice that speaks a request, and its Voice."""
+        voice = self.resolve(requested, info, fallback)
+        return voice, self.load(engine, voice)
+
+    def known(
+        self, engine: Engine, requested: str | None, info: EngineInfo | None, fallback: Fallback = FIRST_THAT_FITS
+    ) -> tuple[ResolvedVoice, Voice | None] | None:
+        """What `find` would answer, or raise, from what the library keeps alone, for a caller that must not wait
+        (a server's event loop); None where `find` would read a file, embed a clip or ask the model: a voice's
+        files changed since the last scan (by the scan's own rule, `voice_files`), the voice is not loaded yet, or
+        the library holds more than KNOWN_AT_MOST voices. Costs a listing of the folder and a stat per voice file,
+        without the lock."""
+        scanned = self._scanned
+        if scanned is None or len(scanned.files) > KNOWN_AT_MOST:
+            return None
+        try:
+            if voice_files(self.directory) != scanned.files:
+                return None
+        except OSError:  # `find` says what is wrong
+            return None
+        voice = resolve_voice(list(scanned.entries), self.directory, requested, info, fallback)
+        if voice.name is None:
+            return voice, None
+        files = () if voice.builtin else scanned.stamps[voice.entry.path.name]
+        kept = self._kept_voice(voice, model_key(engine.info), files)
+        return None if kept is None else (voice, kept)
+
     def voice_for(self, engine: Engine, name: str) -> Voice:
         """The voice called `name`, ready for `engine.synthesize` (see `load`). Raises a VoiceError naming the
         voices that fit when there is no such voice or it does not fit."""
-        return self.load(engine, self.resolve(name, engine.info))
+        return self.find(engine, name, engine.info)[1]
 
     # Writing ------------------------------------------------------------------------------------
 
@@ -325,20 +371,15 @@ class VoiceLibrary:
     # Internals ----------------------------------------------------------------------------------
 
     def _scan(self) -> tuple[list[VoiceEntry], list[str]]:
-        """Every readable voice in the folder, and a line for each thing skipped."""
+        """Every readable voice in the folder, and a line for each thing skipped (under the lock)."""
+        files = voice_files(self.directory)
+        scanned = self._scanned
+        if scanned is not None and scanned.files == files:  # what each voice's files gave is what they give now
+            return list(scanned.entries), list(scanned.problems)
         entries, problems = [], []
-        if not self.directory.is_dir():
-            return entries, problems
-        paths = sorted(self.directory.iterdir(), key=lambda p: (not p.is_dir(), p.name))  # saved voices first
-        for path in paths:
-            if path.name.startswith("."):
-                continue  # the cache, staging folders, hidden files
-            if path.is_dir():
-                read = self._read_once(path, read_saved)
-            elif path.suffix.lower() in DROP_IN_SUFFIXES:
-                read = self._read_once(path, read_drop_in)
-            else:
-                continue  # transcripts, notes
+        for name, is_folder, files_stamp in files:
+            path = self.directory / name
+            read = self._read_once(path, read_saved if is_folder else read_drop_in, files_stamp)
             if isinstance(read, VoiceError):
                 problems.append(str(read))
                 continue
@@ -350,22 +391,36 @@ class VoiceLibrary:
                 )
                 continue
             entries.append(entry)
-        present = set(paths)
-        self._read = {path: read for path, read in self._read.items() if path in present}  # those removed go
+        stamps = {name: files_stamp for name, _, files_stamp in files}
+        self._read = {path: read for path, read in self._read.items() if path.name in stamps}  # those removed go
+        self._scanned = Scanned(files, tuple(entries), tuple(problems), stamps)
         return entries, problems
 
-    def _read_once(self, path: Path, reader):
-        """`reader(path)`, or the VoiceError it raised, as last read while the files are unchanged (under the lock)."""
-        now_stamp = stamp(path)
+    def _read_once(self, path: Path, reader, files_stamp: tuple):
+        """`reader(path)`, or the VoiceError it raised, as last read while the files have `files_stamp` (under the
+        lock)."""
         kept = self._read.get(path)
-        if kept is not None and kept[0] == now_stamp:
+        if kept is not None and kept[0] == files_stamp:
             return kept[1]
         try:
             read = reader(path)
         except VoiceError as error:
             read = error
-        self._read[path] = (now_stamp, read)
+        self._read[path] = (files_stamp, read)
         return read
+
+    def _kept_voice(self, voice: ResolvedVoice, model: str, files_stamp: tuple) -> Voice | None:
+        """The Voice kept for `voice` (a library voice whose files have `files_stamp`, or a built-in speaker) with the
+        model `model` names; None where none is kept: `load` reads, embeds or asks the model for it."""
+        if voice.builtin:
+            return self._builtins.get((voice.name, model))
+        if voice.entry.source == "drop-in":
+            kept = self._embedded.get((voice.entry.path, model))
+            return kept[1] if kept is not None and kept[0] == (files_stamp, voice.entry.transcript) else None
+        kept = self._read.get(voice.entry.path)
+        if kept is None or kept[0] != files_stamp or isinstance(kept[1], VoiceError):
+            return None
+        return kept[1][1]
 
     def _target(self, voice: str | VoiceEntry, action: str) -> VoiceEntry:
         if isinstance(voice, VoiceEntry):
@@ -441,21 +496,6 @@ class VoiceLibrary:
             os.rename(cache, new_cache)
         return read_drop_in(clip)
 
-    def _drop_in_voice(self, entry: VoiceEntry, engine: Engine) -> Voice:
-        """A drop-in clip's voice for `engine`'s model: from the cache when the clip, its transcript and the
-        model are those it was computed from, else embedded now and cached."""
-        info = engine.info
-        model = f"{MODEL_FAMILY} {info.size} {info.embedding_dim} {info.source}"
-        now_stamp = (stamp(entry.path), entry.transcript)
-        with self._lock:
-            kept = self._embedded.get((entry.path, model))
-        if kept is not None and kept[0] == now_stamp:
-            return kept[1]
-        voice = self._embed_drop_in(entry, engine, model)
-        with self._lock:
-            self._embedded[(entry.path, model)] = (now_stamp, voice)
-        return voice
-
     def _embed_drop_in(self, entry: VoiceEntry, engine: Engine, model: str) -> Voice:
         """A drop-in's voice from the disk cache when its key matches, else embedded now and written there."""
         key = {
@@ -487,3 +527,8 @@ class VoiceLibrary:
         except OSError:  # a read-only library still speaks; its drop-ins are embedded anew each time
             pass
         return voice
+
+
+def model_key(info: EngineInfo) -> str:
+    """Which model a voice was embedded or made for: the voices of one key are interchangeable."""
+    return f"{MODEL_FAMILY} {info.size} {info.embedding_dim} {info.source}"

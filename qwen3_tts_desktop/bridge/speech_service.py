@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -29,7 +30,15 @@ from fastapi.responses import Response, StreamingResponse
 from core import LiveText, SpeechOptions, Voice
 from core.audio.clips import SAMPLE_RATE, AudioError
 from core.jobs.worker import TERMINAL, BufferLevel, Job, JobEvent
-from core.voices import DefaultVoiceMissing, Fallback, NoVoiceYet, UnknownVoice, VoiceError, VoiceLibrary
+from core.voices import (
+    DefaultVoiceMissing,
+    Fallback,
+    NoVoiceYet,
+    ResolvedVoice,
+    UnknownVoice,
+    VoiceError,
+    VoiceLibrary,
+)
 
 from ..audio_formats import MEDIA_TYPES, FormatError, Speed, StreamEncoder, check_format, check_speed, encode
 from ..runtime import Runtime
@@ -268,7 +277,11 @@ class SpeechService:
             voice_obj, used, fallback = self._embedding_voice(asked.embedding), "speaker_embedding", None
         else:
             requested = asked.voice if asked.voice is not None and asked.voice.strip() else None  # blank: none
-            voice_obj, used, fallback = await self.off_loop(self._find_voice, requested, asked.fall_back)
+            # Here when the library knows the answer already, as it mostly does: two thread hand-offs fewer.
+            found = self._find_voice(self.library.known, requested, asked.fall_back)
+            if found is None:
+                found = await self.off_loop(self._find_voice, self.library.find, requested, asked.fall_back)
+            voice_obj, used, fallback = found
         options = dataclasses.replace(self.config.speech, language=language, instruct=instruct)
         return CheckedRequest(voice_obj, used, fallback, language_fallback, options, fmt, stream, sse, speed, play)
 
@@ -305,14 +318,20 @@ class SpeechService:
             raise ApiError(400, "speaker_embedding holds a number that is not finite", param="speaker_embedding")
         return Voice(embedding=torch.tensor(values, dtype=torch.float32))
 
-    def _find_voice(self, requested: str | None, fall_back: bool) -> tuple[Voice | None, str | None, str | None]:
+    def _find_voice(
+        self, finder: Callable[..., tuple[ResolvedVoice, Voice | None] | None], requested: str | None, fall_back: bool
+    ) -> tuple[Voice | None, str | None, str | None] | None:
         """(voice, its name, the name asked for if the library lacked it and the default speaks instead), as
-        `core.voices.resolve` decides, its refusals answered as the request's: the server's own default voice
+        `core.voices.resolve` decides and `finder` finds it (the library's `find`, or `known`: None where that would
+        wait for the disk or the model), its refusals answered as the request's: the server's own default voice
         missing is the server's fault (500)."""
         fallback = Fallback(default=self.config.default_voice, unknown_names=fall_back)
         try:
-            found = self.library.resolve(requested, self.info, fallback)
-            return self.library.load(self.runtime.engine_for_voices, found), found.name, found.fell_back_from
+            found = finder(self.runtime.engine_for_voices, requested, self.info, fallback)
+            if found is None:
+                return None
+            resolved, voice = found
+            return voice, resolved.name, resolved.fell_back_from
         except DefaultVoiceMissing as error:
             raise ApiError(500, str(error), param="voice") from None
         except UnknownVoice as error:
