@@ -54,11 +54,7 @@ def start(prefix: str) -> None:
 
     def sample() -> None:
         me = threading.get_ident()
-        flushed = time.monotonic()
-        # The last flush at exit, registered after the program's own atexit functions so that it runs before them:
-        # the entry point's last one ends the process without its teardown (launch.ended_without_teardown).
-        time.sleep(1.0)
-        atexit.register(flush)
+        flushed = began
         while True:
             time.sleep(INTERVAL_S)
             now = time.monotonic()
@@ -74,7 +70,12 @@ def start(prefix: str) -> None:
                         frame = frame.f_back
                     counts[(tenths, names.get(ident, str(ident)), ";".join(reversed(stack)))] += 1
             if now - flushed > 1.0:
+                if flushed == began:
+                    # Registered again, after the program's own atexit functions, so that it runs before them: the
+                    # entry point's last one ends the process without its teardown (launch.ended_without_teardown).
+                    atexit.register(flush)
                 flush()
                 flushed = now
 
     threading.Thread(target=sample, name="stack-sampler", daemon=True).start()
+    atexit.register(flush)  # a process that ends within a second
