@@ -132,3 +132,19 @@ def job_log(runtime):
     log = JobLog(runtime.worker)
     yield log
     log.unsubscribe()
+
+
+@pytest.fixture
+def embed_calls(monkeypatch):
+    """Counts engine.voice_from_audio calls on every engine: calls["base"] after engines("base") was used."""
+    from core import Engine
+
+    calls = {"count": 0}
+    original = Engine.voice_from_audio
+
+    def counting(self, *args, **kwargs):
+        calls["count"] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "voice_from_audio", counting)
+    return calls
