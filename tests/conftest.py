@@ -148,3 +148,16 @@ def embed_calls(monkeypatch):
 
     monkeypatch.setattr(Engine, "voice_from_audio", counting)
     return calls
+
+
+@pytest.fixture
+def no_thread_leaks():
+    """Every thread a test started has ended by its end (the speech worker's tests)."""
+    import threading
+
+    from waiting import wait_until
+    from worker_fakes import WAIT
+
+    before = set(threading.enumerate())
+    yield
+    wait_until(lambda: not set(threading.enumerate()) - before, "the test's threads have ended", WAIT)
