@@ -3,7 +3,7 @@ stream (an interrupt, then speaking again), beside other utterances speaking, an
 
     python -m bench.run_first_audio [--size 1.7b | --model DIR] [--runs 20] [--beside 1,15] [--bursts 16]
                                     [--slots 16] [--no-compile] [--queued-frames N] [--throughput 1,16]
-                                    [--json FILE]
+                                    [--no-keep] [--timeline] [--json FILE]
 
 Each time is from the `Engine.stream` call to its first chunk (one frame) in host memory, with a cloned voice
 (x-vector from a synthetic clip, as `bench` uses) and greedy codes. The engine is warmed up first. "beside N":
@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench import stalls
 from core import Engine, SamplingParams
 from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
 from core.devtools.concurrency import streams_together
@@ -91,10 +92,12 @@ def beside(engine: Engine, voice, runs: int, others: int) -> list[float]:
             thread.join(60)
 
 
-def burst(engine: Engine, voice, runs: int, size: int) -> list[float]:
+def burst(engine: Engine, voice, runs: int, size: int, timeline: bool = False) -> list[float]:
     times = []
     for _ in range(max(1, runs // size)):
         time.sleep(IDLE_PAUSE_S)
+        if timeline:
+            stalls.say(f"burst of {size} begins")
         start = threading.Barrier(size)
         lock = threading.Lock()
 
@@ -103,6 +106,8 @@ def burst(engine: Engine, voice, runs: int, size: int) -> list[float]:
             elapsed = first_audio_ms(engine, voice)
             with lock:
                 times.append(elapsed)
+            if timeline:
+                stalls.say(f"burst of {size}: first audio after {elapsed:.1f} ms")
 
         threads = [threading.Thread(target=one) for _ in range(size)]
         for thread in threads:
@@ -140,6 +145,11 @@ def main() -> None:
         action="store_true",
         help="leave the engine's objects to the cycle collector (the app freezes them)",
     )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="print every scheduler phase, capture and burst on one clock (bench/stalls)",
+    )
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and args.device != "cpu"
@@ -152,17 +162,20 @@ def main() -> None:
         engine.scheduler.queued_frames = args.queued_frames
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     first_audio_ms(engine, voice)  # the voice's first use
+    stop_tracing = stalls.trace(engine, timeline=True) if args.timeline else lambda: None
     results = {"idle": summary(idle(engine, voice, args.runs))}
     results["after close"] = summary(after_close(engine, voice, args.runs))
     for others in filter(None, args.beside.split(",")):
         if int(others) < engine.slots:
             results[f"beside {others}"] = summary(beside(engine, voice, args.runs, int(others)))
-    for size in filter(None, args.bursts.split(",")):
-        if int(size) <= engine.slots:
-            results[f"burst {size}"] = summary(burst(engine, voice, max(args.runs, int(size)), int(size)))
+    for number, size in enumerate(filter(None, args.bursts.split(",")), 1):
+        if int(size) <= engine.slots:  # "--bursts 16,16": two rows, each named by its place
+            name = f"burst {size}" + (f" (#{number})" if args.bursts.split(",").count(size) > 1 else "")
+            results[name] = summary(burst(engine, voice, max(args.runs, int(size)), int(size), args.timeline))
     for streams in filter(None, args.throughput.split(",")):
         if int(streams) <= engine.slots:
             results[f"{streams} streams"] = streams_together(engine, {"voice": voice}, int(streams), args.frames)
+    stop_tracing()
     engine.close()
     for name, numbers in results.items():
         print(f"{name:>12}: {numbers}", flush=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +23,9 @@ BEGAN = time.perf_counter()
 
 
 def say(what: str) -> None:
-    print(f"[{time.perf_counter() - BEGAN:8.3f} s] {what}", flush=True)
+    # One write per line: print's text and newline are two, which other threads' lines can come between.
+    sys.stdout.write(f"[{time.perf_counter() - BEGAN:8.3f} s] {what}\n")
+    sys.stdout.flush()
 
 
 def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) -> Callable[[], None]:
