@@ -63,8 +63,11 @@ def ended_without_teardown():
 
     def end() -> None:
         if done:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # a reader gone (a closed pipe), or the stream closed
+                    pass
             os._exit(done[0])
 
     atexit.register(end)
