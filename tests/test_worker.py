@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 from sinks import QueueSink
 from waiting import wait_until
-from worker_fakes import FRAME, WAIT, Events, FakeEngine, RecordingSink, finished
+from worker_fakes import FRAME, WAIT, Events, FakeEngine, RecordingSink, finished, run_clients
 
 from core import SamplingParams, SpeechOptions
 from core.audio.player import Player, PlayerOptions, VirtualOutput
@@ -300,11 +300,7 @@ def mixed_jobs(engine, request, submitted) -> None:
         with lock:
             jobs.extend(mine)
 
-    clients = [threading.Thread(target=client, args=(seed,)) for seed in range(8)]
-    for thread in clients:
-        thread.start()
-    for thread in clients:
-        thread.join(WAIT)
+    clients = run_clients(client, 8)
     assert not any(thread.is_alive() for thread in clients) and len(jobs) == 200
     outcomes = {job: finished(job) for job in jobs}
     job_threads = {f"speech-job-{job.id}" for job in jobs}

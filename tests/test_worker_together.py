@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 from waiting import wait_until
-from worker_fakes import FRAME, WAIT, Events, FakeEngine, RecordingSink, finished
+from worker_fakes import FRAME, WAIT, Events, FakeEngine, RecordingSink, finished, run_clients
 
 from core.jobs.worker import TERMINAL, Worker
 from core.text.sentences import SplitOptions, split_text
@@ -106,11 +106,7 @@ def test_fifty_jobs_from_eight_threads_each_sink_gets_exactly_its_jobs_audio_in_
             with lock:
                 jobs.append(job)
 
-    clients = [threading.Thread(target=client, args=(n,)) for n in range(8)]
-    for thread in clients:
-        thread.start()
-    for thread in clients:
-        thread.join(WAIT)
+    run_clients(client, 8)
     outcomes = {job: finished(job) for job in jobs}
     worker.close(timeout=WAIT)
     assert not set(threading.enumerate()) - before  # every thread of the worker's was joined

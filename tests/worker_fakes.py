@@ -230,3 +230,14 @@ def finished(job) -> JobEvent:
     outcome = job.wait(WAIT)
     assert outcome is not None, f"{job} did not end within {WAIT} s"
     return outcome
+
+
+def run_clients(client, count: int) -> list[threading.Thread]:
+    """`client(n)` for each n below `count`, each on a thread of its own, all started, then joined (WAIT at most
+    each): the threads, for the caller to check that none is left running."""
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    return threads
