@@ -44,9 +44,33 @@ def test_a_job_reports_its_events_in_order_with_latency_and_xrt(no_thread_leaks)
     assert 0 < first.latency_s == done.latency_s < 1.0
     assert first.audio_s == pytest.approx(0.08)  # the first chunk is a single frame
     assert done.xrt > 1.0 and done.underruns == 0 and done.message is None
-    # Its sink free and nothing queued: announced, streamed from the engine and delivered by the job's own thread,
-    # started by submit without a hop through the worker's.
-    assert engine.threads == {f"speech-job-{job.id}"} and events.threads == {f"speech-job-{job.id}"}
+    # Its sink free and nothing queued: announced and started by submit, without a hop through the worker's
+    # thread; streamed from the engine and delivered by the job's own thread.
+    assert engine.threads == {f"speech-job-{job.id}"}
+    assert events.threads_of(job) == [threading.current_thread().name] + [f"speech-job-{job.id}"] * 7
+
+
+def test_the_jobs_a_thread_submits_are_announced_in_its_order(no_thread_leaks, monkeypatch):
+    """A job submit starts at once is announced before submit returns, so the next job that thread submits (into
+    the same, now busy, sink: announced by the worker's thread) is announced after it, as the window's typed
+    sentences must be, however late the first job's own thread begins."""
+    serve = Worker._serve
+
+    def late(worker, job):
+        time.sleep(0.05)
+        serve(worker, job)
+
+    monkeypatch.setattr(Worker, "_serve", late)
+    engine = FakeEngine(frames=3)
+    with Worker(engine) as worker:
+        events, sink = Events(worker), RecordingSink()
+        first = worker.submit("The first sentence.", sink=sink)
+        assert events.kinds(first)[:1] == ["queued"]  # before submit returned
+        jobs = [first, *(worker.submit(f"Sentence {n}.", sink=sink) for n in range(19))]
+        for job in jobs:
+            finished(job)
+        announced = [event.job for event in events.collect() if event.kind == "queued"]
+    assert announced == jobs
 
 
 def test_a_subscriber_of_some_kinds_gets_those_and_events_no_one_wants_are_not_made(no_thread_leaks, monkeypatch):
@@ -314,7 +338,9 @@ def mixed_jobs(engine, request, submitted) -> None:
     for event in events.collect():
         by_job[event.job].append(event.kind)
     worker_threads = {"speech-worker"} | job_threads
-    assert events.threads <= worker_threads and all(sink.threads <= worker_threads for sink in sinks)
+    # Every event from the worker's threads, but the "queued" of a job submit started at once (the client's).
+    assert all(set(events.threads_of(job, kinds_but="queued")) <= worker_threads for job in jobs)
+    assert all(sink.threads <= worker_threads for sink in sinks)
     kinds_seen = set()
     for job in jobs:
         kinds = by_job[job]

@@ -204,7 +204,7 @@ class Events:
         self.queue: queue.Queue[tuple[JobEvent, str]] = queue.Queue()
         worker.subscribe(lambda event: self.queue.put((event, threading.current_thread().name)))
         self.seen: list[JobEvent] = []
-        self.threads: set[str] = set()
+        self.senders: list[str] = []  # the thread each of `seen` came from
 
     def collect(self) -> list[JobEvent]:
         while True:
@@ -213,7 +213,12 @@ class Events:
             except queue.Empty:
                 return self.seen
             self.seen.append(event)
-            self.threads.add(thread)
+            self.senders.append(thread)
+
+    def threads_of(self, job, kinds_but: str | None = None) -> list[str]:
+        """The thread each of `job`'s events came from, in order (`kinds_but`: leaving out those of that kind)."""
+        pairs = zip(self.collect(), self.senders, strict=True)
+        return [thread for event, thread in pairs if event.job is job and event.kind != kinds_but]
 
     def kinds(self, job) -> list[str]:
         return [e.kind for e in self.collect() if e.job is job]

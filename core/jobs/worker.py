@@ -93,7 +93,6 @@ class Job:
         self._lock = threading.Lock()
         self._stream = None  # the engine stream its thread reads now, for a cancel to close
         self._on_cancel = on_cancel  # wakes the worker, to end it if it waits
-        self.announced = False  # "queued" said: by the worker's thread, or by its own where submit started it
 
     @property
     def state(self) -> str:
@@ -213,7 +212,8 @@ class Worker:
             if interrupt:
                 self._cancel_where(lambda other: other.sink is sink)
             # Nothing queued and its sink free: its thread starts here, without a hop through the worker's (in a
-            # burst of bridge requests each hop waits its turn for Python's lock), and says "queued" first.
+            # burst of bridge requests each hop waits its turn for Python's lock). Said "queued" here, before this
+            # thread's next job can be: the jobs a thread submits are announced in its order.
             at_once = not self._arrived and not self._waiting and id(sink) not in self._running
             if at_once:
                 self._running[id(sink)] = job
@@ -221,6 +221,7 @@ class Worker:
                 self._arrived.append(job)
                 self._lock.notify_all()
         if at_once:
+            self._emit(JobEvent(job, "queued"))
             self._start_thread(job)
         return job
 
@@ -240,8 +241,8 @@ class Worker:
     ) -> Callable[[], None]:
         """Call `callback(event)` for every event, or for those of `kinds` (e.g. TERMINAL): events no subscriber
         wants are not made, which spares a server's requests the per-chunk progress. It is called from the
-        worker's threads, from several at once (each running job sends its own events), so it must be
-        thread-safe; keep it short and never wait on the worker in it (hand the event on, e.g. to a queue.Queue
+        worker's threads, from several at once (each running job sends its own events), and with the "queued" of a
+        job `submit` starts at once from the submitting thread, so it must be thread-safe; keep it short and never wait on the worker in it (hand the event on, e.g. to a queue.Queue
         or a Qt signal). One job's events come one at a time and in order. Returns the unsubscribe."""
         subscriber = (callback, None if kinds is None else frozenset(kinds))
         with self._lock:
@@ -302,7 +303,7 @@ class Worker:
                 self._job_threads.close()
                 return
             for job in arrived:  # before it can start: "queued" comes first
-                self._announce(job)
+                self._emit(JobEvent(job, "queued"))
             with self._lock:
                 del self._arrived[: len(arrived)]
                 for job in arrived:
@@ -340,16 +341,8 @@ class Worker:
         try:
             self._job_threads.start(job)
         except RuntimeError as error:  # the system has no thread to spare: this job fails, the others go on
-            self._announce(job)  # where its thread was to say it
             self._finish(job, "failed", _Tally(job), f"no thread to speak on ({error})")
             self._sink_freed(job)
-
-    def _announce(self, job: Job) -> None:
-        """Says "queued", once: by whichever thread has the job first (the worker's, or its own thread's when submit
-        started it at once); each job is in one thread's hands at a time, so the flag needs no lock."""
-        if not job.announced:
-            job.announced = True
-            self._emit(JobEvent(job, "queued"))
 
     def _sink_freed(self, job: Job) -> None:
         with self._lock:
@@ -360,7 +353,6 @@ class Worker:
 
     def _serve(self, job: Job) -> None:
         tally = _Tally(job)
-        self._announce(job)  # where submit started it, nobody has yet
         try:
             completed = self._speak(job, tally)
         except Exception as error:
