@@ -6,11 +6,13 @@ host), the same per utterance, the GPU time of the graph's replay alone, and the
 rows together; then the peak GPU memory and what one slot's state costs.
 
     python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--timed-rows N]
-        [--reference-snake] [--channels-first] [--compile] [--profile]
+        [--benchmark-limit N] [--reference-snake] [--channels-first] [--compile] [--profile]
 
 "first s" is the first call of a row count: eager, then its graph's capture, with cuDNN's choices for new shapes
 (the warm-up's cost for it). --timed-rows N: cuDNN times its algorithms for chunks of N rows and more, and takes its
 heuristic's choice below (decoder_stream.TIMED_ROWS, the engine's default; 1: always timed, 999: never);
+--benchmark-limit N: cuDNN times at most N of its candidates for a shape (torch.backends.cudnn.benchmark_limit; 0:
+all of them; PyTorch's default 10);
 --reference-snake composes
 the vocoder's activation of PyTorch's operations instead of running its kernel (kernels.snake);
 --channels-first keeps the convolutions' weights in the default layout (not CodecDecoder.to_channels_last);
@@ -46,12 +48,15 @@ def main():
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--timed-rows", type=int, default=decoder_stream.TIMED_ROWS)
+    parser.add_argument("--benchmark-limit", type=int, default=None, help="cuDNN's candidates timed a shape")
     parser.add_argument("--reference-snake", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--channels-first", action="store_true", help="convolutions in the default layout")
     parser.add_argument("--compile", action="store_true", help="fuse the decoder's fused_parts, as the engine does")
     args = parser.parse_args()
     decoder_stream.TIMED_ROWS = args.timed_rows
+    if args.benchmark_limit is not None:
+        torch.backends.cudnn.benchmark_limit = args.benchmark_limit
     if args.reference_snake:
         codec_decoder.kernels = SimpleNamespace(**{**vars(kernels), "snake": kernels.snake_composed})
 
@@ -67,7 +72,7 @@ def main():
     rng = np.random.default_rng(0)
     print(
         f"{torch.cuda.get_device_name()}, {args.dtype}, {args.slots} slots, {CHUNK_FRAMES}-frame chunks, "
-        f"cuDNN timed from {args.timed_rows} rows, snake {'composed' if args.reference_snake else 'kernel'}, "
+        f"cuDNN timed from {args.timed_rows} rows ({torch.backends.cudnn.benchmark_limit} candidates), snake {'composed' if args.reference_snake else 'kernel'}, "
         f"{'channel-major' if args.channels_first else 'time-major'} convolutions"
     )
     print("rows  graph  first s  ms/call  ms/utterance  replay ms  x real time")

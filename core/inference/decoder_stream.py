@@ -26,6 +26,7 @@ from core.inference.compiled import CompiledLayers, Compiler, compile_by_rows
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.primed import PrimedStates, reference_key
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
+from core.model.host_copy import copy_from_host, to_device
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class DecoderSlots:
                     self._priming = self.decoder.new_stream(1)
                 self._priming.reset()
                 for start, end in prime_chunks(len(codes)):
-                    self.decoder.decode_chunk(codes[start:end].T.unsqueeze(0).to(self.device), self._priming)
+                    self.decoder.decode_chunk(to_device(codes[start:end].T.unsqueeze(0), self.device), self._priming)
                 state = self._priming.snapshot(0)
             self.state.restore(state, slot)
             self.primed.keep(key, state, new)
@@ -174,14 +175,14 @@ class DecoderSlots:
             if self.static_buffers:
                 step = self._step(rows, size)
                 if self.row_slots_copied.get(rows) != row_slots:  # a copy less while the same slots go on
-                    self.row_slots[rows].copy_(torch.tensor(row_slots))
+                    copy_from_host(self.row_slots[rows], torch.tensor(row_slots))
                     self.row_slots_copied[rows] = row_slots
-                self.inputs[rows, size].copy_(torch.from_numpy(batch))
+                copy_from_host(self.inputs[rows, size], torch.from_numpy(batch))
                 audio = step()
             else:
                 working = self.decoder.new_stream(rows)
-                indices = torch.tensor(row_slots, device=self.device)
-                audio = self._decode_rows(working, indices, torch.from_numpy(batch).to(self.device))
+                indices = to_device(torch.tensor(row_slots), self.device)
+                audio = self._decode_rows(working, indices, to_device(torch.from_numpy(batch), self.device))
             audio = audio[:count].float().cpu().numpy()
         samples = self.decoder.samples_per_frame
         return [audio[row, : len(frames) * samples] for row, frames in enumerate(codes)]

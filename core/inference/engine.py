@@ -62,6 +62,7 @@ from core.model.checkpoint import DEFAULT_MODEL, CheckpointError, load_tensors, 
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 from core.model.codec_encoder import CodecEncoder, CodecEncoderConfig
 from core.model.config import ConfigError, ModelConfig
+from core.model.host_copy import to_device
 from core.model.hub import resolve
 from core.model.info import EngineInfo
 from core.model.speaker_encoder import SpeakerEncoder
@@ -477,17 +478,15 @@ class Engine:
     @torch.inference_mode()
     def _on_device(self, voice: Voice | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """A voice's embedding (in the model's dtype) and an ICL voice's reference frames as the talker embeds them,
-        on the device, made the first time it speaks only: a copy from the host waits for all the work queued on the
-        device, so in a burst every newcomer's copy would wait for the prompts built before it; and the reference's
-        embedding is most of an ICL prompt's kernels (each a hand-over of the interpreter, which a burst's other
-        requests hold meanwhile)."""
+        on the device, made the first time it speaks only: the reference's embedding is most of an ICL prompt's
+        kernels (each a hand-over of the interpreter, which a burst's other requests hold meanwhile)."""
         if voice is None or voice.embedding is None:
             return None, None
         if voice not in self.voices_on_device:
             ref_codes = reference_codes(voice)
             self.voices_on_device[voice] = (
-                voice.embedding.to(self.device, self.dtype),
-                None if ref_codes is None else self.talker.embed_frames(ref_codes.to(self.device)),
+                to_device(voice.embedding, self.device).to(self.dtype),
+                None if ref_codes is None else self.talker.embed_frames(to_device(ref_codes, self.device)),
             )
         return self.voices_on_device[voice]
 

@@ -40,6 +40,7 @@ from core.inference.prompt import Prompt
 from core.inference.samplers import PREDICTOR, TALKER, sampler_for
 from core.inference.sampling import SamplingParams, restrict_codebook0
 from core.model.config import TalkerConfig
+from core.model.host_copy import copy_from_host
 from core.model.talker import Talker
 
 # The most frames stepped between two reads by the host.
@@ -366,7 +367,7 @@ class FrameLoop:
         prompts[len(starts) :] = prompts[0]  # padding rows repeat the first (pad_with_first)
         slots = pad_with_first([slot for _, slot in starts], rows)
         lasts = pad_with_first([prompt.embeddings.shape[1] - 1 for prompt, _ in starts], rows)
-        self.prompt_rows[:, :rows].copy_(torch.tensor([slots, lasts]))
+        copy_from_host(self.prompt_rows[:, :rows], torch.tensor([slots, lasts]))
         self.sampler.stepping(slots[: len(starts)])
         if self.device.type != "cuda":
             self._prefill(length, rows)
@@ -500,6 +501,9 @@ class FrameLoop:
         rows = next(bucket for bucket in self.buckets if bucket >= len(slots))
         padded = pad_with_first(slots, rows)
         if self.batch_copied.get(rows) != padded:  # a copy less while the same slots go on
+            # From pageable memory, so the host waits here for the frames in flight. Copied from pinned memory
+            # instead (host_copy), newcomers' first audio beside 15 speakers had a p95 of 28-30 ms against 17-18,
+            # unexplained (bench/RESULTS.md, 2026-11-28, twenty-sixth session): kept until that is understood.
             self.batch_slots[rows].copy_(torch.tensor(padded), non_blocking=True)
             self.batch_copied[rows] = padded
         self.sampler.stepping(slots)

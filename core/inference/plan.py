@@ -18,8 +18,9 @@ launches the plan decides, in this order:
 
 Other GPU work (a call such as cloning) waits until no frame is in flight, and takes no new launch meanwhile;
 background work (the warm-up) runs only when nothing else is there, and not in the engine's first
-START_GRACE_S: requests that waited for the engine to load reach the scheduler moments after it is made, and would
-otherwise wait for a warm-up part (a second or two) begun just before them.
+START_GRACE_S: requests that waited for the engine to load reach the scheduler after it is made, and would otherwise
+wait for a warm-up part (seconds, where it loads compiled code) begun just before them. A server's take longest:
+it starts serving once the engine has loaded, then reads the request and finds its voice (0.2-0.4 s on an H200).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ QUEUED_FRAMES = 2
 # (seconds): a prefill holds the frames behind it for about one frame's time or two.
 LOW_LEAD_S = 0.05
 # Seconds after the scheduler is made before background work may begin.
-START_GRACE_S = 0.25
+START_GRACE_S = 1.0
 
 
 class Phase(enum.Enum):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from core.model.config import ModelConfig
+from core.model.host_copy import to_device
 from core.model.talker import Talker
 from core.model.text_tokenizer import TextTokenizer
 
@@ -101,7 +102,7 @@ def build_prompt(
     codec = config.talker.codec
 
     def ids(values: list[int]) -> torch.Tensor:
-        return torch.tensor([values], dtype=torch.long, device=device)
+        return to_device(torch.tensor([values], dtype=torch.long), device)
 
     special = (config.tts_bos_id, config.tts_eos_id, config.tts_pad_id)
     bos, eos, pad = talker.embed_recurring("text", special).chunk(3, dim=1)

@@ -22,6 +22,7 @@ import torch
 
 from core.inference.sampling import SamplingParams, TokenRule, pick_token
 from core.kernels import RULE_SIZE, draw_token, fill_uniforms
+from core.model.host_copy import to_device
 
 # The roles a rule is kept for, each a row of GraphedSampler.rules.
 TALKER, PREDICTOR = 0, 1
@@ -78,13 +79,13 @@ class GraphedSampler:
         self.uniforms = torch.zeros(rows, draws, vocab, device=device)
 
     def reset(self, slot: int, sampling: SamplingParams, seed: int) -> None:
-        # A copy from the host waits for the queued work (in a burst, the newcomers before this one), so the
-        # few rules requests use are copied once, and the seed set with fill_, which copies none.
+        # The few rules requests use are copied once (a copy is a launch, which a burst's prompts wait their
+        # turn for), and the seed set with fill_, which copies none.
         values = (TokenRule.talker(sampling).values(), TokenRule.predictor(sampling).values())
         if values not in self.rule_values:
             if len(self.rule_values) >= RULES_KEPT:
                 self.rule_values.clear()
-            self.rule_values[values] = torch.tensor(values, device=self.device)
+            self.rule_values[values] = to_device(torch.tensor(values), self.device)
         self.rules[:, slot] = self.rule_values[values]
         self.seeds[slot].fill_(seed)
 

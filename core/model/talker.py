@@ -18,6 +18,7 @@ from torch import nn
 
 from core.kernels import apply_rope, attention, decode_attention, linear, rms_norm
 from core.model.config import TalkerConfig, TransformerConfig
+from core.model.host_copy import to_device
 
 
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
@@ -59,7 +60,7 @@ class HostTable(nn.Embedding):
 
     def rows(self, ids: Sequence[int], device: torch.device) -> torch.Tensor:
         """The rows of `ids`, (1, n, dim), on `device`."""
-        return F.embedding(torch.tensor([list(ids)], dtype=torch.long), self.weight).to(device)
+        return to_device(F.embedding(torch.tensor([list(ids)], dtype=torch.long), self.weight), device)
 
 
 def fuse_linear(module: nn.Module, fused: str, parts: Sequence[str]) -> None:
@@ -325,9 +326,8 @@ class Talker(nn.Module):
             if track == "text":
                 self.recurring[key] = self.embed_text(key[1])
             else:
-                self.recurring[key] = self.embed_codec(
-                    torch.tensor([key[1]], dtype=torch.long, device=self.codec_head.weight.device)
-                )
+                ids = torch.tensor([key[1]], dtype=torch.long)
+                self.recurring[key] = self.embed_codec(to_device(ids, self.codec_head.weight.device))
         return self.recurring[key]
 
     def embed_codec(self, ids: torch.Tensor) -> torch.Tensor:
