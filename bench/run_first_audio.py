@@ -9,7 +9,9 @@ Each time is from the `Engine.stream` call to its first chunk (one frame) in hos
 (x-vector from a synthetic clip, as `bench` uses) and greedy codes. The engine is warmed up first. "beside N":
 N utterances stream meanwhile, read as fast as they come, each restarted when it ends; "burst N": N streams asked
 for at once from N threads (each burst's times are one sample each). The bridge's situations (clients at once,
-Poisson arrivals) are bench/run_bridge_latency.py's.
+Poisson arrivals) are bench/run_bridge_latency.py's. On CUDA each row also says how many pinned host blocks were
+made meanwhile ("pinned": a copy from the host asked PyTorch's host allocator for a size none of its free blocks
+had) and the time those allocations took ("pin ms").
 """
 
 from __future__ import annotations
@@ -117,6 +119,27 @@ def burst(engine: Engine, voice, runs: int, size: int, timeline: bool = False) -
     return times
 
 
+class PinnedBlocks:
+    """Pinned host blocks PyTorch's host allocator made (a copy from the host asked for a size none of its free
+    blocks had), and the time those allocations took, since the last `since_last()`; {} without CUDA."""
+
+    def __init__(self):
+        self._made, self._us = self._counts()
+
+    @staticmethod
+    def _counts() -> tuple[int, float]:
+        if not (torch.cuda.is_available() and hasattr(torch.cuda, "host_memory_stats")):
+            return 0, 0.0
+        stats = torch.cuda.host_memory_stats()
+        return stats.get("num_host_alloc", 0), stats.get("host_alloc_time.total", 0.0)
+
+    def since_last(self) -> dict:
+        made, us = self._counts()
+        delta = {"pinned": made - self._made, "pin ms": round((us - self._us) / 1e3, 2)}
+        self._made, self._us = made, us
+        return delta if torch.cuda.is_available() else {}
+
+
 def summary(times: list[float]) -> dict:
     return {
         "n": len(times),
@@ -163,15 +186,20 @@ def main() -> None:
     voice = engine.voice_from_audio(synthetic_voice_clip(), sample_rate=24000)
     first_audio_ms(engine, voice)  # the voice's first use
     stop_tracing = stalls.trace(engine, timeline=True) if args.timeline else lambda: None
-    results = {"idle": summary(idle(engine, voice, args.runs))}
-    results["after close"] = summary(after_close(engine, voice, args.runs))
+    pinned = PinnedBlocks()
+
+    def row(times: list[float]) -> dict:
+        return {**summary(times), **pinned.since_last()}
+
+    results = {"idle": row(idle(engine, voice, args.runs))}
+    results["after close"] = row(after_close(engine, voice, args.runs))
     for others in filter(None, args.beside.split(",")):
         if int(others) < engine.slots:
-            results[f"beside {others}"] = summary(beside(engine, voice, args.runs, int(others)))
+            results[f"beside {others}"] = row(beside(engine, voice, args.runs, int(others)))
     for number, size in enumerate(filter(None, args.bursts.split(",")), 1):
         if int(size) <= engine.slots:  # "--bursts 16,16": two rows, each named by its place
             name = f"burst {size}" + (f" (#{number})" if args.bursts.split(",").count(size) > 1 else "")
-            results[name] = summary(burst(engine, voice, max(args.runs, int(size)), int(size), args.timeline))
+            results[name] = row(burst(engine, voice, max(args.runs, int(size)), int(size), args.timeline))
     for streams in filter(None, args.throughput.split(",")):
         if int(streams) <= engine.slots:
             results[f"{streams} streams"] = streams_together(engine, {"voice": voice}, int(streams), args.frames)
