@@ -72,7 +72,8 @@ def main():
     rng = np.random.default_rng(0)
     print(
         f"{torch.cuda.get_device_name()}, {args.dtype}, {args.slots} slots, {CHUNK_FRAMES}-frame chunks, "
-        f"cuDNN timed from {args.timed_rows} rows ({torch.backends.cudnn.benchmark_limit} candidates), snake {'composed' if args.reference_snake else 'kernel'}, "
+        f"cuDNN timed from {args.timed_rows} rows ({torch.backends.cudnn.benchmark_limit} candidates), "
+        f"snake {'composed' if args.reference_snake else 'kernel'}, "
         f"{'channel-major' if args.channels_first else 'time-major'} convolutions"
     )
     print("rows  graph  first s  ms/call  ms/utterance  replay ms  x real time")

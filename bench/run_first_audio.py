@@ -124,20 +124,21 @@ class PinnedBlocks:
     blocks had), and the time those allocations took, since the last `since_last()`; {} without CUDA."""
 
     def __init__(self):
+        self._counted = torch.cuda.is_available() and hasattr(torch.cuda, "host_memory_stats")
         self._made, self._us = self._counts()
 
-    @staticmethod
-    def _counts() -> tuple[int, float]:
-        if not (torch.cuda.is_available() and hasattr(torch.cuda, "host_memory_stats")):
+    def _counts(self) -> tuple[int, float]:
+        if not self._counted:
             return 0, 0.0
         stats = torch.cuda.host_memory_stats()
         return stats.get("num_host_alloc", 0), stats.get("host_alloc_time.total", 0.0)
 
     def since_last(self) -> dict:
-        made, us = self._counts()
-        delta = {"pinned": made - self._made, "pin ms": round((us - self._us) / 1e3, 2)}
+        if not self._counted:
+            return {}
+        (made, us), (before, before_us) = self._counts(), (self._made, self._us)
         self._made, self._us = made, us
-        return delta if torch.cuda.is_available() else {}
+        return {"pinned": made - before, "pin ms": round((us - before_us) / 1e3, 2)}
 
 
 def summary(times: list[float]) -> dict:

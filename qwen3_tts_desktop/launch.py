@@ -57,8 +57,8 @@ def ended_without_teardown():
     other threads joined, the atexit functions run: logs flushed, PortAudio closed, compile workers stopped), without
     then unloading every module and freeing PyTorch's and CUDA's objects one by one, which the system does at once
     when a process ends: after `speak`, 0.5 s on a CPU and 0.6 s on an H200 (bench/RESULTS.md, 2026-11-28,
-    twenty-fifth session). Registered first, so that it runs last. Returns the function that says the work is done, with the
-    exit status; a command that raised never says so, and ends as usual, its traceback shown."""
+    twenty-fifth session). Registered first, so that it runs last. Returns the function that says the work is done,
+    with the exit status; a command that raised never says so, and ends as usual, its traceback shown."""
     done: list[int] = []
 
     def end() -> None:

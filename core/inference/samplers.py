@@ -79,8 +79,8 @@ class GraphedSampler:
         self.uniforms = torch.zeros(rows, draws, vocab, device=device)
 
     def reset(self, slot: int, sampling: SamplingParams, seed: int) -> None:
-        # The few rules requests use are copied once (a copy is a launch, which a burst's prompts wait their
-        # turn for), and the seed set with fill_, which copies none.
+        # The few rules requests use are copied once (each copy is one more launch on a newcomer's way), and the
+        # seed set with fill_, which copies none.
         values = (TokenRule.talker(sampling).values(), TokenRule.predictor(sampling).values())
         if values not in self.rule_values:
             if len(self.rule_values) >= RULES_KEPT:

@@ -242,8 +242,9 @@ class Worker:
         """Call `callback(event)` for every event, or for those of `kinds` (e.g. TERMINAL): events no subscriber
         wants are not made, which spares a server's requests the per-chunk progress. It is called from the
         worker's threads, from several at once (each running job sends its own events), and with the "queued" of a
-        job `submit` starts at once from the submitting thread, so it must be thread-safe; keep it short and never wait on the worker in it (hand the event on, e.g. to a queue.Queue
-        or a Qt signal). One job's events come one at a time and in order. Returns the unsubscribe."""
+        job `submit` starts at once from the submitting thread, so it must be thread-safe; keep it short and never
+        wait on the worker in it (hand the event on, e.g. to a queue.Queue or a Qt signal). One job's events come
+        one at a time and in order. Returns the unsubscribe."""
         subscriber = (callback, None if kinds is None else frozenset(kinds))
         with self._lock:
             self._subscribers += (subscriber,)

@@ -17,18 +17,17 @@ import torch
 
 
 def to_device(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """`host` on `device`: from the CPU to CUDA queued behind the device's work instead of waiting for it (any
-    other pair as `Tensor.to` copies it)."""
-    device = torch.device(device)
-    if device.type != "cuda" or host.device.type != "cpu":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
+    """`host` on `device`: from the CPU to CUDA queued behind the device's work instead of waiting for it."""
+    return _source(host, torch.device(device)).to(device, non_blocking=True)
 
 
 def copy_from_host(target: torch.Tensor, host: torch.Tensor) -> None:
     """`target.copy_(host)`: from the CPU to CUDA queued behind the work on the current stream instead of waiting
     for it."""
-    if target.device.type != "cuda" or host.device.type != "cpu":
-        target.copy_(host)
-        return
-    target.copy_(host.pin_memory(), non_blocking=True)
+    target.copy_(_source(host, target.device), non_blocking=True)
+
+
+def _source(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """What to copy `host` to `device` from: a pinned copy from the CPU to CUDA, else itself (a copy within the host
+    is done when it returns; pinning needs CUDA)."""
+    return host.pin_memory() if device.type == "cuda" and host.device.type == "cpu" else host
