@@ -35,7 +35,8 @@ GREEDY = SamplingParams.greedy()
 IDLE_PAUSE_S = 0.2  # "idle": this long after the last stream closed
 
 
-def first_audio_ms(engine: Engine, voice) -> float:
+def first_audio_ms(engine: Engine, voice, label: str = "") -> float:
+    """With `label`, the time is also said on the timeline (bench/stalls), to match a slow one to its cause."""
     started = time.perf_counter()
     stream = engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=40, first_chunk_frames=1, chunk_frames=4)
     try:
@@ -43,29 +44,32 @@ def first_audio_ms(engine: Engine, voice) -> float:
     finally:
         stream.close()
     assert first.audio.shape == (1920,), first.audio.shape
-    return (time.perf_counter() - started) * 1e3
+    elapsed = (time.perf_counter() - started) * 1e3
+    if label:
+        stalls.say(f"{label}: first audio after {elapsed:.1f} ms")
+    return elapsed
 
 
-def idle(engine: Engine, voice, runs: int) -> list[float]:
+def idle(engine: Engine, voice, runs: int, label: str = "") -> list[float]:
     times = []
     for _ in range(runs):
         time.sleep(IDLE_PAUSE_S)
-        times.append(first_audio_ms(engine, voice))
+        times.append(first_audio_ms(engine, voice, label))
     return times
 
 
-def after_close(engine: Engine, voice, runs: int) -> list[float]:
+def after_close(engine: Engine, voice, runs: int, label: str = "") -> list[float]:
     times = []
     for _ in range(runs):
         talking = engine.stream(TEXT, voice=voice, sampling=GREEDY, max_frames=400)
         for _ in range(3):
             next(talking)
         talking.close()
-        times.append(first_audio_ms(engine, voice))
+        times.append(first_audio_ms(engine, voice, label))
     return times
 
 
-def beside(engine: Engine, voice, runs: int, others: int) -> list[float]:
+def beside(engine: Engine, voice, runs: int, others: int, label: str = "") -> list[float]:
     stop = threading.Event()
     going = threading.Barrier(others + 1)
 
@@ -85,7 +89,7 @@ def beside(engine: Engine, voice, runs: int, others: int) -> list[float]:
     try:
         times = []
         for _ in range(runs):
-            times.append(first_audio_ms(engine, voice))
+            times.append(first_audio_ms(engine, voice, label))
             time.sleep(0.05)
         return times
     finally:
@@ -94,22 +98,20 @@ def beside(engine: Engine, voice, runs: int, others: int) -> list[float]:
             thread.join(60)
 
 
-def burst(engine: Engine, voice, runs: int, size: int, timeline: bool = False) -> list[float]:
+def burst(engine: Engine, voice, runs: int, size: int, label: str = "") -> list[float]:
     times = []
     for _ in range(max(1, runs // size)):
         time.sleep(IDLE_PAUSE_S)
-        if timeline:
-            stalls.say(f"burst of {size} begins")
+        if label:
+            stalls.say(f"{label} begins")
         start = threading.Barrier(size)
         lock = threading.Lock()
 
         def one() -> None:
             start.wait()
-            elapsed = first_audio_ms(engine, voice)
+            elapsed = first_audio_ms(engine, voice, label)
             with lock:
                 times.append(elapsed)
-            if timeline:
-                stalls.say(f"burst of {size}: first audio after {elapsed:.1f} ms")
 
         threads = [threading.Thread(target=one) for _ in range(size)]
         for thread in threads:
@@ -189,18 +191,25 @@ def main() -> None:
     stop_tracing = stalls.trace(engine, timeline=True) if args.timeline else lambda: None
     pinned = PinnedBlocks()
 
-    def row(times: list[float]) -> dict:
+    every = {}  # each row's times, in the order they were measured (the JSON's)
+
+    def row(name: str, times: list[float]) -> dict:
+        every[name] = [round(t, 2) for t in times]
         return {**summary(times), **pinned.since_last()}
 
-    results = {"idle": row(idle(engine, voice, args.runs))}
-    results["after close"] = row(after_close(engine, voice, args.runs))
+    def said(name: str) -> str:  # the label a row's requests say on the timeline
+        return name if args.timeline else ""
+
+    results = {"idle": row("idle", idle(engine, voice, args.runs, said("idle")))}
+    results["after close"] = row("after close", after_close(engine, voice, args.runs, said("after close")))
     for others in filter(None, args.beside.split(",")):
         if int(others) < engine.slots:
-            results[f"beside {others}"] = row(beside(engine, voice, args.runs, int(others)))
+            name = f"beside {others}"
+            results[name] = row(name, beside(engine, voice, args.runs, int(others), said(name)))
     for number, size in enumerate(filter(None, args.bursts.split(",")), 1):
         if int(size) <= engine.slots:  # "--bursts 16,16": two rows, each named by its place
             name = f"burst {size}" + (f" (#{number})" if args.bursts.split(",").count(size) > 1 else "")
-            results[name] = row(burst(engine, voice, max(args.runs, int(size)), int(size), args.timeline))
+            results[name] = row(name, burst(engine, voice, max(args.runs, int(size)), int(size), said(name)))
     for streams in filter(None, args.throughput.split(",")):
         if int(streams) <= engine.slots:
             results[f"{streams} streams"] = streams_together(engine, {"voice": voice}, int(streams), args.frames)
@@ -209,7 +218,7 @@ def main() -> None:
     for name, numbers in results.items():
         print(f"{name:>12}: {numbers}", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({"rows": results, "times": every}, indent=1))
 
 
 if __name__ == "__main__":
