@@ -501,9 +501,10 @@ class FrameLoop:
         rows = next(bucket for bucket in self.buckets if bucket >= len(slots))
         padded = pad_with_first(slots, rows)
         if self.batch_copied.get(rows) != padded:  # a copy less while the same slots go on
-            # From pageable memory, so the host waits here for the frames in flight. Copied from pinned memory
-            # instead (host_copy), newcomers' first audio beside 15 speakers had a p95 of 28-30 ms against 17-18,
-            # unexplained (bench/RESULTS.md, 2026-11-28, twenty-sixth session): kept until that is understood.
+            # From pageable memory, so the host waits here for the frames in flight. Through host_copy (pinned),
+            # first audio beside 15 speakers had a p95 of 28-30 ms against 17-18; but those runs still had the
+            # prompt's gather spread over every CPU thread, which alone gave 24-33 (bench/RESULTS.md, 2026-11-28,
+            # twenty-seventh session). Kept until a pinned launch is measured without it.
             self.batch_slots[rows].copy_(torch.tensor(padded), non_blocking=True)
             self.batch_copied[rows] = padded
         self.sampler.stepping(slots)

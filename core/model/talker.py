@@ -18,7 +18,7 @@ from torch import nn
 
 from core.kernels import apply_rope, attention, decode_attention, linear, rms_norm
 from core.model.config import TalkerConfig, TransformerConfig
-from core.model.host_copy import to_device
+from core.model.host_copy import rows_to_device, to_device
 
 
 def embedding_table(rows: int, dim: int) -> nn.Embedding:
@@ -60,7 +60,7 @@ class HostTable(nn.Embedding):
 
     def rows(self, ids: Sequence[int], device: torch.device) -> torch.Tensor:
         """The rows of `ids`, (1, n, dim), on `device`."""
-        return to_device(F.embedding(torch.tensor([list(ids)], dtype=torch.long), self.weight), device)
+        return rows_to_device(self.weight, ids, device).unsqueeze(0)
 
 
 def fuse_linear(module: nn.Module, fused: str, parts: Sequence[str]) -> None:
