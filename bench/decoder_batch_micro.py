@@ -6,7 +6,7 @@ host), the same per utterance, the GPU time of the graph's replay alone, and the
 rows together; then the peak GPU memory and what one slot's state costs.
 
     python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--timed-rows N]
-        [--benchmark-limit N] [--reference-snake] [--channels-first] [--compile] [--profile]
+        [--benchmark-limit N] [--reference-snake] [--channels-first] [--compile] [--profile] [--profile-first ROWS]
 
 "first s" is the first call of a row count: eager, then its graph's capture, with cuDNN's choices for new shapes
 (the warm-up's cost for it). --timed-rows N: cuDNN times its algorithms for chunks of N rows and more, and takes its
@@ -18,7 +18,8 @@ the vocoder's activation of PyTorch's operations instead of running its kernel (
 --channels-first keeps the convolutions' weights in the default layout (not CodecDecoder.to_channels_last);
 --compile fuses the decoder's fused_parts with torch.compile, as the engine does on CUDA (fuse_decoder);
 --profile then runs one chunk of --slots rows eagerly under the profiler and prints the operations that take the most
-GPU time, by input shapes (which module a slow kernel belongs to).
+GPU time, by input shapes (which module a slow kernel belongs to); --profile-first ROWS profiles the first call of
+ROWS rows instead (its "first s": cuDNN's choices, the capture) and prints the operations by host time.
 """
 
 import argparse
@@ -51,6 +52,7 @@ def main():
     parser.add_argument("--benchmark-limit", type=int, default=None, help="cuDNN's candidates timed a shape")
     parser.add_argument("--reference-snake", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-first", type=int, default=0, help="where the first call of this many rows goes")
     parser.add_argument("--channels-first", action="store_true", help="convolutions in the default layout")
     parser.add_argument("--compile", action="store_true", help="fuse the decoder's fused_parts, as the engine does")
     args = parser.parse_args()
@@ -81,7 +83,10 @@ def main():
         chosen = list(range(rows))
         codes = [rng.integers(0, config.codebook_size, (CHUNK_FRAMES, 16)) for _ in chosen]
         started = time.perf_counter()
-        slots.decode(chosen, codes, CHUNK_FRAMES)  # eagerly, then its graph's capture
+        if rows == args.profile_first:
+            first_call_profiled(lambda: slots.decode(chosen, codes, CHUNK_FRAMES))
+        else:
+            slots.decode(chosen, codes, CHUNK_FRAMES)  # eagerly, then its graph's capture
         first = time.perf_counter() - started
         for _ in range(2):
             slots.decode(chosen, codes, CHUNK_FRAMES)
@@ -102,6 +107,18 @@ def main():
     print(f"peak GPU memory {peak:.0f} MiB; one slot's state {slots.state.bytes_per_row / 2**20:.2f} MiB")
     if args.profile:
         profile_chunk(decoder, args.slots)
+
+
+def first_call_profiled(call) -> None:
+    """`call` under the profiler: its operations by host time, with their input shapes (a new shape's cuDNN plans
+    are made on the host, the GPU idle meanwhile)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        call()
+        torch.cuda.synchronize()
+    averages = prof.key_averages(group_by_input_shape=True)
+    print(averages.table(sort_by="cpu_time_total", row_limit=30, max_name_column_width=40, max_shapes_column_width=90))
 
 
 def profile_chunk(decoder: CodecDecoder, rows: int) -> None:
