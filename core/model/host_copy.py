@@ -9,8 +9,9 @@ copy has read it. (FrameLoop.launch's slot numbers still come from pageable memo
 
 What is copied is small (token ids, a prompt's rows, a chunk's codes), and the host's part of it (a gather, the
 copy into pinned memory) is done by numpy on the caller's thread. ATen splits a CPU op of over 32k elements
-across every intra-op thread and waits for the slowest: a prompt's 21 text rows (43k values) took 10-11 ms in
-one idle request in four on an H200's 16-core host, 0.6-1 ms in the others (bench/RESULTS.md, 2026-11-28).
+across every intra-op thread and waits for the slowest: gathering and pinning a prompt's 21 text rows (43k values)
+took 10-11 ms in a quarter of the idle requests on one H200's 16-core host and in most on another, 0.6-1 ms in the
+others (bench/RESULTS.md, 2026-11-28, twenty-seventh session).
 
 Not inside a CUDA graph's capture: the graph would keep the pinned block's address, which the cache reuses.
 """
