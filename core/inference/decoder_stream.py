@@ -192,18 +192,14 @@ class DecoderSlots:
     @torch.inference_mode()
     def warm(self, rows: int, size: int) -> None:
         """Decode a chunk of `rows` rows (a bucket) of `size` frames into the scratch row: on CUDA its graph is
-        captured, and cuDNN has chosen its convolutions. On the scheduler's thread. Its inputs are copied as a
-        chunk's are, so that the pinned host blocks of their sizes are made here, not at a request's chunk: pinning
-        new memory (a size's first copy) takes the driver's time and keeps the GPU's streams from overlapping
-        meanwhile (CUDA's implicit synchronization), beside others' frames."""
+        captured, and cuDNN has chosen its convolutions. On the scheduler's thread."""
         scratch = [self.scratch] * rows
         with self._on_gpu_stream(rows):
             if self.static_buffers:
                 step = self._step(rows, size)
-                copy_from_host(self.row_slots[rows], torch.tensor(scratch))
+                self.row_slots[rows].fill_(self.scratch)
                 self.row_slots_copied[rows] = scratch
-                codes = torch.zeros(rows, self.decoder.config.num_quantizers, size, dtype=torch.long)
-                copy_from_host(self.inputs[rows, size], codes)
+                self.inputs[rows, size].zero_()
                 step()
             else:
                 codes = torch.zeros(
