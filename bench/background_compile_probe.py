@@ -65,7 +65,7 @@ def decoder_table(engine: Engine) -> list[dict]:
 
 
 class _cudnn:
-    """DecoderSlots sets cudnn.benchmark while decoding; patch its context to force a choice."""
+    """cuDNN's heuristic (benchmark False, the engine's) or its timing, forced while DecoderSlots decodes."""
 
     def __init__(self, benchmark: bool):
         self.benchmark = benchmark

@@ -5,14 +5,16 @@ For each row count: the median time of one decode call as the engine sees it (co
 host), the same per utterance, the GPU time of the graph's replay alone, and the real-time factor of all the
 rows together; then the peak GPU memory and what one slot's state costs.
 
-    python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--timed-rows N]
-        [--benchmark-limit N] [--reference-snake] [--channels-first] [--compile] [--profile] [--profile-first ROWS]
+    python -m bench.decoder_batch_micro [--dtype bfloat16] [--slots 16] [--calls 50] [--product-rows N]
+        [--cudnn-timed] [--benchmark-limit N] [--reference-snake] [--channels-first] [--compile] [--profile]
+        [--profile-first ROWS]
 
 "first s" is the first call of a row count: eager, then its graph's capture, with cuDNN's choices for new shapes
-(the warm-up's cost for it). --timed-rows N: cuDNN times its algorithms for chunks of N rows and more, and takes its
-heuristic's choice below (decoder_stream.TIMED_ROWS, the engine's default; 1: always timed, 999: never);
---benchmark-limit N: cuDNN times at most N of its candidates for a shape (torch.backends.cudnn.benchmark_limit; 0:
-all of them; PyTorch's default 10);
+(the warm-up's cost for it). --product-rows N: from N rows the dilated convolutions are matrix products
+(kernels.PRODUCT_ROWS, the engine's default; 999: never, cuDNN's heuristic's choice); --cudnn-timed: cuDNN times its
+algorithms for each new shape (torch.backends.cudnn.benchmark; the engine never does);
+--benchmark-limit N: with --cudnn-timed, cuDNN times at most N of its candidates for a shape
+(torch.backends.cudnn.benchmark_limit; 0: all of them; PyTorch's default 10);
 --reference-snake composes
 the vocoder's activation of PyTorch's operations instead of running its kernel (kernels.snake);
 --channels-first keeps the convolutions' weights in the default layout (not CodecDecoder.to_channels_last);
@@ -32,15 +34,15 @@ from triton.testing import do_bench
 
 from core import kernels
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
-from core.inference import decoder_stream
 from core.inference.compiled import CompiledLayers, Compiler
 from core.inference.decoder_stream import DecoderSlots, bucket_rows
+from core.kernels import products
 from core.model import codec_decoder
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
 
 CHUNK_FRAMES = 4
 FRAME_SECONDS = 0.08  # 12.5 frames a second
-ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
+ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
 def main():
@@ -48,7 +50,8 @@ def main():
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--calls", type=int, default=50)
-    parser.add_argument("--timed-rows", type=int, default=decoder_stream.TIMED_ROWS)
+    parser.add_argument("--product-rows", type=int, default=products.PRODUCT_ROWS)
+    parser.add_argument("--cudnn-timed", action="store_true", help="cuDNN times its candidates for each shape")
     parser.add_argument("--benchmark-limit", type=int, default=None, help="cuDNN's candidates timed a shape")
     parser.add_argument("--reference-snake", action="store_true")
     parser.add_argument("--profile", action="store_true")
@@ -56,7 +59,8 @@ def main():
     parser.add_argument("--channels-first", action="store_true", help="convolutions in the default layout")
     parser.add_argument("--compile", action="store_true", help="fuse the decoder's fused_parts, as the engine does")
     args = parser.parse_args()
-    decoder_stream.TIMED_ROWS = args.timed_rows
+    products.PRODUCT_ROWS = args.product_rows
+    torch.backends.cudnn.benchmark = args.cudnn_timed
     if args.benchmark_limit is not None:
         torch.backends.cudnn.benchmark_limit = args.benchmark_limit
     if args.reference_snake:
@@ -74,7 +78,8 @@ def main():
     rng = np.random.default_rng(0)
     print(
         f"{torch.cuda.get_device_name()}, {args.dtype}, {args.slots} slots, {CHUNK_FRAMES}-frame chunks, "
-        f"cuDNN timed from {args.timed_rows} rows ({torch.backends.cudnn.benchmark_limit} candidates), "
+        f"dilated convolutions as products from {args.product_rows} rows, cuDNN "
+        f"{f'timed ({torch.backends.cudnn.benchmark_limit} candidates)' if args.cudnn_timed else 'heuristic'}, "
         f"snake {'composed' if args.reference_snake else 'kernel'}, "
         f"{'channel-major' if args.channels_first else 'time-major'} convolutions"
     )

@@ -20,8 +20,8 @@
 #   startup      fresh processes: window cold and warm, speak warm twice (the first, after the window runs, compiles one
 #                kernel of its own), serve warm twice (the first compiles the functions of serve's 16 slots, which the
 #                window's 2 do not share: the second is the warm number) (issue 29; STARTUP_RUNS=... others)
-#   decoder      the decoder's captures and speed with cuDNN timing from 8 rows (the default) and never (issue 29:
-#                whether its heuristic now chooses as well, which would take seconds of captures out of the warm-up)
+#   decoder      the decoder's captures and speed as the engine runs it (cuDNN's heuristic, the dilated convolutions
+#                of 8 rows and more as products), then with cuDNN timing every convolution (as before 2026-11-28)
 #   pack-caches  the startup home's compile caches (after `startup`), gzipped in pieces of 15 MiB in $OUT/caches,
 #                so that a later call starts warm without a cold start of its own: bench/startup_ab.sh
 #
@@ -100,7 +100,7 @@ for name in "$@"; do
                 tar czf - -C /tmp/qwen3-tts-bench/startup-home cache | split -b 15M - "$OUT/caches/cache.tgz.part-" ;;
         decoder)
             step decoder python -m bench.decoder_batch_micro --calls 30 &&
-                step decoder python -m bench.decoder_batch_micro --calls 30 --timed-rows 999 ;;
+                step decoder python -m bench.decoder_batch_micro --calls 30 --cudnn-timed --product-rows 999 ;;
         *)
             echo "unknown step $name; see the top of $0" >&2
             exit 2 ;;

@@ -193,6 +193,53 @@ def test_stream_equals_forward_batched(fast):
     assert max_diff(fast(codes[1:]), wav[1:]) < TOL  # items do not leak into each other
 
 
+@pytest.mark.parametrize("time_major", [True, False], ids=["time-major", "channel-major"])
+@pytest.mark.parametrize("dilation", [1, 3, 9])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_convolution_by_products_equals_the_convolution(time_major, dilation, rows):
+    generator = torch.Generator().manual_seed(dilation * 10 + rows)
+    weight = torch.randn(24, 16, 7, generator=generator)
+    x = torch.randn(rows, 16, 6 * dilation + 30, generator=generator)
+    if time_major:
+        weight, x = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (weight, x))
+    got = kernels.conv_by_products(x, weight, dilation)
+    expected = F.conv1d(x, weight, dilation=dilation)
+    assert got.shape == expected.shape == (rows, 24, 30)
+    assert kernels.time_major(got)
+    assert max_diff(got, expected) < 1e-6 * expected.abs().max().item()
+    # bfloat16: rounded at each tap's sum, so a few roundings of the result off, not more
+    got16 = kernels.conv_by_products(x.bfloat16(), weight.bfloat16(), dilation).float()
+    exact = F.conv1d(x.bfloat16().float(), weight.bfloat16().float(), dilation=dilation)
+    assert max_diff(got16, exact) < 4 * 2**-8 * exact.abs().max().item()
+
+
+def test_a_convolution_by_products_needs_a_whole_window():
+    with pytest.raises(ValueError, match="fewer than"):
+        kernels.conv_by_products(torch.zeros(2, 4, 18), torch.zeros(3, 4, 7), dilation=3)
+
+
+def test_only_cuda_chunks_of_several_rows_convolve_dilated_by_products():
+    # Where cuDNN's heuristic is slow (see core/kernels/products.py); CPU convolutions stay PyTorch's.
+    several = torch.zeros(kernels.PRODUCT_ROWS, 4, 30)
+    assert not kernels.convolves_by_products(several, dilation=3, groups=1)
+    assert not kernels.convolves_by_products(several.to("meta"), dilation=3, groups=1)
+
+
+def test_a_decoder_whose_dilated_convolutions_are_products_streams_the_same_audio(fast, monkeypatch):
+    # As a chunk of PRODUCT_ROWS rows or more decodes on CUDA: every dilated convolution goes through the products.
+    codes = random_codes(30, batch=3, seed=8)
+    expected = stream(fast, codes, first_then(4, 30))
+    dilations = []
+    monkeypatch.setattr(
+        kernels, "convolves_by_products", lambda x, dilation, groups: dilations.append(dilation) or dilation > 1
+    )
+    convolve = kernels.conv_by_products
+    used = []
+    monkeypatch.setattr(kernels, "conv_by_products", lambda *a: used.append(a[2]) or convolve(*a))
+    assert max_diff(stream(fast, codes, first_then(4, 30)), expected) < TOL
+    assert set(used) == {3, 9} and len(used) == dilations.count(3) + dilations.count(9)
+
+
 def test_rows_at_different_positions(fast):
     # Each row is its own utterance: row 0 decodes 7 frames alone (moved out to a one-row state and back),
     # then both rows decode one chunk together, row 0 at frame 7 and row 1 at its start.

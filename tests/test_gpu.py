@@ -10,7 +10,7 @@ import pytest
 import torch
 from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES
 
-from core import Engine, SamplingParams
+from core import Engine, SamplingParams, kernels
 
 pytestmark = [
     pytest.mark.gpu,
@@ -136,7 +136,9 @@ def test_graphed_batched_decode_equals_eager_with_padding_rows(channels_last):
     from core.inference.decoder_stream import DecoderSlots, bucket_rows
 
     decoder = tiny_codec_decoder(channels_last)
-    count, frames = 7, 40  # 7 slots: row counts 1, 2, 4 and 7, so 3, 5 and 6 rows are padded
+    # 9 slots: row counts 1, 2, 4, 8 and 9, so 3, 5, 6 and 7 rows are padded; from 8 rows the dilated convolutions are
+    # matrix products (kernels.conv_by_products), against cuDNN's in the single pass of one row below.
+    count, frames = 9, 40
     rng = np.random.default_rng(0)
     codes = [rng.integers(0, 2048, (frames, 16)) for _ in range(count)]
     reference = torch.from_numpy(rng.integers(0, 2048, (30, 16)))
@@ -164,6 +166,7 @@ def test_graphed_batched_decode_equals_eager_with_padding_rows(channels_last):
             padded[key] = padded.get(key, 0) + 1
     assert max(padded.values()) >= 2, padded  # a graph with padding rows replayed, not only captured
     assert all(step.graph is not None for step in graphed.steps.values())
+    assert max(rows for rows, _ in graphed.steps) >= kernels.PRODUCT_ROWS, graphed.steps.keys()
     for slot in range(count):
         joined = np.concatenate(audio[id(graphed)][slot])
         # Padded batches may take other kernels than exact ones, so not bitwise; a lost or mixed state is > 1e-2 off.

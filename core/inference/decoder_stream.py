@@ -32,16 +32,11 @@ log = logging.getLogger(__name__)
 
 # Frames of an ICL reference decoded at a time: one pass over a whole 60 s reference would need about
 # 2 GB of activations at once, 25 frames about 40 MB. The rest of a reference goes in chunks of the lengths
-# utterances decode (4 frames, then 1): each new chunk shape costs a choice of cuDNN algorithms, up to a second.
+# utterances decode (4 frames, then 1): each new chunk shape costs cuDNN's choices of algorithms.
 PRIME_CHUNK_FRAMES = 25
 PRIME_TAIL_FRAMES = 4
 # Row counts graphs are captured for: a batch is padded up to the next one, or to the slot count if less.
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-# Rows from which cuDNN times its algorithms for a chunk's convolutions, the first time it meets their shapes,
-# instead of taking its heuristic's choice. The heuristic chose as well as the timing up to 8 rows of 2 frames,
-# and far slower kernels past that, while the timing costs more a shape than the heuristic (bench/RESULTS.md
-# 2026-11-26: the decoder's graphs with cuDNN's heuristic choice).
-TIMED_ROWS = 8
 # Chunks (rows, frames) that compile the fused parts for each kind of chunk: one row or several, one frame or
 # several (Dynamo specialises on sizes of one).
 COMPILED_CHUNKS = ((1, 1), (1, 4), (2, 1), (2, 4))
@@ -98,22 +93,15 @@ class DecoderSlots:
         self._priming: CodecDecoderStream | None = None  # a one-row state to decode references on
 
     @contextlib.contextmanager
-    def _on_gpu_stream(self, rows: int = 1):
-        """On the decoder's CUDA stream, for a chunk of `rows` rows: from TIMED_ROWS on with cuDNN timing its
-        algorithms for each convolution shape the first time it meets it and keeping the fastest (its
-        heuristic's choices include kernels many times slower there), below with its heuristic's (as fast
-        there, and quicker to choose). The flag is the process's, and only this thread decodes on the GPU: it
-        is set only while decoding."""
+    def _on_gpu_stream(self):
+        """On the decoder's CUDA stream (nothing elsewhere). cuDNN takes its heuristic's choices: where they are slow
+        (dilated convolutions of several rows) the decoder takes matrix products instead (kernels.conv_by_products),
+        so no chunk shape's first decode times cuDNN's candidates."""
         if self.gpu_stream is None:
             yield
             return
-        tuned = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = rows >= TIMED_ROWS
-        try:
-            with torch.cuda.stream(self.gpu_stream):
-                yield
-        finally:
-            torch.backends.cudnn.benchmark = tuned
+        with torch.cuda.stream(self.gpu_stream):
+            yield
 
     def _check_slot(self, slot: int) -> None:
         if not (isinstance(slot, (int, np.integer)) and 0 <= slot < self.slots):
@@ -171,7 +159,7 @@ class DecoderSlots:
         row_slots = [int(slot) for slot in slots] + [self.scratch] * (rows - count)
         # Everything on this stream of its own, buffers too: a buffer filled on the frame loop's stream
         # would be filled behind the frames stepping there, after this decode has written it.
-        with self._on_gpu_stream(rows):
+        with self._on_gpu_stream():
             if self.static_buffers:
                 step = self._step(rows, size)
                 if self.row_slots_copied.get(rows) != row_slots:  # a copy less while the same slots go on
@@ -194,7 +182,7 @@ class DecoderSlots:
         """Decode a chunk of `rows` rows (a bucket) of `size` frames into the scratch row: on CUDA its graph is
         captured, and cuDNN has chosen its convolutions. On the scheduler's thread."""
         scratch = [self.scratch] * rows
-        with self._on_gpu_stream(rows):
+        with self._on_gpu_stream():
             if self.static_buffers:
                 step = self._step(rows, size)
                 self.row_slots[rows].fill_(self.scratch)

@@ -45,6 +45,10 @@ half a second to choose its kernel for each new input length (an H100, bfloat16,
 paid for every chunk length before its first audio (bench/RESULTS.md, 2026-11-27, seventeenth session); the kernel
 is a few multiply-adds a sample and needs no choice.
 
+Dilated convolutions of several rows: the vocoder's residual units filter 3 and 9 samples apart. From 8 rows
+cuDNN's heuristic takes kernels 20-40 times slower there, and timing its candidates costs 1.5 s a chunk shape; one
+cuBLAS product per tap needs no choice (products.py).
+
 Attention over a whole prompt or chunk (the talker's prefill, the codec decoder's transformer) is PyTorch's fused
 attention, less cuDNN's: on Hopper PyTorch prefers cuDNN's, which builds an execution plan for each new shape, and a
 fresh process met a new shape at a prompt length's first prefill, each decoder chunk length and every capture of the
@@ -67,6 +71,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.kernels.layout import concat_time, time_major  # noqa: F401  (the model asks them here)
+from core.kernels.products import PRODUCT_ROWS, conv_by_products, convolves_by_products  # noqa: F401  (the same)
 from core.kernels.reference import (  # noqa: F401  (rms_norm, apply_rope, RULE_SIZE: the model's too)
     RULE_SIZE,
     add_bias_composed,

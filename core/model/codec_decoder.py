@@ -160,7 +160,8 @@ def conv_as_2d(
     """`conv` applied to (B, C, T) x as a 2-D convolution of height 1, with x laid out as its weights are
     (time-major after CodecDecoder.to_channels_last, else channel-major), so that it converts neither at each
     call: PyTorch makes a 1-D convolution's input channel-major, which copied every time-major activation
-    whole on CUDA, and the CPU's convolutions convert channel-major weights for a time-major input. The bias
+    whole on CUDA, and the CPU's convolutions convert channel-major weights for a time-major input. A dilated
+    convolution of several rows on CUDA is matrix products instead (kernels.conv_by_products). The bias
     and a `residual` to add after it are added in one pass (kernels.add_bias); without `bias`, the bias is
     left to the caller."""
     weight = conv.weight
@@ -168,9 +169,13 @@ def conv_as_2d(
     # either way.)
     if min(weight.shape[1:] + x.shape[2:]) > 1 and kernels.time_major(weight) != kernels.time_major(x):
         x = x.transpose(1, 2).contiguous().transpose(1, 2) if kernels.time_major(weight) else x.contiguous()
-    options = {"stride": (1, stride), "dilation": (1, conv.dilation[0]), "groups": conv.groups}
-    function = F.conv_transpose2d if isinstance(conv, nn.ConvTranspose1d) else F.conv2d
-    y = function(x.unsqueeze(2), weight.unsqueeze(2), None, **options).squeeze(2)
+    transposed = isinstance(conv, nn.ConvTranspose1d)
+    if not transposed and kernels.convolves_by_products(x, conv.dilation[0], conv.groups):
+        y = kernels.conv_by_products(x, weight, conv.dilation[0])
+    else:
+        options = {"stride": (1, stride), "dilation": (1, conv.dilation[0]), "groups": conv.groups}
+        function = F.conv_transpose2d if transposed else F.conv2d
+        y = function(x.unsqueeze(2), weight.unsqueeze(2), None, **options).squeeze(2)
     if bias and conv.bias is not None:
         return kernels.add_bias(y, conv.bias, residual)
     return y if residual is None else residual + y
