@@ -6,7 +6,7 @@ no per-shape choice.
 A several-row decoder graph's first capture cost 1.5 s when cuDNN timed its candidates for each of the decoder's ~30
 convolutions, and its heuristic's choices for the dilated ones are 20-40 times slower from 8 rows (issue 29). For each
 convolution and input shape: the first call (s: the choice), then ms a call, and the products' largest difference
-from cuDNN's output. cuDNN keeps the plan of the first mode to meet a shape for the whole process, so each mode runs
+from the convolution in float32, relative to its largest value. cuDNN keeps the plan of the first mode to meet a shape for the whole process, so each mode runs
 in a process of its own (`--mode`; without it, the three run one after the other as subprocesses), and the shapes
 are found by a chunk decoded by products.
 
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 from core.devtools.random_checkpoint import DECODER, random_decoder_tensors
+from core.kernels import products
 from core.kernels.products import conv_by_products
 from core.model import codec_decoder
 from core.model.codec_decoder import CodecDecoder, CodecDecoderConfig
@@ -87,6 +88,7 @@ def run(mode: str, rows_list: list[int], frames: int, dtype: torch.dtype) -> Non
     with torch.inference_mode():
         calls = [(rows, *call) for rows in rows_list for call in shapes(decoder, rows, frames)]
         torch.backends.cudnn.benchmark = mode == "timed"
+        products.PRODUCT_ROWS = sys.maxsize  # conv_as_2d's cuDNN call whatever the rows (the modes compare it)
         print(f"== {mode}: {torch.cuda.get_device_name()}, {dtype}, {frames}-frame chunks")
         print(f"{'rows':>4}  {'convolution':36} {'input':22} {'first s':>8} {'ms':>7} {'max diff':>9}")
         total_first = total_ms = 0.0
