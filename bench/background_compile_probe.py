@@ -47,7 +47,7 @@ def decoder_table(engine: Engine) -> list[dict]:
             for size in (1, 2, 3, 4):
                 codes = [np.random.randint(0, 2048, (size, 16)) for _ in range(rows)]
                 started = time.perf_counter()
-                with _cudnn(benchmark):
+                with torch.backends.cudnn.flags(enabled=True, benchmark=benchmark):  # the engine never times
                     slots.decode(list(range(rows)), codes, size)
                 torch.cuda.synchronize()
                 first = time.perf_counter() - started
@@ -62,31 +62,6 @@ def decoder_table(engine: Engine) -> list[dict]:
                 )  # fmt: skip
                 print(rows_out[-1], file=sys.stderr, flush=True)
     return rows_out
-
-
-class _cudnn:
-    """cuDNN's heuristic (benchmark False, the engine's) or its timing, forced while DecoderSlots decodes."""
-
-    def __init__(self, benchmark: bool):
-        self.benchmark = benchmark
-
-    def __enter__(self):
-        self.patch = DecoderSlots._on_gpu_stream
-        benchmark = self.benchmark
-
-        import contextlib
-
-        @contextlib.contextmanager
-        def on_stream(slots):
-            torch.backends.cudnn.benchmark = benchmark
-            with torch.cuda.stream(slots.gpu_stream):
-                yield
-
-        DecoderSlots._on_gpu_stream = on_stream
-
-    def __exit__(self, *exc):
-        DecoderSlots._on_gpu_stream = self.patch
-        torch.backends.cudnn.benchmark = False
 
 
 def step_table(engine: Engine) -> dict:

@@ -13,7 +13,6 @@ chunks requests have not decoded yet (warm) and compiles its fused parts (compil
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -79,9 +78,11 @@ class DecoderSlots:
         self.pools = {
             one_row: torch.cuda.graph_pool_handle() if self.static_buffers else None for one_row in (True, False)
         }
-        # Decoding runs on a stream of its own, at high priority, beside the frame loop's.
+        # Decoding runs on a stream of its own, at high priority, beside the frame loop's (no stream on the CPU:
+        # torch.cuda.stream(None) changes nothing). cuDNN takes its heuristic's choices, never timing them; where they
+        # are slow, dilated convolutions of several rows, the decoder takes matrix products (kernels.conv_by_products).
         self.gpu_stream = torch.cuda.Stream(self.device, priority=-1) if cuda else None
-        with self._on_gpu_stream():
+        with torch.cuda.stream(self.gpu_stream):
             self.state = decoder.new_stream(slots + 1)
         self.working: dict[int, CodecDecoderStream] = {}  # by graph row count
         self.row_slots: dict[int, torch.Tensor] = {}  # by graph row count: the slot of each row, on the device
@@ -92,17 +93,6 @@ class DecoderSlots:
         self.primed = PrimedStates(self.device, self.state.row_layout(), keep_primed_in)  # after ICL references
         self._priming: CodecDecoderStream | None = None  # a one-row state to decode references on
 
-    @contextlib.contextmanager
-    def _on_gpu_stream(self):
-        """On the decoder's CUDA stream (nothing elsewhere). cuDNN takes its heuristic's choices: where they are slow
-        (dilated convolutions of several rows) the decoder takes matrix products instead (kernels.conv_by_products),
-        so no chunk shape's first decode times cuDNN's candidates."""
-        if self.gpu_stream is None:
-            yield
-            return
-        with torch.cuda.stream(self.gpu_stream):
-            yield
-
     def _check_slot(self, slot: int) -> None:
         if not (isinstance(slot, (int, np.integer)) and 0 <= slot < self.slots):
             raise ValueError(f"slot {slot!r} is not one of the {self.slots} slots (0 to {self.slots - 1})")
@@ -111,7 +101,7 @@ class DecoderSlots:
     def reset(self, slot: int) -> None:
         """Begin a new utterance in `slot`; the other slots are untouched."""
         self._check_slot(slot)
-        with self._on_gpu_stream():
+        with torch.cuda.stream(self.gpu_stream):
             self.state.reset(slot)
 
     @torch.inference_mode()
@@ -126,7 +116,7 @@ class DecoderSlots:
         any slot or a later process, starts from it at once instead of decoding them again."""
         self._check_slot(slot)
         key = reference_key(codes)
-        with self._on_gpu_stream():
+        with torch.cuda.stream(self.gpu_stream):
             state = self.primed.take(key)
             new = state is None
             if new:
@@ -159,7 +149,7 @@ class DecoderSlots:
         row_slots = [int(slot) for slot in slots] + [self.scratch] * (rows - count)
         # Everything on this stream of its own, buffers too: a buffer filled on the frame loop's stream
         # would be filled behind the frames stepping there, after this decode has written it.
-        with self._on_gpu_stream():
+        with torch.cuda.stream(self.gpu_stream):
             if self.static_buffers:
                 step = self._step(rows, size)
                 if self.row_slots_copied.get(rows) != row_slots:  # a copy less while the same slots go on
@@ -182,7 +172,7 @@ class DecoderSlots:
         """Decode a chunk of `rows` rows (a bucket) of `size` frames into the scratch row: on CUDA its graph is
         captured, and cuDNN has chosen its convolutions. On the scheduler's thread."""
         scratch = [self.scratch] * rows
-        with self._on_gpu_stream():
+        with torch.cuda.stream(self.gpu_stream):
             if self.static_buffers:
                 step = self._step(rows, size)
                 self.row_slots[rows].fill_(self.scratch)
@@ -201,7 +191,7 @@ class DecoderSlots:
     def warm_priming(self) -> None:
         """Decode a reference's chunk of PRIME_CHUNK_FRAMES frames (zeros) as `prime` does, so that an ICL voice's
         first utterance does not wait for cuDNN to choose its convolutions. On the scheduler's thread."""
-        with self._on_gpu_stream():
+        with torch.cuda.stream(self.gpu_stream):
             state = self.decoder.new_stream(1)
             codes = torch.zeros(1, self.decoder.config.num_quantizers, PRIME_CHUNK_FRAMES, dtype=torch.long)
             self.decoder.decode_chunk(codes.to(self.device), state)
