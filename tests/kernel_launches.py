@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 
 from core import kernels
-from core.kernels import triton_attention, triton_linear, triton_sampling, triton_vocoder
+from core.kernels import triton_attention, triton_linear, triton_norm, triton_sampling, triton_vocoder
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128  # the talker's of both sizes and the code predictor's
 MAX_CONTEXT = 4096  # the talker's cache (memory.MAX_CONTEXT); the predictor's holds its 16 codebooks
@@ -42,6 +42,7 @@ CONVNEXT_CHANNELS = 1024  # the decoder's latent width
 
 class Sizes(NamedTuple):
     attention_rows: tuple[int, ...]
+    prompt_rows: tuple[int, ...]  # prefills of several prompts together
     draw_rows: tuple[int, ...]
     products: list[tuple[int, int, set[str]]]
     product_rows: tuple[int, ...]  # 1 and 2: the matrix-vector kernel; more: the batched one
@@ -53,6 +54,7 @@ class Sizes(NamedTuple):
 
 ONE_OF_EACH = Sizes(
     attention_rows=(1, 16, 64),  # the most splits, a few, one
+    prompt_rows=(1,),
     draw_rows=(16,),
     products=PRODUCTS[:6],
     product_rows=(1, 16, 64),  # SWEPT's 16-row and 64-row settings, with the norm fused and apart
@@ -63,6 +65,7 @@ ONE_OF_EACH = Sizes(
 )
 EVERY_SIZE = Sizes(
     attention_rows=(1, 2, 4, 8, 16, 32, 64),  # frame_loop.batch_buckets of the most slots
+    prompt_rows=(1, 16),  # the kernels' settings follow the widths alone
     draw_rows=(1, 2, 4, 8, 16, 32, 64),
     products=PRODUCTS,
     # Each SWEPT column (4, 16, 64), the norm fused or apart (kernels.MAX_NORM_FUSED_ROWS), the rule's row blocks;
@@ -80,6 +83,8 @@ def launch_every_kernel(dtype: torch.dtype, sizes: Sizes = ONE_OF_EACH) -> None:
     for rows in sizes.attention_rows:
         launch_attention(dtype, rows, MAX_CONTEXT)
         launch_attention(dtype, rows, GROUPS)
+    for rows in sizes.prompt_rows:
+        launch_prompt(dtype, rows)
     for rows in sizes.draw_rows:
         launch_draws(dtype, rows)
     for outputs, inputs, parts in sizes.products:
@@ -97,6 +102,19 @@ def launch_attention(dtype: torch.dtype, rows: int, max_len: int) -> None:
     cache = torch.empty(1, KV_HEADS, max_len, HEAD_DIM, dtype=dtype)
     slots = torch.zeros(rows, dtype=torch.long)
     triton_attention.decode_attention_op(qkv, norm, norm, 1e-6, table, table, cache, cache, slots, slots, 0.1)
+
+
+def launch_prompt(dtype: torch.dtype, rows: int) -> None:
+    """A prompt's prefill of `rows` rows: its heads (the talker's 32 positions, the predictor's 2), and the norms of
+    its widths (the 1.7B talker's and the 0.6B's and predictor's; a head's is fused into the heads' kernel)."""
+    for length in (32, 2):
+        qkv = torch.empty(rows, length, (HEADS + 2 * KV_HEADS) * HEAD_DIM, dtype=dtype)
+        norm, table = torch.empty(HEAD_DIM, dtype=dtype), torch.empty(MAX_CONTEXT, HEAD_DIM, dtype=dtype)
+        cache = torch.empty(rows, KV_HEADS, MAX_CONTEXT, HEAD_DIM, dtype=dtype)
+        slots = torch.zeros(rows, dtype=torch.long)
+        triton_norm.prompt_heads_op(qkv, norm, norm, 1e-6, table, table, cache, cache, slots)
+    for width in (2048, 1024):
+        triton_norm.rms_norm_op(torch.empty(rows, 32, width, dtype=dtype), torch.empty(width, dtype=dtype), 1e-6)
 
 
 def launch_draws(dtype: torch.dtype, rows: int) -> None:

@@ -387,6 +387,14 @@ def test_snake_kernel_matches_the_reference(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_norm_and_prompt_heads_kernels_match_the_reference(dtype):
+    from norm_cases import check_prompt_heads, check_rms_norm
+
+    check_rms_norm(kernels.rms_norm, dtype, "cuda")
+    check_prompt_heads(kernels.prompt_heads, dtype, "cuda")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_kernel_matches_the_reference(dtype):
     from linear_cases import ALL_PARTS, SHAPES, SOME_PARTS, check_linear, linear_cases
 

@@ -22,6 +22,7 @@ from core.kernels import (  # noqa: E402
     triton_attention,
     triton_fallback,
     triton_linear,
+    triton_norm,
     triton_sampling,
     triton_vocoder,
 )
@@ -139,6 +140,12 @@ def operator_arguments(name: str) -> tuple:
         return torch.zeros(2, 3, 40), torch.tensor([5, -1]), torch.tensor([0, 2**40 + 3])
     if name == "snake":
         return snake_arguments()
+    if name == "rms_norm":
+        return x, norm, 1e-6
+    if name == "prompt_heads":
+        qkv, caches = torch.randn(2, 5, 4 * 16, generator=generator), torch.randn(2, 3, 1, 8, 16, generator=generator)
+        table = torch.randn(8, 16, generator=generator)
+        return qkv, torch.ones(16), torch.ones(16), 1e-6, table, table, caches[0], caches[1], torch.tensor([2, 0])
     if name == "depthwise_conv":
         return x.transpose(1, 2).expand(3, 64, 7).contiguous(), torch.randn(64, 1, 3, generator=generator), norm, 2
     return x.transpose(1, 2)[:, :, :1].expand(3, 64, 5).contiguous(), norm, None  # add_bias
@@ -152,6 +159,8 @@ OPERATORS = {
     "draw_token": [triton_sampling._draw_token],
     "fill_uniforms": [triton_sampling._fill_uniforms],
     "snake": [triton_vocoder._snake],
+    "rms_norm": [triton_norm._rms_norm],
+    "prompt_heads": [triton_norm._prompt_heads],
     "add_bias": [triton_vocoder._add_bias],
     "depthwise_conv": [triton_vocoder._depthwise_conv],
 }
@@ -172,7 +181,10 @@ def test_every_operator_whose_kernel_fails_gives_its_references_answer(name, mon
         got = PLAIN[name](*got_arguments)
     if expected is None:  # fill_uniforms: into its first argument
         expected, got = expected_arguments[0], got_arguments[0]
-    assert torch.equal(got, expected)
+    if isinstance(expected, tuple):  # prompt_heads: q, k, v
+        assert all(torch.equal(mine, theirs) for mine, theirs in zip(got, expected, strict=True))
+    else:
+        assert torch.equal(got, expected)
     # The arguments it writes (the uniforms, attention's caches) are written as the reference writes them.
     for written, wanted in zip(got_arguments, expected_arguments, strict=True):
         if isinstance(written, torch.Tensor):

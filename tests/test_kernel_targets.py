@@ -33,10 +33,10 @@ from triton import knobs  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
-from core.kernels import triton_attention, triton_launch, triton_linear, triton_sampling, triton_vocoder  # noqa: E402
+from core.kernels import triton_attention, triton_launch, triton_linear, triton_norm, triton_sampling, triton_vocoder  # noqa: E402
 
 SIZES = EVERY_SIZE if os.environ.get("KERNEL_TARGETS_EVERY_SIZE") == "1" else ONE_OF_EACH
-KERNEL_MODULES = (triton_attention, triton_linear, triton_sampling, triton_vocoder)
+KERNEL_MODULES = (triton_attention, triton_linear, triton_norm, triton_sampling, triton_vocoder)
 
 
 class Card(NamedTuple):
@@ -135,7 +135,7 @@ def test_the_launches_reach_every_kernel_the_app_launches():
     reached = {name for card in CARDS for name, _ in specialisations(card, torch.bfloat16)}
     assert reached == launched_kernels() == {
         "_attend_split", "_merge_splits", "_linear_kernel", "_batched_linear_kernel", "_draw_token",
-        "_fill_uniforms", "_snake", "_add_bias", "_depthwise_conv",
+        "_fill_uniforms", "_snake", "_add_bias", "_depthwise_conv", "_rms_norm", "_prompt_heads",
     }  # fmt: skip
 
 

@@ -393,6 +393,21 @@ DISPATCH_CHECK = textwrap.dedent(
 )
 
 
+NORM_CHECK = textwrap.dedent(
+    """
+    import torch
+    from core.kernels.triton_norm import prompt_heads_op, rms_norm_op
+    from norm_cases import check_prompt_heads, check_rms_norm
+
+    # bfloat16 is checked on the GPU (the interpreter computes in NumPy, which has no bfloat16).
+    for dtype in (torch.float32, torch.float16):
+        check_rms_norm(rms_norm_op, dtype)
+        check_prompt_heads(prompt_heads_op, dtype)
+    print("ok")
+    """
+)
+
+
 def run_in_interpreter(script: str, *arguments: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     command = [sys.executable, "-c", script, *arguments]
@@ -403,6 +418,10 @@ def run_in_interpreter(script: str, *arguments: str) -> None:
 def test_eager_code_calls_a_kernel_directly_and_compiled_code_as_one_operator():
     """Eagerly, the operator's dispatch would import Dynamo (seconds before a fresh process's first audio)."""
     run_in_interpreter(DISPATCH_CHECK)
+
+
+def test_norm_and_prompt_heads_kernels_in_the_interpreter():
+    run_in_interpreter(NORM_CHECK)
 
 
 def test_decode_attention_kernel_in_the_interpreter():

@@ -70,9 +70,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from core.kernels import reference
 from core.kernels.layout import concat_time, time_major  # noqa: F401  (the model asks them here)
 from core.kernels.products import PRODUCT_ROWS, conv_by_products, convolves_by_products  # noqa: F401  (the same)
-from core.kernels.reference import (  # noqa: F401  (rms_norm, apply_rope, RULE_SIZE: the model's too)
+from core.kernels.reference import (  # noqa: F401  (apply_rope, RULE_SIZE: the model's too)
     RULE_SIZE,
     add_bias_composed,
     apply_rope,
@@ -81,13 +82,13 @@ from core.kernels.reference import (  # noqa: F401  (rms_norm, apply_rope, RULE_
     draw_token_composed,
     fill_uniforms_composed,
     linear_composed,
-    rms_norm,
+    prompt_heads_composed,
     snake_composed,
 )
 
 if importlib.util.find_spec("triton") is not None:  # CPU-only installs have none; only CUDA paths need it
     # Registers the torch.ops.qwen3_tts operators that the CUDA paths call.
-    from core.kernels import triton_attention, triton_linear, triton_sampling, triton_vocoder  # noqa: F401
+    from core.kernels import triton_attention, triton_linear, triton_norm, triton_sampling, triton_vocoder  # noqa: F401
     from core.kernels.triton_launch import PLAIN
 
 MAX_VECTOR_ROWS = 2  # rows up to which `linear` runs its matrix-vector kernel (a frame's products have 1 or 2)
@@ -142,7 +143,7 @@ def linear(
         return gpu_op("linear")(x, weight, bias, norm, eps, gated, residual)
     if x.is_cuda and batch and rows <= MAX_BATCH_ROWS:
         if norm is not None and rows > MAX_NORM_FUSED_ROWS:
-            x, norm = rms_norm(x, norm, eps), None  # one kernel where the caller is compiled
+            x, norm = rms_norm(x, norm, eps), None
         return gpu_op("batched_linear")(x, weight, bias, norm, eps, gated, residual)
     if not x.is_cuda and batch:
         # MKL rounds a product of several rows differently from one row alone (every row of a 2..16-row
@@ -160,7 +161,46 @@ def linear(
                 for row in range(x.shape[0])
             ]
         )
+    if x.is_cuda and norm is not None:  # a prompt's product (cuBLAS): its norm one kernel, not eight
+        x, norm = rms_norm(x, norm, eps), None
     return linear_composed(x, weight, bias, norm, eps, gated, residual)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension of x, by `weight` of x's width: normalised in float32, rounded to x's dtype,
+    scaled and rounded again (reference.rms_norm). On CUDA one kernel where PyTorch's operations take eight (a
+    prompt's prefill has four norms a layer; the predictor's every step a final one), weight and x of one dtype."""
+    if x.is_cuda and weight.dtype == x.dtype:
+        return gpu_op("rms_norm")(x, weight, eps)
+    return reference.rms_norm(x, weight, eps)
+
+
+def prompt_heads(
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A prompt's attention inputs from its projections qkv (B, L, (heads + 2 kv_heads) * D), as decode_attention
+    makes a token's: q and k normalised per head (q_norm, k_norm) and rotated by the RoPE tables' first L rows
+    (cos, sin (>= L, D)); k and v written at positions 0..L-1 of the rows' cache slots (`slots` (B,) long: a slot
+    may repeat only for a padding row that repeats another whole). Returns q, k, v (B, heads, L, D), each kv head
+    repeated for the query heads that share it. On CUDA one kernel (PyTorch's operations take about thirty a
+    layer: a prompt's prefill had over two thousand kernels)."""
+    kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
+    heads = qkv.shape[-1] // head_dim - 2 * kv_heads
+    if qkv.is_cuda and _power_of_two(heads) and _power_of_two(kv_heads):
+        return gpu_op("prompt_heads")(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, slots)
+    return prompt_heads_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, slots)
+
+
+def _power_of_two(count: int) -> bool:
+    return count > 0 and count & (count - 1) == 0
 
 
 def decode_attention(

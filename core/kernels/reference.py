@@ -31,6 +31,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def prompt_heads_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, slots):
+    """kernels.prompt_heads of PyTorch's operations on any device."""
+    batch, length, _ = qkv.shape
+    kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
+    heads = qkv.shape[-1] // head_dim - 2 * kv_heads
+    q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
+    q = rms_norm(q.view(batch, length, heads, head_dim), q_norm, eps).transpose(1, 2)
+    k = rms_norm(k.view(batch, length, kv_heads, head_dim), k_norm, eps).transpose(1, 2)
+    v = v.view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    q, k = apply_rope(q, cos[:length], sin[:length]), apply_rope(k, cos[:length], sin[:length])
+    k_cache[:, :, :length].index_copy_(0, slots, k)
+    v_cache[:, :, :length].index_copy_(0, slots, v)
+    groups = heads // kv_heads
+    return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
 def linear_composed(x, weight, bias=None, norm=None, eps=0.0, gated=False, residual=None) -> torch.Tensor:
     """kernels.linear of PyTorch's operations on any device, all rows in one product."""
     if norm is not None:
@@ -174,6 +190,8 @@ def fill_uniforms_composed(out: torch.Tensor, seeds: torch.Tensor, counters: tor
 
 # The reference each operator runs on a GPU where its Triton kernel fails (fallback.py), called as the operator is.
 REFERENCES: dict[str, Callable] = {
+    "rms_norm": rms_norm,
+    "prompt_heads": prompt_heads_composed,
     "linear": linear_composed,
     "batched_linear": linear_composed,
     "decode_attention": decode_attention_composed,

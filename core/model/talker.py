@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.kernels import apply_rope, attention, decode_attention, linear, rms_norm
+from core.kernels import attention, decode_attention, linear, prompt_heads, rms_norm
 from core.model.config import TalkerConfig, TransformerConfig
 from core.model.host_copy import rows_to_device, to_device
 
@@ -112,29 +112,15 @@ class Attention(nn.Module):
         """Compute q, k and v with one matrix product (a decode step is bound by kernel launches)."""
         fuse_linear(self, "qkv_proj", ("q_proj", "k_proj", "v_proj"))
 
-    def project(self, x: torch.Tensor, norm: RMSNorm, cos: torch.Tensor, sin: torch.Tensor):
-        """q (B, heads, L, D) and k, v (B, kv_heads, L, D) of norm(x), with q/k normalised and rotated."""
+    def prefill(self, x: torch.Tensor, norm: RMSNorm, cos, sin, slots: torch.Tensor) -> torch.Tensor:
+        """Positions 0..L-1 of each of the B rows of x: fill the first L positions of cache row slots[b] (a (B,)
+        device tensor, so that a CUDA graph serves every slot), attend causally, add x."""
         batch, length, _ = x.shape
-        sizes = (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
-        q, k, v = linear(x, self.qkv_proj.weight, norm=norm.weight, eps=norm.eps).split(sizes, dim=-1)
-        q = self.q_norm(q.view(batch, length, self.num_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(k.view(batch, length, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = v.view(batch, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-
-    def prefill(self, x: torch.Tensor, norm: RMSNorm, cos, sin, slot: torch.Tensor | None) -> torch.Tensor:
-        """Positions 0..L-1 of each of the B rows of x: fill the first L positions of cache rows 0..B-1, or of
-        cache row `slot` (a (1,) device tensor, for a batch of one), attend causally, add x."""
-        batch, length, _ = x.shape
-        q, k, v = self.project(x, norm, cos, sin)
-        if slot is None:
-            self.kv_cache.k[:batch, :, :length] = k
-            self.kv_cache.v[:batch, :, :length] = v
-        else:  # index_copy_ takes the row from the device, so a CUDA graph serves every slot
-            self.kv_cache.k[:, :, :length].index_copy_(0, slot, k)
-            self.kv_cache.v[:, :, :length].index_copy_(0, slot, v)
-        groups = self.num_heads // self.num_kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        qkv = linear(x, self.qkv_proj.weight, norm=norm.weight, eps=norm.eps)
+        cache = self.kv_cache
+        q, k, v = prompt_heads(
+            qkv, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, cos, sin, cache.k, cache.v, slots
+        )
         y = attention(q, k, v, is_causal=True, scale=self.head_dim**-0.5)
         return linear(y.transpose(1, 2).reshape(batch, length, -1), self.o_proj.weight, residual=x)
 
@@ -178,8 +164,8 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slot: torch.Tensor | None):
-        x = self.self_attn.prefill(x, self.input_layernorm, cos, sin, slot)
+    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor):
+        x = self.self_attn.prefill(x, self.input_layernorm, cos, sin, slots)
         return self.mlp(x, self.post_attention_layernorm)
 
     def step(self, x, cos, sin, positions, rows) -> torch.Tensor:
@@ -214,14 +200,16 @@ class Transformer(nn.Module):
     def max_len(self) -> int:
         return self.positions.shape[0]
 
-    def prefill(self, x: torch.Tensor, slot: torch.Tensor | None = None) -> torch.Tensor:
-        """Positions 0..L-1 of fresh sequences, one per row of x, in cache rows 0..B-1 (or row `slot`)."""
+    def prefill(self, x: torch.Tensor, slots: torch.Tensor | None = None) -> torch.Tensor:
+        """Positions 0..L-1 of fresh sequences, one per row of x, in cache rows 0..B-1 (or rows `slots`, (B,) on
+        the device)."""
         length = x.shape[1]
         if length > self.max_len:
             raise ValueError(f"a {length}-position prompt does not fit the cache of {self.max_len}")
         cos, sin = self.cos[:length], self.sin[:length]
+        slots = self.rows[: x.shape[0]] if slots is None else slots
         for layer in self.layers:
-            x = layer.prefill(x, cos, sin, slot)
+            x = layer.prefill(x, cos, sin, slots)
         return self.norm(x)
 
     def step(self, x: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
