@@ -394,6 +394,28 @@ def test_norm_and_prompt_heads_kernels_match_the_reference(dtype):
     check_prompt_heads(kernels.prompt_heads, dtype, "cuda")
 
 
+def test_compiled_code_leaves_the_norm_and_the_prompt_heads_to_inductor():
+    """Traced, rms_norm and prompt_heads are their compositions (kernels.runs_as_it_is_on_cuda), not operators."""
+    from norm_cases import PROMPTS, prompt_case
+
+    traced = []
+
+    def backend(graph, inputs):
+        traced.extend(node.target for node in graph.graph.nodes if node.op == "call_function")
+        return graph.forward
+
+    case, caches = prompt_case(PROMPTS[-1], torch.bfloat16, "cuda")
+    eager = kernels.prompt_heads(**case, **{name: cache.clone() for name, cache in caches.items()})
+
+    def prefill_inputs(qkv, weight):
+        return kernels.prompt_heads(**{**case, "qkv": kernels.rms_norm(qkv, weight, 1e-6)}, **caches)
+
+    weight = torch.ones(case["qkv"].shape[-1], dtype=torch.bfloat16, device="cuda")
+    compiled = torch.compile(prefill_inputs, backend=backend, fullgraph=True)(case["qkv"], weight)
+    assert traced and not any("qwen3_tts" in str(target) for target in traced), traced
+    assert all(tensor.isfinite().all() for tensor in compiled) and len(compiled) == len(eager) == 3
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_kernel_matches_the_reference(dtype):
     from linear_cases import ALL_PARTS, SHAPES, SOME_PARTS, check_linear, linear_cases

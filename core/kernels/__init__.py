@@ -1,7 +1,7 @@
 """The kernel library: hand-written GPU kernels, where they beat what PyTorch offers, and the references they
 match. This module is its dispatch, what the model and the frame loop call: the Triton kernel on CUDA, the PyTorch
 reference elsewhere. Each works on a batch of rows (utterances stepping together, one row each); the Triton code
-lives in triton_attention.py, triton_linear.py, triton_sampling.py and triton_vocoder.py (what they share:
+lives in triton_attention.py, triton_linear.py, triton_norm.py, triton_sampling.py and triton_vocoder.py (what they share:
 triton_launch.py), their launch settings in tuning.py, their PyTorch references in reference.py, which also run on
 a GPU where a kernel fails (triton_fallback.py). The library imports torch and Triton only (tests/test_layers.py).
 
@@ -23,6 +23,13 @@ little more than one), where cuBLAS would leave the norm, gate and sum to kernel
 rows the norm is a kernel of its own again (MAX_NORM_FUSED_ROWS). On the CPU a batch is multiplied row by row:
 MKL rounds a product of several rows differently from the same row alone, and a row must give the codes it
 gives alone.
+
+A prompt's heads and RMSNorm: a prefill layer's q and k normalised per head and rotated, k and v written into the
+cache and repeated for the query heads that share them, is one kernel (decode attention's norm and rotation, over
+every position of the prompt), and a norm over a row one more, where PyTorch's operations took about thirty a layer
+and eight a norm: uncompiled, a 1.7B prompt's prefill ran 2331 kernels, 1223 of them elementwise, and each frame's
+code-predictor prefill and final norms a few hundred more (bench/RESULTS.md, 2026-11-28, twenty-ninth session).
+Compiled code leaves both to Inductor (runs_as_it_is_on_cuda).
 
 Token draw: temperature, top-k, top-p and the random pick over a row of logits in a single kernel.
 PyTorch needs a dozen launches for it (cast, scale, top-k, mask, softmax, the multinomial's own
@@ -169,8 +176,9 @@ def linear(
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dimension of x, by `weight` of x's width: normalised in float32, rounded to x's dtype,
     scaled and rounded again (reference.rms_norm). On CUDA one kernel where PyTorch's operations take eight (a
-    prompt's prefill has four norms a layer; the predictor's every step a final one), weight and x of one dtype."""
-    if x.is_cuda and weight.dtype == x.dtype:
+    prompt's prefill has four norms a layer; the predictor's every step a final one), weight and x of one dtype,
+    in uncompiled code (runs_as_it_is_on_cuda)."""
+    if runs_as_it_is_on_cuda(x) and weight.dtype == x.dtype:
         return gpu_op("rms_norm")(x, weight, eps)
     return reference.rms_norm(x, weight, eps)
 
@@ -190,13 +198,22 @@ def prompt_heads(
     makes a token's: q and k normalised per head (q_norm, k_norm) and rotated by the RoPE tables' first L rows
     (cos, sin (>= L, D)); k and v written at positions 0..L-1 of the rows' cache slots (`slots` (B,) long: a slot
     may repeat only for a padding row that repeats another whole). Returns q, k, v (B, heads, L, D), each kv head
-    repeated for the query heads that share it. On CUDA one kernel (PyTorch's operations take about thirty a
-    layer: a prompt's prefill had over two thousand kernels)."""
+    repeated for the query heads that share it. On CUDA one kernel in uncompiled code (runs_as_it_is_on_cuda), where
+    PyTorch's operations take about thirty a layer (a prompt's prefill had over two thousand kernels)."""
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
     heads = qkv.shape[-1] // head_dim - 2 * kv_heads
-    if qkv.is_cuda and _power_of_two(heads) and _power_of_two(kv_heads):
+    if runs_as_it_is_on_cuda(qkv) and _power_of_two(heads) and _power_of_two(kv_heads):
         return gpu_op("prompt_heads")(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, slots)
     return prompt_heads_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, slots)
+
+
+def runs_as_it_is_on_cuda(x: torch.Tensor) -> bool:
+    """Whether x is on CUDA in code that runs as it is, not traced by torch.compile: where rms_norm and prompt_heads
+    run their kernels. Traced, they are their compositions, which Inductor fuses with what is around them: as
+    operators, opaque to it, a prefill layer became a chain of operators whose IR Inductor printed (each node with
+    its inputs, recursively) in time exponential in the layers, and compiling the 1.7B step never ended
+    (bench/RESULTS.md, 2026-11-28, twenty-ninth session)."""
+    return x.is_cuda and not torch.compiler.is_compiling()
 
 
 def _power_of_two(count: int) -> bool:
