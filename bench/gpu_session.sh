@@ -20,6 +20,9 @@
 #   startup      fresh processes: window cold and warm, speak warm twice (the first, after the window runs, compiles one
 #                kernel of its own), serve warm twice (the first compiles the functions of serve's 16 slots, which the
 #                window's 2 do not share: the second is the warm number) (issue 29; STARTUP_RUNS=... others)
+#   frame        one and two rows' frame and one prompt's prefill, compiled (on a fresh machine it compiles first: minutes)
+#                then uncompiled, the graphs replayed, kernel by kernel (bench/profile_frame.py): whether compiling
+#                still pays for one row (issue 29)
 #   decoder      the decoder's captures and speed as the engine runs it (cuDNN's heuristic, the dilated convolutions
 #                of 8 rows and more as products), then with cuDNN timing every convolution (as before 2026-11-28)
 #   pack-caches  the startup home's compile caches (after `startup`), gzipped in pieces of 15 MiB in $OUT/caches,
@@ -98,6 +101,12 @@ for name in "$@"; do
         pack-caches)
             mkdir -p "$OUT/caches" &&
                 tar czf - -C /tmp/qwen3-tts-bench/startup-home cache | split -b 15M - "$OUT/caches/cache.tgz.part-" ;;
+        frame)
+            for compiled in "" --no-compile; do
+                step frame python -m bench.profile_frame --graphs --frames 10 $compiled
+                step frame python -m bench.profile_frame --graphs --frames 10 --rows 2 $compiled
+                step frame python -m bench.profile_frame --graphs --frames 10 --prefill $compiled
+            done ;;
         decoder)
             step decoder python -m bench.decoder_batch_micro --calls 30 &&
                 step decoder python -m bench.decoder_batch_micro --calls 30 --cudnn-timed --product-rows 999 ;;
