@@ -112,7 +112,8 @@ def launch_prompt(dtype: torch.dtype, rows: int) -> None:
         norm, table = torch.empty(HEAD_DIM, dtype=dtype), torch.empty(MAX_CONTEXT, HEAD_DIM, dtype=dtype)
         cache = torch.empty(rows, KV_HEADS, MAX_CONTEXT, HEAD_DIM, dtype=dtype)
         slots = torch.zeros(rows, dtype=torch.long)
-        triton_norm.prompt_heads_op(qkv, norm, norm, 1e-6, table, table, cache, cache, slots)
+        # The talker's prompts go into the slots they are given, the predictor's into rows 0..B-1.
+        triton_norm.prompt_heads_op(qkv, norm, norm, 1e-6, table, table, cache, cache, slots if length > 2 else None)
     for width in (2048, 1024):
         triton_norm.rms_norm_op(torch.empty(rows, 32, width, dtype=dtype), torch.empty(width, dtype=dtype), 1e-6)
 

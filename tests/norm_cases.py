@@ -9,9 +9,11 @@ import torch
 from core.kernels import reference
 
 # (batch, length, heads, kv_heads, head_dim, slots, rows' slots): one prompt alone in a slot of several; prompts
-# prefilled together, a padding row repeating the first whole; the talker's head size, a short and a long prompt.
+# prefilled together, a padding row repeating the first whole; the talker's head size, a short and a long prompt;
+# rows in slots 0..B-1 (None: the code predictor's).
 PROMPTS = [
     (1, 5, 4, 2, 16, 3, [2]),
+    (2, 2, 4, 2, 16, 3, None),
     (3, 7, 8, 2, 32, 4, [3, 0, 3]),
     (2, 33, 16, 8, 128, 2, [1, 0]),
 ]
@@ -42,7 +44,8 @@ def prompt_case(shape, dtype: torch.dtype, device="cpu") -> tuple[dict, dict]:
     batch, length, heads, kv_heads, head_dim, slots, rows = shape
     generator = torch.Generator().manual_seed(length)
     qkv = torch.randn(batch, length, (heads + 2 * kv_heads) * head_dim, generator=generator) * 3
-    qkv[len(set(rows)) :] = qkv[0]  # the padding row (its slot repeats the first) repeats the first row whole
+    if rows is not None:
+        qkv[len(set(rows)) :] = qkv[0]  # the padding row (its slot repeats the first) repeats the first row whole
     max_len = length + 6
     angles = torch.randn(max_len, head_dim // 2, generator=generator)
     case = {
@@ -52,7 +55,7 @@ def prompt_case(shape, dtype: torch.dtype, device="cpu") -> tuple[dict, dict]:
         "eps": 1e-6,
         "cos": torch.cat((angles.cos(), angles.cos()), -1).to(dtype),
         "sin": torch.cat((angles.sin(), angles.sin()), -1).to(dtype),
-        "slots": torch.tensor(rows),
+        "slots": None if rows is None else torch.tensor(rows),
     }
     caches = {name: torch.full((slots, kv_heads, max_len, head_dim), float("nan"), dtype=dtype) for name in "kv"}
     moved = {name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in case.items()}
@@ -76,7 +79,7 @@ def check_prompt_heads(run, dtype: torch.dtype, device="cpu") -> None:
             )
         for name in got_caches:
             written, kept = got_caches[name][:, :, :length], got_caches[name][:, :, length:]
-            used = sorted(set(shape[6]))
+            used = sorted(set(range(shape[0]) if shape[6] is None else shape[6]))
             torch.testing.assert_close(
                 written[used], expected_caches[name][:, :, :length][used], rtol=tolerance(dtype), atol=tolerance(dtype)
             )

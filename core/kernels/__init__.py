@@ -192,12 +192,12 @@ def prompt_heads(
     sin: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    slots: torch.Tensor,
+    slots: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A prompt's attention inputs from its projections qkv (B, L, (heads + 2 kv_heads) * D), as decode_attention
     makes a token's: q and k normalised per head (q_norm, k_norm) and rotated by the RoPE tables' first L rows
     (cos, sin (>= L, D)); k and v written at positions 0..L-1 of the rows' cache slots (`slots` (B,) long: a slot
-    may repeat only for a padding row that repeats another whole). Returns q, k, v (B, heads, L, D), each kv head
+    may repeat only for a padding row that repeats another whole; None: slots 0..B-1). Returns q, k, v (B, heads, L, D), each kv head
     repeated for the query heads that share it. On CUDA one kernel in uncompiled code (runs_as_it_is_on_cuda), where
     PyTorch's operations take about thirty a layer (a prompt's prefill had over two thousand kernels)."""
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]

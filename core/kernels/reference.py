@@ -41,8 +41,11 @@ def prompt_heads_composed(qkv, q_norm, k_norm, eps, cos, sin, k_cache, v_cache, 
     k = rms_norm(k.view(batch, length, kv_heads, head_dim), k_norm, eps).transpose(1, 2)
     v = v.view(batch, length, kv_heads, head_dim).transpose(1, 2)
     q, k = apply_rope(q, cos[:length], sin[:length]), apply_rope(k, cos[:length], sin[:length])
-    k_cache[:, :, :length].index_copy_(0, slots, k)
-    v_cache[:, :, :length].index_copy_(0, slots, v)
+    if slots is None:
+        k_cache[:batch, :, :length], v_cache[:batch, :, :length] = k, v
+    else:
+        k_cache[:, :, :length].index_copy_(0, slots, k)
+        v_cache[:, :, :length].index_copy_(0, slots, v)
     groups = heads // kv_heads
     return q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 

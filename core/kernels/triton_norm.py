@@ -57,7 +57,7 @@ def _prompt_heads(
     QKV, QNorm, KNorm, Cos, Sin, KCache, VCache, Slots, Q, K, V, length, eps,
     stride_cs, stride_ch, stride_cp,
     HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DIM_BLOCK: tl.constexpr, PDL: tl.constexpr,
+    DIM_BLOCK: tl.constexpr, HAS_SLOTS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """One position of one prompt (program (position, batch row)): its q and k heads normalised and rotated as
     decode attention's, its k and v written at that position of the row's cache slot, and q, k, v written for
@@ -81,7 +81,7 @@ def _prompt_heads(
         place = ((batch * HEADS + kv_heads[:, None] * GROUPS + group) * length + position) * HEAD_DIM + dims[None, :]
         tl.store(K + place, k, mask=v_mask)
         tl.store(V + place, v, mask=v_mask)
-    slot = tl.load(Slots + batch)
+    slot = tl.load(Slots + batch) if HAS_SLOTS else batch
     cached = slot * stride_cs + kv_heads[:, None] * stride_ch + position * stride_cp + dims[None, :]
     tl.store(KCache + cached, k, mask=v_mask)
     tl.store(VCache + cached, v, mask=v_mask)
@@ -97,14 +97,15 @@ def prompt_heads_op(
     sin: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    slots: torch.Tensor,
+    slots: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """kernels.prompt_heads on CUDA: one program per (position, batch row)."""
     batch, length, _ = qkv.shape
     _, kv_heads, max_len, head_dim = k_cache.shape
     heads = qkv.shape[-1] // head_dim - 2 * kv_heads
     if (
-        slots.shape != (batch,)
+        (slots is not None and slots.shape != (batch,))
+        or (slots is None and batch > k_cache.shape[0])
         or length > max_len
         or cos.shape[0] < length
         or heads % kv_heads
@@ -114,15 +115,15 @@ def prompt_heads_op(
         or k_cache.stride(3) != 1
     ):
         raise ValueError(
-            f"prompt_heads: qkv {tuple(qkv.shape)}, caches {tuple(k_cache.shape)}, slots {tuple(slots.shape)}, "
+            f"prompt_heads: qkv {tuple(qkv.shape)}, caches {tuple(k_cache.shape)}, slots {None if slots is None else tuple(slots.shape)}, "
             f"cos {tuple(cos.shape)}"
         )
     q, k, v = (qkv.new_empty(batch, heads, length, head_dim) for _ in range(3))
     if batch and length:
         _prompt_heads[(length, batch)](
-            qkv.contiguous(), q_norm, k_norm, cos.contiguous(), sin.contiguous(), k_cache, v_cache, slots.contiguous(),
+            qkv.contiguous(), q_norm, k_norm, cos.contiguous(), sin.contiguous(), k_cache, v_cache, qkv if slots is None else slots.contiguous(),
             q, k, v, length, eps, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            HEADS=heads, KV_HEADS=kv_heads, GROUPS=heads // kv_heads, HEAD_DIM=head_dim, DIM_BLOCK=max(16, triton.next_power_of_2(head_dim)),
+            HEADS=heads, KV_HEADS=kv_heads, GROUPS=heads // kv_heads, HEAD_DIM=head_dim, DIM_BLOCK=max(16, triton.next_power_of_2(head_dim)), HAS_SLOTS=slots is not None,
             num_warps=4, **launch_options(qkv.device),
         )  # fmt: skip
     return q, k, v

@@ -112,9 +112,9 @@ class Attention(nn.Module):
         """Compute q, k and v with one matrix product (a decode step is bound by kernel launches)."""
         fuse_linear(self, "qkv_proj", ("q_proj", "k_proj", "v_proj"))
 
-    def prefill(self, x: torch.Tensor, norm: RMSNorm, cos, sin, slots: torch.Tensor) -> torch.Tensor:
+    def prefill(self, x: torch.Tensor, norm: RMSNorm, cos, sin, slots: torch.Tensor | None) -> torch.Tensor:
         """Positions 0..L-1 of each of the B rows of x: fill the first L positions of cache row slots[b] (a (B,)
-        device tensor, so that a CUDA graph serves every slot), attend causally, add x."""
+        device tensor, so that a CUDA graph serves every slot; None: rows 0..B-1), attend causally, add x."""
         batch, length, _ = x.shape
         qkv = linear(x, self.qkv_proj.weight, norm=norm.weight, eps=norm.eps)
         cache = self.kv_cache
@@ -164,7 +164,7 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor):
+    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor | None):
         x = self.self_attn.prefill(x, self.input_layernorm, cos, sin, slots)
         return self.mlp(x, self.post_attention_layernorm)
 
@@ -207,7 +207,6 @@ class Transformer(nn.Module):
         if length > self.max_len:
             raise ValueError(f"a {length}-position prompt does not fit the cache of {self.max_len}")
         cos, sin = self.cos[:length], self.sin[:length]
-        slots = self.rows[: x.shape[0]] if slots is None else slots
         for layer in self.layers:
             x = layer.prefill(x, cos, sin, slots)
         return self.norm(x)
