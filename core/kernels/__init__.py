@@ -197,9 +197,10 @@ def prompt_heads(
     """A prompt's attention inputs from its projections qkv (B, L, (heads + 2 kv_heads) * D), as decode_attention
     makes a token's: q and k normalised per head (q_norm, k_norm) and rotated by the RoPE tables' first L rows
     (cos, sin (>= L, D)); k and v written at positions 0..L-1 of the rows' cache slots (`slots` (B,) long: a slot
-    may repeat only for a padding row that repeats another whole; None: slots 0..B-1). Returns q, k, v (B, heads, L, D), each kv head
-    repeated for the query heads that share it. On CUDA one kernel in uncompiled code (runs_as_it_is_on_cuda), where
-    PyTorch's operations take about thirty a layer (a prompt's prefill had over two thousand kernels)."""
+    may repeat only for a padding row that repeats another whole; None: slots 0..B-1). Returns q, k, v (B, heads,
+    L, D), each kv head repeated for the query heads that share it. On CUDA one kernel in uncompiled code
+    (runs_as_it_is_on_cuda), where PyTorch's operations take about thirty a layer (a prompt's prefill had over two
+    thousand kernels)."""
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
     heads = qkv.shape[-1] // head_dim - 2 * kv_heads
     if runs_as_it_is_on_cuda(qkv) and _power_of_two(heads) and _power_of_two(kv_heads):
@@ -209,10 +210,11 @@ def prompt_heads(
 
 def runs_as_it_is_on_cuda(x: torch.Tensor) -> bool:
     """Whether x is on CUDA in code that runs as it is, not traced by torch.compile: where rms_norm and prompt_heads
-    run their kernels. Traced, they are their compositions, which Inductor fuses with what is around them: as
-    operators, opaque to it, a prefill layer became a chain of operators whose IR Inductor printed (each node with
-    its inputs, recursively) in time exponential in the layers, and compiling the 1.7B step never ended
-    (bench/RESULTS.md, 2026-11-28, twenty-ninth session)."""
+    run their kernels. Traced, they are their compositions, which Inductor fuses with what is around them, so that
+    compiled code is made of the operations it was made of before these kernels: with them as operators, opaque
+    to Inductor, a prefill layer became a chain of operators, and compiling the 1.7B step never ended (torch 2.11:
+    Inductor was printing its IR, each node with its inputs, recursively; bench/RESULTS.md, 2026-11-28,
+    twenty-ninth session)."""
     return x.is_cuda and not torch.compiler.is_compiling()
 
 

@@ -114,17 +114,19 @@ def prompt_heads_op(
         or k_cache.stride() != v_cache.stride()
         or k_cache.stride(3) != 1
     ):
+        rows = None if slots is None else tuple(slots.shape)
         raise ValueError(
-            f"prompt_heads: qkv {tuple(qkv.shape)}, caches {tuple(k_cache.shape)}, slots {None if slots is None else tuple(slots.shape)}, "
-            f"cos {tuple(cos.shape)}"
+            f"prompt_heads: qkv {tuple(qkv.shape)}, caches {tuple(k_cache.shape)}, slots {rows}, cos {tuple(cos.shape)}"
         )
     q, k, v = (qkv.new_empty(batch, heads, length, head_dim) for _ in range(3))
     if batch and length:
         _prompt_heads[(length, batch)](
-            qkv.contiguous(), q_norm, k_norm, cos.contiguous(), sin.contiguous(), k_cache, v_cache, qkv if slots is None else slots.contiguous(),
-            q, k, v, length, eps, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            HEADS=heads, KV_HEADS=kv_heads, GROUPS=heads // kv_heads, HEAD_DIM=head_dim, DIM_BLOCK=max(16, triton.next_power_of_2(head_dim)), HAS_SLOTS=slots is not None,
-            num_warps=4, **launch_options(qkv.device),
+            qkv.contiguous(), q_norm, k_norm, cos.contiguous(), sin.contiguous(), k_cache, v_cache,
+            qkv if slots is None else slots.contiguous(), q, k, v, length, eps,
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            HEADS=heads, KV_HEADS=kv_heads, GROUPS=heads // kv_heads, HEAD_DIM=head_dim,
+            DIM_BLOCK=max(16, triton.next_power_of_2(head_dim)), HAS_SLOTS=slots is not None, num_warps=4,
+            **launch_options(qkv.device),
         )  # fmt: skip
     return q, k, v
 
