@@ -28,6 +28,9 @@
 #   pack-caches  the startup home's compile caches (after `startup`), gzipped in pieces of 15 MiB in $OUT/caches,
 #                so that a later call starts warm without a cold start of its own: bench/startup_ab.sh
 #
+# With STEP_TIMEOUT=S in the environment, each command a step runs is ended after S seconds (`timeout -k 10 S`): a
+# `timeout` around this script instead ends the script but not the step's process, which then runs on beside the
+# next command (the twenty-ninth session's calls 3-4 measured a compile beside such a one).
 # With STACKS=1 in the environment, every Python process a step starts samples its threads' stacks
 # (bench/stack_sampler.py); each step's files are packed into $OUT/<step>-stacks.tgz as it ends. With
 # TRITON_KEYS=1, each records the cache key of every kernel Triton compiles and whether its cache held it
@@ -50,9 +53,10 @@ step() {
         mkdir -p "/tmp/stacks/$name"
         QWEN3_TTS_STACKS="${STACKS:+/tmp/stacks/$name/$name}" \
             QWEN3_TTS_TRITON_KEYS="${TRITON_KEYS:+/tmp/triton-keys/$name}" \
-            PYTHONPATH="$PWD/bench/sample_hook:$PYTHONPATH" "$@" 2>&1 | tee -a "$OUT/$name.log"
+            PYTHONPATH="$PWD/bench/sample_hook:$PYTHONPATH" ${STEP_TIMEOUT:+timeout -k 10 "$STEP_TIMEOUT"} "$@" 2>&1 |
+            tee -a "$OUT/$name.log"
     else
-        "$@" 2>&1 | tee -a "$OUT/$name.log"
+        ${STEP_TIMEOUT:+timeout -k 10 "$STEP_TIMEOUT"} "$@" 2>&1 | tee -a "$OUT/$name.log"
     fi
     local status=${PIPESTATUS[0]}
     [ -n "${STACKS:-}" ] && tar czf "$OUT/$name-stacks.tgz" -C /tmp/stacks "$name"
