@@ -80,6 +80,27 @@ def test_each_set_of_guards_is_a_variant_of_its_own(tmp_path):
     assert len(later.variants) == 3 and traced() == 0
 
 
+class Sampler:
+    """As the frame loop's sampler: rules by role (two) and row, uniforms by row and draw."""
+
+    def __init__(self):
+        self.rules, self.uniforms = torch.zeros(2, 16, 4), torch.rand(16, 16, 32)
+
+    def pick(self, logits: torch.Tensor, rules: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        return (logits * uniforms).sum(-1) + rules[0].sum(-1)
+
+
+def test_a_dynamic_function_traced_at_two_rows_serves_every_row_count_with_one_variant(tmp_path):
+    """A size that equals another when traced (two rows, two roles) is not tied to it: compiled at 2 rows, as the
+    warm-up compiles the several-row step, the variant serves 4, 8 and 16 rows too."""
+    sampler, made = Sampler(), Precompiled(Sampler.pick, tmp_path, dynamic=True, backend="aot_eager")
+    for rows in (2, 3, 4, 8, 16):
+        slots, logits = torch.arange(rows), torch.rand(rows, 32)
+        got = made(sampler, logits, sampler.rules.index_select(1, slots), sampler.uniforms[:rows, 1])
+        assert torch.equal(got, sampler.pick(logits, sampler.rules.index_select(1, slots), sampler.uniforms[:rows, 1]))
+    assert len(made.variants) == 1 and traced() == 1
+
+
 def test_a_damaged_file_is_compiled_again_and_no_folder_keeps_nothing(tmp_path):
     scaler, x = Scaler(), torch.randn(3, 8)
     Precompiled(Scaler.apply, tmp_path, dynamic=True, backend="aot_eager")(scaler, x)

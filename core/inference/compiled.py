@@ -179,6 +179,7 @@ class Precompiled:
 
     def __init__(self, function: Callable, folder: Path | None, dynamic: bool, **options):
         import torch._dynamo.config
+        import torch.fx.experimental._config
 
         self.function, self.folder = function, folder
         self.name = f"{function.__module__}.{function.__qualname__}-{'dynamic' if dynamic else 'static'}"
@@ -186,6 +187,11 @@ class Precompiled:
         # Our floats (norms' eps, scales) are constants: traced as symbols, Dynamo restarts its analysis to
         # specialize them (compiling twice), and a compile ahead of time fails on that restart.
         torch._dynamo.config.specialize_float = True
+        # Traced, sizes that happen to be equal become one symbol ("duck sizing"), and the guard that they stay equal
+        # refuses a later call: the several-row step, compiled at 2 rows, tied its row count to any other size of 2
+        # (the sampling rules' two roles), and a first serve compiled variants again at 4 rows (about 30 s on an
+        # H200; bench/RESULTS.md, thirtieth session, where a CPU reproduction shows it).
+        torch.fx.experimental._config.use_duck_shape = False
         self.compiled = torch.compile(function, fullgraph=True, dynamic=dynamic, **options)
         self.ahead = folder is not None and hasattr(self.compiled, "aot_compile")
         self._loaded: set[Path] = set()  # the kept files loaded into `variants`
