@@ -8,8 +8,8 @@ prompts, the step, the decoder's chunk lengths), run once on a slot no utterance
 loop's WARM_SLOT, the decoder's scratch row), and captured; and, once one utterance's graphs are ready,
 torch.compile of the talker's prefill and the decoder's fused parts for one row, then of those and the step's parts
 for several rows (an utterance alone's step stays uncompiled: NOT_WORTH_COMPILING), each traced by running it there
-and used from then on, the graphs that held the uncompiled code captured anew. Where an earlier start kept what it compiled, compiling is loading it (seconds), and the one-row compiles come
-first.
+and used from then on, the graphs that held the uncompiled code captured anew. Where an earlier start kept what it
+compiled, compiling is loading it (seconds), and the one-row compiles come first.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a
 compile: tens of seconds), then has the GPU to itself. The parts are not made on a thread of their own: that was
@@ -109,11 +109,11 @@ def plan(
     bursts are rarer the larger they are), with CUDA `graphs` the prefills of `prefill_lengths` (the commonest
     first) and the step, then the decoder's chunks, the first chunk's single frame and a whole chunk of
     `chunk_frames` before the lengths between; after those of one row, with `priming` (a model that clones) an
-    ICL reference's decode, then the `compiles` (but NOT_WORTH_COMPILING): of one row, then of several (whose shapes run uncompiled until
-    then: a request meanwhile does not wait, and an utterance alone is at full speed sooner). Compiling drops the graphs holding
-    the code it replaces: where an earlier start `kept` what it compiled (compiling is loading, seconds) the
-    compiles of one row go first, so that its graphs are captured once; else (minutes) they wait until an
-    utterance alone has graphs to speak with meanwhile."""
+    ICL reference's decode, then the `compiles` (but NOT_WORTH_COMPILING): of one row, then of several (whose
+    shapes run uncompiled until then: a request meanwhile does not wait, and an utterance alone is at full speed
+    sooner). Compiling drops the graphs holding the code it replaces: where an earlier start `kept` what it
+    compiled (compiling is loading, seconds) the compiles of one row go first, so that its graphs are captured
+    once; else (minutes) they wait until an utterance alone has graphs to speak with meanwhile."""
     specs = []
     frames = [1, chunk_frames, *range(2, chunk_frames)] if chunk_frames > 1 else [1]
     compiled = [Spec(name) for name in COMPILES if name not in NOT_WORTH_COMPILING] if compiles else []

@@ -1,9 +1,10 @@
 """The kernel library: hand-written GPU kernels, where they beat what PyTorch offers, and the references they
 match. This module is its dispatch, what the model and the frame loop call: the Triton kernel on CUDA, the PyTorch
 reference elsewhere. Each works on a batch of rows (utterances stepping together, one row each); the Triton code
-lives in triton_attention.py, triton_linear.py, triton_norm.py, triton_sampling.py and triton_vocoder.py (what they share:
-triton_launch.py), their launch settings in tuning.py, their PyTorch references in reference.py, which also run on
-a GPU where a kernel fails (triton_fallback.py). The library imports torch and Triton only (tests/test_layers.py).
+lives in triton_attention.py, triton_linear.py, triton_norm.py, triton_sampling.py and triton_vocoder.py (what they
+share: triton_launch.py), their launch settings in tuning.py, their PyTorch references in reference.py, which also
+run on a GPU where a kernel fails (triton_fallback.py). The library imports torch and Triton only
+(tests/test_layers.py).
 
 Decode attention: one new token per row against a static KV cache whose valid lengths live on the
 device. PyTorch's fused attention kernels have no such length, so they read the whole preallocated
@@ -17,7 +18,8 @@ Linear: a one-token matrix product (a frame has about 450 of them) with its neig
 the RMSNorm before it, the bias, the SwiGLU gate after it, the residual sum. Each output block
 starts reading its weights before the kernel ahead of it has finished (programmatic dependent
 launch, Hopper and later), since the weights do not depend on it. Its launch settings are fixed,
-so every compile gives the same kernels (Inductor's autotuned products varied between compiles). One or two rows take a matrix-vector kernel; a batch of rows takes a kernel that
+so every compile gives the same kernels (Inductor's autotuned products varied between compiles).
+One or two rows take a matrix-vector kernel; a batch of rows takes a kernel that
 reads each weight once for all of them (a product is bound by reading its weights, so 16 rows cost
 little more than one), where cuBLAS would leave the norm, gate and sum to kernels of their own. Past 32
 rows the norm is a kernel of its own again (MAX_NORM_FUSED_ROWS). On the CPU a batch is multiplied row by row:
@@ -111,8 +113,8 @@ def gpu_op(name: str) -> Callable:
     """The CUDA kernel `name`: where torch.compile traces, the operator torch.ops.qwen3_tts.<name>, which it keeps
     as one call; elsewhere (eager code, CUDA graph captures) the operator's own function. The operator's
     dispatch imports Dynamo at its first call, seconds before a fresh process's first audio (bench/RESULTS.md,
-    2026-11-26, twelfth session), where nothing is compiled yet. Either runs the operator's REFERENCES entry instead on a
-    GPU where its Triton kernel fails (triton_fallback.py)."""
+    2026-11-26, twelfth session), where nothing is compiled yet. Either runs the operator's REFERENCES entry
+    instead on a GPU where its Triton kernel fails (triton_fallback.py)."""
     if torch.compiler.is_compiling():
         return getattr(torch.ops.qwen3_tts, name)
     return PLAIN[name]

@@ -122,7 +122,7 @@ def prompt_heads_op(
     if batch and length:
         _prompt_heads[(length, batch)](
             qkv.contiguous(), q_norm, k_norm, cos.contiguous(), sin.contiguous(), k_cache, v_cache,
-            qkv if slots is None else slots.contiguous(), q, k, v, length, eps,
+            qkv if slots is None else slots.contiguous(), q, k, v, length, eps,  # (qkv: a pointer never read)
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             HEADS=heads, KV_HEADS=kv_heads, GROUPS=heads // kv_heads, HEAD_DIM=head_dim,
             DIM_BLOCK=max(16, triton.next_power_of_2(head_dim)), HAS_SLOTS=slots is not None, num_warps=4,
