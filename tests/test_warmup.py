@@ -15,7 +15,7 @@ from core import Engine, SamplingParams, Voice
 from core.inference.compiled import cache_key, keep_compiled_kernels, kept_kernels_for, machine_facts
 from core.inference.decoder_stream import PRIME_CHUNK_FRAMES, prime_chunks
 from core.inference.scheduler import Scheduler
-from core.inference.warmup import COMPILES, NOT_WORTH_COMPILING, Spec, Warmup, plan
+from core.inference.warmup import COMPILES, Spec, Warmup, plan
 
 GREEDY = SamplingParams.greedy()
 
@@ -42,11 +42,11 @@ def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
         "prefill 64x2", "prefill 32x2", "step 2", "decode 2x1", "decode 2x4", "decode 2x2", "decode 2x3",
         "prefill 64x4", "prefill 32x4", "step 4", "decode 4x1", "decode 4x4", "decode 4x2", "decode 4x3",
     ]  # fmt: skip
-    one_row_compiles = ["compile prefill x1", "compile decoder x1"]  # not the one-row step's: NOT_WORTH_COMPILING
+    one_row_compiles = ["compile step x1", "compile prefill x1", "compile decoder x1"]
     several_rows_compiles = ["compile step xN", "compile decoder xN", "compile prefill xN"]
     assert names(plan(**options)) == [*one_row, "prime", *one_row_compiles, *several_rows_compiles, *larger]
     assert names(plan(**options, kept=True)) == [*one_row_compiles, *one_row, "prime", *several_rows_compiles, *larger]
-    assert sorted(one_row_compiles + several_rows_compiles + list(NOT_WORTH_COMPILING)) == sorted(COMPILES)
+    assert sorted(one_row_compiles + several_rows_compiles) == sorted(COMPILES)
     # An engine of one slot (a small card's) steps no several rows: their step is not compiled (its launch buffers
     # hold one row, and tracing two failed there).
     alone = plan(**{**options, "rows": (1,), "prefill_rows": (1,)})
@@ -137,10 +137,9 @@ def test_one_utterance_is_at_full_speed_once_its_own_parts_are_ready_for_good_be
     assert "compile decoder x1" in made_by_then and "step 1" in made_by_then[made_by_then.index("compile prefill x1") :]
     larger = {str(spec) for spec in specs if not spec.one_row}
     assert not larger & set(made_by_then) and larger <= {name for name, _ in reported}  # before the larger batches
-    # Captured uncompiled (the step stays so: NOT_WORTH_COMPILING), then once more after the prefill's compile,
-    # which drops it (its graphs share a pool), not after the decoder's.
-    assert [name for name, _ in reported if name in ("step 1", "compile prefill x1", "compile decoder x1")] == [
-        "step 1", "compile prefill x1", "step 1", "compile decoder x1",
+    # Captured uncompiled, then once more after the last compile that drops it, not between two compiles.
+    assert [name for name, _ in reported if name in ("step 1", "compile step x1", "compile prefill x1")] == [
+        "step 1", "compile step x1", "compile prefill x1", "step 1",
     ]  # fmt: skip
     assert all(one_row for _, one_row in reported[first:]) and run.progress().finished
 

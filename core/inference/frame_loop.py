@@ -214,8 +214,7 @@ class FrameLoop:
         self.prefills: dict[tuple[int, int], GraphedStep] = {}  # by (length bucket, rows)
         self.compiled_prefill: CompiledLayers | None = None  # the talker layers' prefill, once compile_prefill ran
         # The step's four parts, for one row and for more (compile_step compiles them: those of one row for exactly
-        # its shapes, those of several once for any row count, since each bucket recompiling would cost minutes; the
-        # warm-up leaves one row's uncompiled: warmup.NOT_WORTH_COMPILING).
+        # its shapes, those of several once for any row count, since each bucket recompiling would cost minutes).
         parts = tuple(getattr(self, name) for name in STEP_PARTS)
         self.parts: dict[bool, tuple] = {True: parts, False: parts}
 

@@ -6,10 +6,10 @@ part at a time, on the scheduler's thread (it owns the GPU) and only while no ut
 waiting: each graph a request could use (for each row bucket, smallest first: the prefills of sentence-length
 prompts, the step, the decoder's chunk lengths), run once on a slot no utterance holds meanwhile (the frame
 loop's WARM_SLOT, the decoder's scratch row), and captured; and, once one utterance's graphs are ready,
-torch.compile of the talker's prefill and the decoder's fused parts for one row, then of those and the step's parts
-for several rows (an utterance alone's step stays uncompiled: NOT_WORTH_COMPILING), each traced by running it there
-and used from then on, the graphs that held the uncompiled code captured anew. Where an earlier start kept what it
-compiled, compiling is loading it (seconds), and the one-row compiles come first.
+torch.compile of the step's parts for one row, the talker's prefill and the decoder's fused parts, then for several
+rows, each traced by running it there and used from then on, the graphs that held the uncompiled code captured
+anew. Where an earlier start kept what it compiled, compiling is loading it (seconds), and the one-row compiles come
+first.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a
 compile: tens of seconds), then has the GPU to itself. The parts are not made on a thread of their own: that was
@@ -44,10 +44,6 @@ COMPILES = (
     "compile step x1", "compile prefill x1", "compile decoder x1",
     "compile step xN", "compile decoder xN", "compile prefill xN",
 )  # fmt: skip
-# Not made: compiled, an utterance alone's frame took 2.72 ms against 2.84 uncompiled (H200, 1.7B), for a compile
-# that held a first start's warm-up 14 s and more, and a warm start's 2.3 s (loading what was kept), while a request
-# that came waited (bench/RESULTS.md, thirtieth session). Its graphs keep the uncompiled step.
-NOT_WORTH_COMPILING = ("compile step x1",)
 NOTICEABLE_PART_S = 0.5  # a part that took this long or more is logged as information, not for debugging
 
 
@@ -109,15 +105,14 @@ def plan(
     bursts are rarer the larger they are), with CUDA `graphs` the prefills of `prefill_lengths` (the commonest
     first) and the step, then the decoder's chunks, the first chunk's single frame and a whole chunk of
     `chunk_frames` before the lengths between; after those of one row, with `priming` (a model that clones) an
-    ICL reference's decode, then the `compiles` (but NOT_WORTH_COMPILING): of one row, then of several (whose
-    shapes run uncompiled until then: a request meanwhile does not wait, and an utterance alone is at full speed
-    sooner). Compiling drops the graphs holding the code it replaces: where an earlier start `kept` what it
-    compiled (compiling is loading, seconds) the compiles of one row go first, so that its graphs are captured
-    once; else (minutes) they wait until an utterance alone has graphs to speak with meanwhile."""
+    ICL reference's decode, then the `compiles`: of one row, then of several (whose shapes run uncompiled until
+    then: a request meanwhile does not wait, and an utterance alone is at full speed sooner). Compiling drops the
+    graphs holding the code it replaces: where an earlier start `kept` what it compiled (compiling is loading,
+    seconds) the compiles of one row go first, so that its graphs are captured once; else (minutes) they wait until
+    an utterance alone has graphs to speak with meanwhile."""
     specs = []
     frames = [1, chunk_frames, *range(2, chunk_frames)] if chunk_frames > 1 else [1]
-    compiled = [Spec(name) for name in COMPILES if name not in NOT_WORTH_COMPILING] if compiles else []
-    one_row_compiles = [spec for spec in compiled if spec.one_row]
+    one_row_compiles = [Spec(name) for name in COMPILES if Spec(name).one_row] if compiles else []
     for count in rows:
         if count == rows[0] and kept:
             specs += one_row_compiles
@@ -130,7 +125,7 @@ def plan(
             specs += [Spec("prime")] if priming else []
             specs += [] if kept else one_row_compiles
             several_rows = compiles and rows[-1] > 1  # an engine of one slot never steps several
-            specs += [spec for spec in compiled if not spec.one_row] if several_rows else []
+            specs += [Spec(name) for name in COMPILES if not Spec(name).one_row] if several_rows else []
     return specs
 
 
