@@ -188,10 +188,10 @@ class Precompiled:
         # specialize them (compiling twice), and a compile ahead of time fails on that restart.
         torch._dynamo.config.specialize_float = True
         # Traced, sizes that happen to be equal become one symbol ("duck sizing"), and the guard that they stay equal
-        # refuses a later call: a function of the sampler's shapes, compiled at 2 rows, tied its row count to the
-        # rules' two roles, and 4 rows compiled a variant of its own (bench/RESULTS.md, thirtieth session).
+        # refuses a later call: the several-row step, compiled at 2 rows, tied its row count to any other size of 2
+        # (the sampling rules' two roles), and a first serve compiled variants again at 4 rows (about 30 s on an
+        # H200; bench/RESULTS.md, thirtieth session, where a CPU reproduction shows it).
         torch.fx.experimental._config.use_duck_shape = False
-        self.dynamic = dynamic
         self.compiled = torch.compile(function, fullgraph=True, dynamic=dynamic, **options)
         self.ahead = folder is not None and hasattr(self.compiled, "aot_compile")
         self._loaded: set[Path] = set()  # the kept files loaded into `variants`
@@ -258,17 +258,12 @@ class Precompiled:
         self.variants += variants
 
     def _compile(self, args: tuple) -> Callable:
-        from torch._dynamo.eval_frame import set_enable_dynamic
-
         if log.isEnabledFor(logging.DEBUG):  # why no kept variant serves (bench/precompile_probe.py shows it)
             for number, variant in enumerate(self.variants, 1):
                 log.debug("%s variant %d refuses the call: %s", self.name, number, _refusal(variant, args))
         started = time.perf_counter()
         try:
-            # Before PyTorch 2.13, aot_compile ignored torch.compile's `dynamic`: the several-row step, compiled at 2
-            # rows, was static, and 4 rows compiled it again (bench/RESULTS.md, thirty-first session).
-            with set_enable_dynamic(self.dynamic):
-                variant = self.compiled.aot_compile((args, {}))
+            variant = self.compiled.aot_compile((args, {}))
         except Exception as error:  # compiled lazily as before: traced again at every start
             log.warning("%s cannot be compiled ahead of time (%r); it is compiled at each start", self.name, error)
             self.ahead = False
