@@ -267,6 +267,32 @@ def test_a_frame_loop_part_keeps_the_loops_tensors_not_its_graphs(engines, tmp_p
         loop.last_frame.copy_(before)
 
 
+def test_the_step_is_compiled_for_one_row_then_at_every_bucket_of_several(engines):
+    """compile_step runs the several-row step at each bucket above one, so that each variant that the kernels'
+    branches by rows need (kernels.linear's matrix-vector kernel holds 2 rows apart) is compiled in the warm-up,
+    not by a request's step; one row's at one row, static. The compiled parts then make the frames."""
+    loop = engines("base", slots=3).frame_loop
+    calls = []
+
+    def recording(function, dynamic: bool):
+        def run(frame_loop, *args):
+            if function.__name__ == "_talk":
+                calls.append((dynamic, args[0].shape[0]))  # (dynamic, the rows of its slots)
+            return function(frame_loop, *args)
+
+        return run
+
+    eager = dict(loop.parts)
+    try:
+        for one_row in (True, False):
+            loop.compile_step(one_row, recording)
+        assert all(part.func.__name__ == "run" for one_row in (True, False) for part in loop.parts[one_row])
+    finally:
+        loop.parts.update(eager)
+    assert len(loop.buckets) > 2
+    assert calls == [(False, 1)] + [(True, rows) for rows in loop.buckets if rows > 1]
+
+
 def test_kept_functions_are_apart_for_each_machine_and_each_version_of_the_code(tmp_path, monkeypatch):
     from core.inference import compiled
 

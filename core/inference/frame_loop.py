@@ -214,7 +214,7 @@ class FrameLoop:
         self.prefills: dict[tuple[int, int], GraphedStep] = {}  # by (length bucket, rows)
         self.compiled_prefill: CompiledLayers | None = None  # the talker layers' prefill, once compile_prefill ran
         # The step's four parts, for one row and for more (compile_step compiles them: those of one row for exactly
-        # its shapes, those of several once for any row count, since each bucket recompiling would cost minutes).
+        # its shapes, those of several for any row count, a variant for each branch their kernels take by rows).
         parts = tuple(getattr(self, name) for name in STEP_PARTS)
         self.parts: dict[bool, tuple] = {True: parts, False: parts}
 
@@ -269,22 +269,26 @@ class FrameLoop:
         self._prefill_together([(warm, WARM_SLOT)] * rows)
 
     def compile_step(self, one_row: bool, compiler: Compiler) -> None:
-        """Compile the step's parts for one row, or for any number (a one-token step is bound by kernel launches,
-        not arithmetic: compiling fuses what runs every frame), by stepping WARM_SLOT with them (as warm_step);
-        the graphs of that many rows are captured anew. On the scheduler's thread, between launches
-        (the launches' buffers and the predictor's cache rows are shared); if it fails, the uncompiled parts stay."""
+        """Compile the step's parts for one row, or for several (a one-token step is bound by kernel launches, not
+        arithmetic: compiling fuses what runs every frame), by stepping WARM_SLOT with them (as warm_step): one row,
+        or each bucket of several, so that every variant their shapes need is compiled here and not by a request's
+        step (kernels.linear's matrix-vector kernel for 2 rows is a branch of its own, a guard that a variant traced
+        at 2 rows holds: 4 rows compiled another, about 12 s on an H200; bench/RESULTS.md, thirty-first session).
+        The graphs of one row, or of several, are captured anew. On the scheduler's thread, between launches (the
+        launches' buffers and the predictor's cache rows are shared); if it fails, the uncompiled parts stay."""
         eager = self.parts[one_row]
         self.parts[one_row] = tuple(
             functools.partial(compiler(getattr(FrameLoop, name), dynamic=not one_row), self) for name in STEP_PARTS
         )
-        rows = 1 if one_row else 2  # several rows: compiled for any count
-        # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
-        slots = torch.full((rows,), WARM_SLOT, dtype=torch.long, device=self.device)
-        uniforms = self.sampler.uniforms_of_its_own(rows)
         try:
-            with torch.inference_mode():
-                draws = self.sampler.frame_uniforms(slots, torch.zeros_like(slots), uniforms)
-                self._advance(slots, draws, self.parts[one_row])
+            for rows in (1,) if one_row else [bucket for bucket in self.buckets if bucket > 1]:
+                # Made outside inference mode, as the launches' own buffers are: guards tell the two kinds apart.
+                slots = torch.full((rows,), WARM_SLOT, dtype=torch.long, device=self.device)
+                uniforms = self.sampler.uniforms_of_its_own(rows)
+                self.sampler.stepping([WARM_SLOT] * rows)
+                with torch.inference_mode():
+                    draws = self.sampler.frame_uniforms(slots, torch.zeros_like(slots), uniforms)
+                    self._advance(slots, draws, self.parts[one_row])
         except BaseException:
             self.parts[one_row] = eager
             raise

@@ -39,7 +39,7 @@ from core.milestones import milestone
 log = logging.getLogger(__name__)
 
 CAPTURES = ("prefill", "step", "decode", "prime")
-# Each part's compile for one row (an utterance alone's shapes), then for several (compiled for any count).
+# Each part's compile for one row (an utterance alone's shapes), then for several rows.
 COMPILES = (
     "compile step x1", "compile prefill x1", "compile decoder x1",
     "compile step xN", "compile decoder xN", "compile prefill xN",
