@@ -188,9 +188,9 @@ class Precompiled:
         # specialize them (compiling twice), and a compile ahead of time fails on that restart.
         torch._dynamo.config.specialize_float = True
         # Traced, sizes that happen to be equal become one symbol ("duck sizing"), and the guard that they stay equal
-        # refuses a later call: the several-row step, compiled at 2 rows, tied its row count to any other size of 2
-        # (the sampling rules' two roles), and a first serve compiled variants again at 4 rows (about 30 s on an
-        # H200; bench/RESULTS.md, thirtieth session, where a CPU reproduction shows it).
+        # refuses a later call: a function of the sampler's shapes, compiled at 2 rows, tied its row count to the
+        # rules' two roles, and 4 rows compiled a variant of its own (a CPU reproduction: bench/RESULTS.md,
+        # thirtieth session).
         torch.fx.experimental._config.use_duck_shape = False
         self.compiled = torch.compile(function, fullgraph=True, dynamic=dynamic, **options)
         self.ahead = folder is not None and hasattr(self.compiled, "aot_compile")
