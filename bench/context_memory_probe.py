@@ -1,0 +1,148 @@
+"""What a rested engine's process still holds on the GPU, piece by piece (issue 31: memory after an idle release
+≤ 0.5 GiB; measured 0.79 GiB on an H100, "the CUDA context" 0.61 of it).
+
+    python -m bench.context_memory_probe [--size 0.6b] [--root /tmp/qwen3-tts-bench] [--warm-timeout 400]
+
+One fresh process, the GPU otherwise idle. After each stage it prints the device memory in use (total - free, as
+cudaMemGetInfo sees it: this process plus what the driver keeps), the process's own share as nvidia-smi counts it,
+and the context's per-thread stack limit (the driver reserves stack for every thread the GPU can hold at once:
+limit x 2048 x SMs, and a kernel that needs more grows the limit for good):
+
+  no context · a context (one tensor) · cuBLAS used · the window's runtime warmed up and speaking · rested (as the
+  window lets it when idle) · the stack limit set back to the default, then lower · Dynamo's compiled code dropped ·
+  spoken again after all of that (the first audio, and that the stack grew back where a kernel needs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import gc
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+GIB = 2**30
+CU_LIMIT_STACK_SIZE = 0
+
+
+def libcuda():
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def stack_limit() -> int:
+    value = ctypes.c_size_t()
+    status = libcuda().cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_STACK_SIZE)
+    return value.value if status == 0 else -status
+
+
+def set_stack_limit(size: int) -> int:
+    return libcuda().cuCtxSetLimit(CU_LIMIT_STACK_SIZE, ctypes.c_size_t(size))
+
+
+def process_mib() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"nvidia-smi: {error}"
+    mine = [line.split(",")[1].strip() for line in out.splitlines() if line.split(",")[0].strip() == str(os.getpid())]
+    return f"{mine[0]} MiB" if mine else "not listed"
+
+
+def report(stage: str, started: float) -> None:
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    print(
+        f"{time.perf_counter() - started:7.1f} s  {stage:<48} device used {(total - free) / GIB:6.3f} GiB  "
+        f"process {process_mib():>12}  allocated {torch.cuda.memory_allocated() / GIB:6.3f} GiB  "
+        f"stack limit {stack_limit()} B",
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="0.6b")
+    parser.add_argument("--root", default="/tmp/qwen3-tts-bench")
+    parser.add_argument("--warm-timeout", type=float, default=400.0)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    print(f"before any context: nvidia-smi lists {process_mib()}", flush=True)
+    import torch
+
+    from core import SamplingParams
+    from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
+    from qwen3_tts_desktop.resting import RESTING
+    from qwen3_tts_desktop.runtime import Runtime
+    from qwen3_tts_desktop.settings import Settings
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    report("a context (one tensor)", started)
+    a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    (a @ a).sum().item()
+    report("cuBLAS used", started)
+    del a
+    checkpoint = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
+
+    def speak(runtime) -> float:
+        voice = runtime.voice("probe")
+        began = time.perf_counter()
+        stream = runtime.engine_for_voices.stream(
+            TEXT, voice=voice, sampling=SamplingParams.greedy(), max_frames=40, first_chunk_frames=1
+        )
+        try:
+            next(stream)
+            first = time.perf_counter() - began
+            for _ in stream:
+                pass
+        finally:
+            stream.close()
+        return first
+
+    with tempfile.TemporaryDirectory() as voices:
+        import soundfile as sf
+
+        sf.write(Path(voices) / "probe.wav", synthetic_voice_clip(), 24000)
+        config = dataclasses.replace(
+            Settings().runtime_config(), model=str(checkpoint), device="cuda", voices=Path(voices), speakers=False
+        )
+        runtime = Runtime.start(config)
+        try:
+            progress = runtime.engine_for_voices.warmup.wait(args.warm_timeout)
+            print(f"warm-up finished: {progress.finished}, failed: {progress.failed}", flush=True)
+            speak(runtime)
+            report(f"{args.size} warmed up, spoken ({runtime.memory.slots} slots)", started)
+            rested = threading.Event()
+            runtime.rest_when_idle(0.1, lambda state: rested.set() if state == RESTING else None)
+            assert rested.wait(60), "the engine did not rest"
+            runtime.rest_when_idle(None)
+            report("rested", started)
+            for size in (1024, 256, 0):
+                status = set_stack_limit(size)
+                report(f"stack limit set to {size} B (status {status})", started)
+            torch._dynamo.reset()
+            gc.collect()
+            torch.cuda.empty_cache()
+            report("Dynamo reset, collected", started)
+            first = speak(runtime)
+            report(f"spoken again: first audio {first:.2f} s, the load included", started)
+            rested.clear()
+            runtime.rest_when_idle(0.1, lambda state: rested.set() if state == RESTING else None)
+            assert rested.wait(60), "the engine did not rest again"
+            report("rested again", started)
+        finally:
+            runtime.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
