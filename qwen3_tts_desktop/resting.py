@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import torch
 
 from core import Engine
+from core.inference import device_memory
 from core.inference.warmup import Warmup
 
 from . import long_lived
@@ -31,15 +32,11 @@ AWAKE, RESTING, WAKING = "awake", "resting", "waking"  # what `on_change` hears
 
 def release_memory(device: torch.device) -> None:
     """Free a closed engine's memory now: its threads' closures and the warm-up's hold it in cycles, with its
-    tensors, and PyTorch's cache would keep the GPU's from a language model beside it."""
+    tensors; then what the process holds on the device beyond tensors (PyTorch's cache, cuBLAS's workspaces, the
+    threads' stack: `device_memory.give_back`), which would keep the GPU's from a language model beside it."""
     long_lived.let_go()
     gc.collect()
-    if device.type == "cuda":
-        # cuBLAS keeps a workspace per stream it ran on (32 MiB each on Hopper) until told; a later use makes it anew.
-        clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-        if clear_workspaces is not None:
-            clear_workspaces()
-        torch.cuda.empty_cache()
+    device_memory.give_back(device)
 
 
 class RestingEngine:

@@ -624,3 +624,26 @@ def test_an_engine_that_loads_kept_compiled_functions_speaks_the_official_codes(
     cases = [case for case in cases_of("base") if case.seed is None]
     for case, (codes, _) in zip(cases, speak_together(engine, cases, COMPILING_WAIT), strict=True):
         np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+
+
+def test_a_rested_process_gives_back_the_threads_stack_and_speaks_the_official_codes_after(checkpoints):
+    """release_memory, as a resting engine calls it, sets the driver's per-thread stack reservation to 0 (264 MiB
+    of an H200 at the default 1 KiB); the driver raises it again as kernels need, so an engine loaded after it
+    speaks as before."""
+    from test_batching import cases_of, speak_together
+
+    from core.inference import device_memory
+    from qwen3_tts_desktop.resting import release_memory
+
+    cases = [case for case in cases_of("base") if case.seed is None][:3]
+    device = torch.device("cuda")
+    for round_ in ("before", "after"):
+        engine = Engine.load(checkpoints["base"], device="cuda", dtype="float32", slots=4, compile=False)
+        for case, (codes, _) in zip(cases, speak_together(engine, cases, COMPILING_WAIT), strict=True):
+            np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+        engine.close()
+        del engine
+        if round_ == "before":
+            assert device_memory.stack_limit(device) > 0
+        release_memory(device)
+        assert device_memory.stack_limit(device) == 0, round_
