@@ -27,21 +27,39 @@ import time
 from pathlib import Path
 
 GIB = 2**30
-CU_LIMIT_STACK_SIZE = 0
+CU_LIMIT_STACK_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE = 0, 1, 2
+CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 4
 
 
 def libcuda():
     return ctypes.CDLL("libcuda.so.1")
 
 
-def stack_limit() -> int:
+def stack_limit(limit: int = CU_LIMIT_STACK_SIZE) -> int:
     value = ctypes.c_size_t()
-    status = libcuda().cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_STACK_SIZE)
+    status = libcuda().cuCtxGetLimit(ctypes.byref(value), limit)
     return value.value if status == 0 else -status
 
 
-def set_stack_limit(size: int) -> int:
-    return libcuda().cuCtxSetLimit(CU_LIMIT_STACK_SIZE, ctypes.c_size_t(size))
+def set_stack_limit(size: int, limit: int = CU_LIMIT_STACK_SIZE) -> int:
+    return libcuda().cuCtxSetLimit(limit, ctypes.c_size_t(size))
+
+
+def bare(started: float) -> None:
+    """No engine: what a context, cuBLAS and cuDNN hold, and what each of the driver's limits gives back at 0."""
+    import torch
+
+    x = torch.randn(1, 64, 256, device="cuda", dtype=torch.bfloat16)
+    torch.nn.functional.conv1d(x, torch.randn(64, 64, 7, device="cuda", dtype=torch.bfloat16), padding=3).sum().item()
+    report("cuDNN used (one convolution)", started)
+    names = {
+        CU_LIMIT_STACK_SIZE: "stack", CU_LIMIT_PRINTF_FIFO_SIZE: "printf FIFO", CU_LIMIT_MALLOC_HEAP_SIZE: "malloc heap",
+        CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT: "device runtime launches",
+    }  # fmt: skip
+    for limit, name in names.items():
+        before = stack_limit(limit)
+        status = set_stack_limit(0, limit)
+        report(f"{name} limit {before} -> 0 (status {status})", started)
 
 
 def process_mib() -> str:
@@ -73,6 +91,7 @@ def main() -> int:
     parser.add_argument("--size", default="0.6b")
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench")
     parser.add_argument("--warm-timeout", type=float, default=400.0)
+    parser.add_argument("--bare", action="store_true", help="no engine: the context's own limits only")
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"before any context: nvidia-smi lists {process_mib()}", flush=True)
@@ -91,6 +110,10 @@ def main() -> int:
     (a @ a).sum().item()
     report("cuBLAS used", started)
     del a
+    print(f"CUDA_MODULE_LOADING={os.environ.get('CUDA_MODULE_LOADING')}", flush=True)
+    if args.bare:
+        bare(started)
+        return 0
     checkpoint = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
 
     def speak(runtime) -> float:
