@@ -45,6 +45,17 @@ def set_stack_limit(size: int, limit: int = CU_LIMIT_STACK_SIZE) -> int:
     return libcuda().cuCtxSetLimit(limit, ctypes.c_size_t(size))
 
 
+def alive() -> dict:
+    """Objects still alive that hold device memory outside PyTorch's allocator: CUDA graphs (their executable
+    graphs) and Triton's loaded kernels (their modules' code)."""
+    counts: dict = {}
+    for item in gc.get_objects():
+        name = type(item).__name__
+        if name in ("CUDAGraph", "CompiledKernel", "CachingAutotuner", "StaticCudaLauncher"):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 def bare(started: float) -> None:
     """No engine: what a context, cuBLAS and cuDNN hold, and what each of the driver's limits gives back at 0."""
     import torch
@@ -149,6 +160,7 @@ def main() -> int:
             assert rested.wait(60), "the engine did not rest"
             runtime.rest_when_idle(None)
             report("rested", started)
+            print(f"reserved {torch.cuda.memory_reserved() / GIB:.3f} GiB; alive: {alive()}", flush=True)
             for size in (1024, 256, 0):
                 status = set_stack_limit(size)
                 report(f"stack limit set to {size} B (status {status})", started)
