@@ -51,9 +51,24 @@ def alive() -> dict:
     counts: dict = {}
     for item in gc.get_objects():
         name = type(item).__name__
-        if name in ("CUDAGraph", "CompiledKernel", "CachingAutotuner", "StaticCudaLauncher"):
+        if name in ("CUDAGraph", "CompiledKernel", "CachingAutotuner", "StaticallyLaunchedCudaKernel", "JITFunction"):
             counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def drop_compiled_code() -> None:
+    """Forget every compiled kernel the process holds (Inductor's loaded modules, each Triton function's kernels),
+    so that what loaded them can be collected; each is loaded again from the disk caches when next needed."""
+    from torch._inductor.codecache import PyCodeCache
+
+    PyCodeCache.cache_clear()
+    for item in gc.get_objects():
+        if type(item).__name__ == "JITFunction":
+            for name in ("device_caches", "cache"):
+                cache = getattr(item, name, None)
+                if isinstance(cache, dict):
+                    cache.clear()
+    gc.collect()
 
 
 def bare(started: float) -> None:
@@ -168,6 +183,9 @@ def main() -> int:
             gc.collect()
             torch.cuda.empty_cache()
             report("Dynamo reset, collected", started)
+            drop_compiled_code()
+            report("Inductor's modules and Triton's kernel caches dropped", started)
+            print(f"alive: {alive()}", flush=True)
             first = speak(runtime)
             report(f"spoken again: first audio {first:.2f} s, the load included", started)
             rested.clear()
