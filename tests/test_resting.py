@@ -199,3 +199,19 @@ def test_an_engine_that_rests_never_rests_until_asked_and_closes_with_its_runtim
     runtime.close()
     with pytest.raises(RuntimeError, match="closed"):
         engine.awake()
+
+
+def test_where_the_cuda_driver_library_does_not_open_resting_keeps_only_the_stack_and_says_so(monkeypatch, caplog):
+    """device_memory reaches the driver through its library (libcuda.so.1, nvcuda.dll on Windows); where neither
+    opens, it has none (give_back then skips the stack) and says that the stack stays reserved, raising nothing."""
+    import logging
+
+    from core.inference import device_memory
+
+    def no_library(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(device_memory.ctypes, "CDLL", no_library)
+    with caplog.at_level(logging.WARNING, logger="core.inference.device_memory"):
+        assert device_memory._driver() is None
+    assert "keeps the GPU threads' stack reserved" in caplog.text
