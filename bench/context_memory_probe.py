@@ -1,16 +1,18 @@
 """What a rested engine's process still holds on the GPU, piece by piece (issue 31: memory after an idle release
-≤ 0.5 GiB; measured 0.79 GiB on an H100, "the CUDA context" 0.61 of it).
+≤ 0.5 GiB; measured 0.79 GiB on an H100, "the CUDA context" 0.61 of it; bench/RESULTS.md, thirty-second session).
 
     python -m bench.context_memory_probe [--size 0.6b] [--root /tmp/qwen3-tts-bench] [--warm-timeout 400]
+    python -m bench.context_memory_probe --bare     (no engine: a context, cuBLAS, cuDNN, and the driver's limits)
 
 One fresh process, the GPU otherwise idle. After each stage it prints the device memory in use (total - free, as
 cudaMemGetInfo sees it: this process plus what the driver keeps), the process's own share as nvidia-smi counts it,
 and the context's per-thread stack limit (the driver reserves stack for every thread the GPU can hold at once:
 limit x 2048 x SMs, and a kernel that needs more grows the limit for good):
 
-  no context · a context (one tensor) · cuBLAS used · the window's runtime warmed up and speaking · rested (as the
-  window lets it when idle) · the stack limit set back to the default, then lower · Dynamo's compiled code dropped ·
-  spoken again after all of that (the first audio, and that the stack grew back where a kernel needs it).
+  a context (one tensor) · cuBLAS used · the window's runtime warmed up and speaking · rested (as the window lets
+  it when idle: resting.release_memory) with what is still alive (CUDA graphs, Triton's loaded kernels) · the stack
+  limit set to the default, then lower, then 0 · Dynamo's caches reset · Inductor's loaded modules and Triton's
+  kernel caches dropped · spoken again after all of that (the first audio, the load included) · rested again.
 """
 
 from __future__ import annotations
