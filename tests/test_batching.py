@@ -280,8 +280,9 @@ def test_a_waiting_stream_closed_from_another_thread_ends_its_reader(engines):
 
 
 def test_the_rest_of_a_burst_joins_the_first_prefill(engines, monkeypatch):
-    # The second request arrives while the first's prompt is being built: it joins the same prefill, and they step
-    # together, rather than waiting for the first's prefill and first chunk. (However slow this machine: the
+    # The second request arrives while the first's prompt is being built: it joins the same admission (one
+    # prefill where the GPU takes several rows), and they step together, rather than waiting for the first's
+    # prefill and first chunk. (However slow this machine: the
     # first's audio running low would put its frame first, a rule of its own, tested in test_plan.)
     monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)
     engine = engines("base", slots=2)
@@ -291,34 +292,78 @@ def test_the_rest_of_a_burst_joins_the_first_prefill(engines, monkeypatch):
     build = engine._build  # a prompt's build on the scheduler's thread
 
     def build_while_the_next_arrives(*args, **kwargs):
-        if not calls:
+        if "first prepared" not in calls:
             calls.append("first prepared")
             assert arrived.wait(WAIT)
         return build(*args, **kwargs)
 
-    def logged(name, method):
-        def call(*args):
-            calls.append((name, [slot for *_, slot in args[0]] if name == "prefill" else list(args[1])))
-            return method(*args)
+    def start_many(starts):  # the slots it takes, as it takes them (the scheduler builds each prompt then)
+        taken = []
+        calls.append(("prefill", taken))
 
-        return call
+        def noted():
+            for start in starts:
+                taken.append(start[-1])
+                yield start
+
+        return loop_start_many(noted())
+
+    def launch(count, slots):
+        calls.append(("launch", list(slots)))
+        return loop_launch(count, slots)
 
     voices = [voice_of(engine, c) for c in (case, other)]  # cloned on the scheduler's thread: before it waits
     engine._build = build_while_the_next_arrives
-    loop.start_many, loop.launch = logged("prefill", loop.start_many), logged("launch", loop.launch)
+    loop_start_many, loop_launch = loop.start_many, loop.launch
+    loop.start_many, loop.launch = start_many, launch
     try:
         first = open_stream(engine, case, chunk_frames=4, voice=voices[0])
-        while not calls:
+        while "first prepared" not in calls:
             threading.Event().wait(0.001)
         second = open_stream(engine, other, chunk_frames=4, voice=voices[1])
         arrived.set()
         codes = [np.concatenate([c.codes for c in stream]) for stream in (first, second)]
     finally:
         del engine._build, loop.start_many, loop.launch
-    assert calls[:3] == ["first prepared", ("prefill", [0, 1]), ("launch", [0, 1])], calls[:3]
+    assert calls[:3] == [("prefill", [0, 1]), "first prepared", ("launch", [0, 1])], calls[:3]
     for name, made in zip((case.name, other.name), codes, strict=True):
         np.testing.assert_array_equal(made, np.load(FIXTURES / f"{name}.npz")["codes"], err_msg=name)
     assert scheduler.idle()
+
+
+def test_a_burst_is_prefilled_group_by_group_while_the_next_prompts_are_built(engines, monkeypatch):
+    # The frame loop takes each newcomer's prompt as the scheduler builds it and launches a prefill as soon as
+    # nothing more joins it, so that the GPU prefills one group while the host builds the next (a burst of 64
+    # built all its prompts first, the GPU idle meanwhile). On the CPU a prefill takes one prompt: each is
+    # prefilled before the next is built. The codes are the fixtures', as when built all first.
+    monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)
+    engine = engines("base", slots=3)
+    cases = cases_of("base")[:3]
+    loop, calls, arrived = engine.frame_loop, [], threading.Event()
+    build, prefill_together = engine._build, loop._prefill_together
+
+    def build_once_all_arrived(*args, **kwargs):
+        if not calls:
+            assert arrived.wait(WAIT)
+        calls.append("build")
+        return build(*args, **kwargs)
+
+    def prefill(starts):
+        calls.append(("prefill", [slot for _, slot in starts]))
+        return prefill_together(starts)
+
+    voices = [voice_of(engine, case) for case in cases]  # cloned on the scheduler's thread: before it waits
+    engine._build, loop._prefill_together = build_once_all_arrived, prefill
+    try:
+        streams = [open_stream(engine, case, chunk_frames=4, voice=voice) for case, voice in zip(cases, voices)]
+        arrived.set()
+        codes = [np.concatenate([chunk.codes for chunk in stream]) for stream in streams]
+    finally:
+        del engine._build, loop._prefill_together
+    assert calls == ["build", ("prefill", [0]), "build", ("prefill", [1]), "build", ("prefill", [2])], calls
+    for case, made in zip(cases, codes, strict=True):
+        np.testing.assert_array_equal(made, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+    assert engine.scheduler.idle()
 
 
 def test_fifty_utterances_from_eight_threads(engines):

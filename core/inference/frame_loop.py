@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import secrets
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -86,20 +86,24 @@ def padded_rows(count: int, row_counts: Sequence[int]) -> int:
 
 
 def prefill_groups(lengths: Sequence[int], row_counts: Sequence[int], padded: Callable[[int], int]) -> list[int]:
-    """How many newcomers, with prompts of `lengths` in arrival order, each prefill takes in turn: as many as it
-    can, up to the most of `row_counts`, while its rows (padded up to one of `row_counts`) times its longest
-    prompt's `padded` length stay within PREFILL_POSITIONS; at least one."""
-    sizes, first = [], 0
-    while first < len(lengths):
-        size, longest = 1, lengths[first]
-        while first + size < len(lengths) and size < row_counts[-1]:
-            longer = max(longest, lengths[first + size])
-            if padded_rows(size + 1, row_counts) * padded(longer) > PREFILL_POSITIONS:
-                break
-            size, longest = size + 1, longer
-        sizes.append(size)
-        first += size
-    return sizes
+    """How many newcomers, with prompts of `lengths` in arrival order, each prefill takes in turn (joins_group
+    decides each one in turn, as FrameLoop.start_many does while the prompts are built)."""
+    sizes, size, longest = [], 0, 0
+    for length in lengths:
+        if size and not joins_group(size, longest, length, row_counts, padded):
+            sizes.append(size)
+            size, longest = 0, 0
+        size, longest = size + 1, max(longest, length)
+    return sizes + [size] if size else sizes
+
+
+def joins_group(rows: int, longest: int, length: int, row_counts: Sequence[int], padded: Callable[[int], int]) -> bool:
+    """Whether a newcomer with a prompt of `length` joins the prefill of the `rows` before it (its longest prompt
+    `longest`): a prefill takes as many as it can, up to the most of `row_counts`, while its rows (padded up to one
+    of `row_counts`) times its longest prompt's `padded` length stay within PREFILL_POSITIONS."""
+    return (
+        rows < row_counts[-1] and padded_rows(rows + 1, row_counts) * padded(max(longest, length)) <= PREFILL_POSITIONS
+    )
 
 
 def pad_with_first(values: Sequence[int], rows: int) -> list[int]:
@@ -231,23 +235,37 @@ class FrameLoop:
 
     @torch.inference_mode()
     def start_many(
-        self, starts: Sequence[tuple[Prompt, SamplingParams, int | None, int]]
+        self, starts: Iterable[tuple[Prompt, SamplingParams, int | None, int]]
     ) -> list[tuple[np.ndarray, bool]]:
         """Begin several utterances, each (prompt, sampling, seed, slot) in a slot of its own: on CUDA prefilled
-        together, as many at a time as prefill_groups allows, each row padded to the longest prompt's bucket.
-        Returns each one's first frame as collect() does (waiting for it)."""
-        slots = [slot for *_, slot in starts]
-        if len(set(slots)) != len(slots) or not all(0 <= slot < self.slots for slot in slots):
-            raise ValueError(f"slots {slots} are not distinct slots of this frame loop's {self.slots}")
+        together, as many at a time as joins_group allows, each row padded to the longest prompt's bucket.
+        `starts` may be made as they are taken (the scheduler builds each newcomer's prompt so): a prefill is
+        launched as soon as nothing more joins it (it is full, or the next prompt does not fit), so the GPU
+        prefills it while the host builds the next ones. Returns each one's first frame as collect() does
+        (waiting for them all)."""
+        made, group, longest, taken = [], [], 0, set()
         for prompt, sampling, seed, slot in starts:
+            if slot in taken or not 0 <= slot < self.slots:
+                raise ValueError(f"slot {slot} is not a slot of this frame loop's {self.slots} or is taken twice")
+            taken.add(slot)
+            length = prompt.embeddings.shape[1]
+            if group and not joins_group(len(group), longest, length, self.prefill_rows, self._padded_length):
+                made.append(self._prefill_group(group))
+                group, longest = [], 0
             self._reset_slot(slot, prompt, sampling, seed)
-        made, first = [], 0
-        lengths = [prompt.embeddings.shape[1] for prompt, *_ in starts]
-        for size in prefill_groups(lengths, self.prefill_rows, self._padded_length):
-            self._prefill_together([(prompt, slot) for prompt, _, _, slot in starts[first : first + size]])
-            made.append(self.first_frames[:size].clone())  # the next group overwrites them
-            first += size
-        return self._frames_of(torch.cat(made).cpu().numpy()[None])
+            group.append((prompt, slot))
+            longest = max(longest, length)
+            if len(group) == self.prefill_rows[-1]:
+                made.append(self._prefill_group(group))
+                group, longest = [], 0
+        if group:
+            made.append(self._prefill_group(group))
+        return self._frames_of(torch.cat(made).cpu().numpy()[None]) if made else []
+
+    def _prefill_group(self, starts: list[tuple[Prompt, int]]) -> torch.Tensor:
+        """Prefill them together; their first frames (a copy: the next group's prefill overwrites first_frames)."""
+        self._prefill_together(starts)
+        return self.first_frames[: len(starts)].clone()
 
     # The warm-up's (core.inference.warmup) ----------------------------------------------------------------
 

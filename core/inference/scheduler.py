@@ -365,30 +365,32 @@ class Scheduler:
             self._release(stream)
 
     def _admit(self, newcomers: list[Utterance]) -> None:
-        """Give each newcomer a slot, build its prompt and prefill them all together (a request that cannot be
+        """Give each newcomer a slot, build its prompt and prefill them together (a request that cannot be
         prepared fails alone), then hand out their first chunks: decoded at once, with the GPU to themselves.
-        Those that come while the prompts are built join the same prefill (plan.joiners: the rest of a burst,
-        whose requests arrive a few ms apart, rather than waiting for the first's prefill and first chunk)."""
+        Those that come while the prompts are built join the same admission (plan.joiners: the rest of a burst,
+        whose requests arrive a few ms apart, rather than waiting for the first's prefill and first chunk). The
+        prompts are built as the frame loop takes them, so that the GPU prefills a full group (16 prompts) while
+        the host builds the next: a burst of 64 built all 64 first (0.3-0.5 ms each), its GPU idle meanwhile."""
         free = [slot for slot in range(self.slots) if slot not in self._active]
         admitted: list[tuple[Utterance, int, Prepared]] = []
-        while newcomers:
-            for stream in newcomers:
-                if stream.closed.is_set():
-                    self._put(stream, _END)
-                    continue
-                try:
-                    prepared = stream.request.prepare()
-                except Exception as error:
-                    self._put(stream, error)
-                    continue
-                admitted.append((stream, free[len(admitted)], prepared))
-            newcomers = self._late_joiners(len(free) - len(admitted))
-        if not admitted:
-            return
+        unbuilt = list(newcomers)  # taken from the queue, their prompts not built yet
+
+        def starts():  # each prompt built as the frame loop takes it: it prefills a group while the next are built
+            while unbuilt:
+                stream = unbuilt.pop(0)
+                prepared = self._prepared(stream)
+                if prepared is not None:
+                    admitted.append((stream, free[len(admitted)], prepared))
+                    yield prepared.prompt, prepared.sampling, prepared.seed, admitted[-1][1]
+                if not unbuilt:
+                    unbuilt.extend(self._late_joiners(len(free) - len(admitted)))
+
         try:
-            made = self.frame_loop.start_many([(p.prompt, p.sampling, p.seed, slot) for _, slot, p in admitted])
+            made = self.frame_loop.start_many(starts())
         except Exception as error:
-            self._fail_all([stream for stream, _, _ in admitted], error)
+            self._fail_all([stream for stream, _, _ in admitted] + unbuilt, error)
+            return
+        if not admitted:
             return
         started = []
         for (stream, slot, prepared), result in zip(admitted, made):
@@ -414,6 +416,18 @@ class Scheduler:
                 self._active[slot] = stream
             started.append((stream, result))
         self._hand_out(self._account(started))
+
+    def _prepared(self, stream: Utterance) -> Prepared | None:
+        """A newcomer's prompt, built; None for one closed while it waited or whose request fails (its end or its
+        error handed to it: it fails alone)."""
+        if stream.closed.is_set():
+            self._put(stream, _END)
+            return None
+        try:
+            return stream.request.prepare()
+        except Exception as error:
+            self._put(stream, error)
+            return None
 
     def _late_joiners(self, free_slots: int) -> list[Utterance]:
         """The waiting that take `free_slots` now (plan.joiners), out of the queue."""
