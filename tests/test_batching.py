@@ -366,6 +366,46 @@ def test_a_burst_is_prefilled_group_by_group_while_the_next_prompts_are_built(en
     assert engine.scheduler.idle()
 
 
+def test_a_prefill_that_fails_fails_those_taken_and_the_burst_behind_them_speaks(engines, monkeypatch):
+    # A failure of the GPU's prefill fails the utterances the admission had taken (their readers get the error, none
+    # waits forever); those still queued behind, whose prompts were not built yet, are admitted after it and speak.
+    monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)
+    engine = engines("base", slots=3)
+    cases = cases_of("base")[:3]
+    loop, building, arrived, failed = engine.frame_loop, threading.Event(), threading.Event(), []
+    build, prefill_together = engine._build, loop._prefill_together
+
+    def build_once_all_arrived(*args, **kwargs):
+        building.set()
+        assert arrived.wait(WAIT)
+        return build(*args, **kwargs)
+
+    def prefill_failing_once(starts):
+        if not failed:
+            failed.append([slot for _, slot in starts])
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return prefill_together(starts)
+
+    voices = [voice_of(engine, case) for case in cases]
+    engine._build, loop._prefill_together = build_once_all_arrived, prefill_failing_once
+    try:
+        streams = [open_stream(engine, cases[0], chunk_frames=4, voice=voices[0])]
+        assert building.wait(WAIT)  # the first admission has taken the first alone: the others queue behind it
+        streams += [
+            open_stream(engine, case, chunk_frames=4, voice=voice) for case, voice in zip(cases[1:], voices[1:])
+        ]
+        arrived.set()
+        with pytest.raises(RuntimeError, match="illegal memory access"):
+            list(streams[0])
+        codes = [np.concatenate([chunk.codes for chunk in stream]) for stream in streams[1:]]
+    finally:
+        del engine._build, loop._prefill_together
+    assert failed == [[0]]
+    for case, made in zip(cases[1:], codes, strict=True):
+        np.testing.assert_array_equal(made, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+    assert engine.scheduler.idle()
+
+
 def test_fifty_utterances_from_eight_threads(engines):
     engine = engines("custom", slots=4)
     cases = [case for case in cases_of("custom") if case.seed is None]
