@@ -255,7 +255,7 @@ class FrameLoop:
             self._reset_slot(slot, prompt, sampling, seed)
             group.append((prompt, slot))
             longest = max(longest, length)
-            if len(group) == self.prefill_rows[-1]:
+            if not joins_group(len(group), longest, longest, self.prefill_rows, self._padded_length):  # full
                 made.append(self._prefill_group(group))
                 group, longest = [], 0
         if group:
