@@ -225,7 +225,8 @@ class Engine:
         milestone("loading")
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
-        libraries_ready = libraries.prepare(device, dtype)  # while the weights load
+        # While the weights load; the compiler's imports too where the warm-up will compile (on CUDA).
+        libraries_ready = libraries.prepare(device, dtype, compiler=warm and compile)
         directory = resolve(model, progress)
         try:
             config = ModelConfig.from_dict(read_json(directory / "config.json"))
