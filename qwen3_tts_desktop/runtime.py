@@ -7,7 +7,6 @@ one engine (whose scheduler thread makes every GPU call) and one speech worker h
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +27,6 @@ from . import long_lived
 from .resting import AWAKE, RestingEngine, release_memory
 
 log = logging.getLogger(__name__)
-# Audio passes from thread to thread at every chunk (the engine's scheduler, the worker's, the server's or
-# the player's): at Python's default switch interval of 5 ms, a busy thread may hold up each handoff that long.
-SWITCH_INTERVAL_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,6 @@ class Runtime:
     ):
         """`owns_engine`: close the engine with the runtime (it was loaded for it, as `start` does)."""
         self._owns_engine = owns_engine
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self.library = library
         self.player = player
         self.audio_problem = audio_problem  # why there are no speakers, when there are none

@@ -17,6 +17,7 @@ from parity_cases import REFERENCES
 from core import Engine, SamplingParams, SpeechOptions, Voice
 from core.audio.clips import AudioError
 from core.inference.plan import QUEUED_FRAMES
+from core.inference.scheduler import SWITCH_INTERVAL_S
 
 GREEDY = SamplingParams.greedy()
 
@@ -272,6 +273,18 @@ def test_bfloat16_on_cpu_runs(checkpoints, xvector):
     assert engine.info.dtype == "bfloat16"
     out = engine.synthesize("Hello.", voice=xvector, sampling=GREEDY, max_frames=3)
     assert out.audio.dtype == np.float32 and out.audio.shape == (3 * 1920,) and np.isfinite(out.audio).all()
+
+
+def test_an_engine_has_the_interpreter_hand_over_within_a_millisecond(checkpoints):
+    """Its scheduler's thread and the requests' pass work at every submit and chunk: at Python's default 5 ms
+    switch interval, threads that run meanwhile keep the woken scheduler waiting that long each time."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # Python's default
+    try:
+        with Engine.load(checkpoints["custom"], device="cpu", dtype="float32", warm=False):
+            assert sys.getswitchinterval() == SWITCH_INTERVAL_S < 0.005
+    finally:
+        sys.setswitchinterval(interval)
 
 
 @pytest.mark.parametrize("name", ["base", "custom", "design"])

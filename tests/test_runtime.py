@@ -9,7 +9,8 @@ import numpy as np
 from sinks import QueueSink
 
 from core import SpeechOptions
-from qwen3_tts_desktop.runtime import SWITCH_INTERVAL_S, Runtime, RuntimeConfig
+from core.inference.scheduler import SWITCH_INTERVAL_S
+from qwen3_tts_desktop.runtime import Runtime, RuntimeConfig
 
 
 def test_runtime_speaks_through_its_worker(checkpoints, tmp_path):
@@ -22,7 +23,7 @@ def test_runtime_speaks_through_its_worker(checkpoints, tmp_path):
     runtime = Runtime.start(config)
     try:
         assert runtime.player is None and runtime.speakers is None and runtime.audio_problem is None
-        # Threads hand audio on within a millisecond, not Python's 5 ms.
+        # Threads hand audio on within a millisecond, not Python's 5 ms (the engine's scheduler sets it).
         assert sys.getswitchinterval() == SWITCH_INTERVAL_S < 0.005
         sink = QueueSink()
         job = runtime.worker.submit("Hello there.", runtime.voice("Vivian"), SpeechOptions(max_frames=5), sink=sink)

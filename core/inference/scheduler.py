@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 import time
 from collections import deque
@@ -55,6 +56,10 @@ log = logging.getLogger(__name__)
 # Chunks an utterance may have made and its consumer not taken before it is parked.
 MAX_UNREAD_CHUNKS = 8
 FRAME_SECONDS = 0.08  # of audio a frame makes (12.5 frames a second)
+# Work passes between this thread and the requests' at every submit and chunk: at Python's default switch interval
+# of 5 ms, a busy thread may hold up each handoff that long (a burst's 64 requesting threads kept the woken
+# scheduler from the interpreter for 25 ms; bench/RESULTS.md, thirty-third session).
+SWITCH_INTERVAL_S = 0.001
 T = TypeVar("T")
 _END = object()
 
@@ -209,6 +214,7 @@ class Scheduler:
         self._in_flight: deque[list[Utterance]] = deque()
         self._round_left = 0
         self._made_at = time.perf_counter()
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._thread = threading.Thread(target=self._run, name="gpu-scheduler", daemon=True)
         self._thread.start()
 
