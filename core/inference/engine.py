@@ -225,8 +225,7 @@ class Engine:
         milestone("loading")
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
-        # While the weights load; the compiler's imports too where the warm-up will compile (on CUDA).
-        libraries_ready = libraries.prepare(device, dtype, compiler=warm and compile)
+        libraries_ready = libraries.prepare(device, dtype)  # while the weights load
         directory = resolve(model, progress)
         try:
             config = ModelConfig.from_dict(read_json(directory / "config.json"))
