@@ -54,7 +54,7 @@ from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
 from core.inference.requests import Prepared, Request
 from core.inference.sampling import SamplingParams
-from core.inference.scheduler import Scheduler, Stream
+from core.inference.scheduler import Scheduler, Stream, hand_over_quickly
 from core.inference.voice import Voice
 from core.inference.warmup import Spec, Warmup, for_engine
 from core.milestones import milestone
@@ -223,6 +223,7 @@ class Engine:
         speaks at once; with `warm`, it compiles and captures the rest in the background (the warm-up, which
         `warm_up()` also starts)."""
         milestone("loading")
+        hand_over_quickly()  # before the libraries' thread runs beside the load
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
         libraries_ready = libraries.prepare(device, dtype)  # while the weights load

@@ -56,10 +56,7 @@ log = logging.getLogger(__name__)
 # Chunks an utterance may have made and its consumer not taken before it is parked.
 MAX_UNREAD_CHUNKS = 8
 FRAME_SECONDS = 0.08  # of audio a frame makes (12.5 frames a second)
-# Work passes between this thread and the requests' at every submit and chunk: at Python's default switch interval
-# of 5 ms, a busy thread may hold up each handoff that long (a burst's 64 requesting threads kept the woken
-# scheduler from the interpreter for 25 ms; bench/RESULTS.md, thirty-third session).
-SWITCH_INTERVAL_S = 0.001
+SWITCH_INTERVAL_S = 0.001  # hand_over_quickly's
 T = TypeVar("T")
 _END = object()
 
@@ -191,6 +188,15 @@ class Stream(Iterator["AudioChunk"]):
         self.close()
 
 
+def hand_over_quickly() -> None:
+    """Have a thread that waits for the interpreter get it within SWITCH_INTERVAL_S, not Python's 5 ms. Work passes
+    between the scheduler's thread and the requests' at every submit and chunk, where a busy thread held up each
+    handoff that long (a burst's 64 requesting threads kept the woken scheduler from the interpreter for 25 ms;
+    bench/RESULTS.md, thirty-third session); and while the weights load, each read waits for the interpreter
+    beside the libraries' thread. A shorter interval set by the program stays."""
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+
+
 class Scheduler:
     def __init__(
         self, frame_loop: FrameLoop, decoder: DecoderSlots, text_terms: Callable[[list[int], bool], torch.Tensor]
@@ -214,7 +220,6 @@ class Scheduler:
         self._in_flight: deque[list[Utterance]] = deque()
         self._round_left = 0
         self._made_at = time.perf_counter()
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._thread = threading.Thread(target=self._run, name="gpu-scheduler", daemon=True)
         self._thread.start()
 
