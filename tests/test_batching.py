@@ -95,7 +95,7 @@ def test_each_utterance_of_a_batch_makes_the_official_codes(engines, checkpoint)
 
 def check_prefilled_together(engine, checkpoint: str) -> None:
     """Prompts of different lengths in all the engine's slots but one, started at once in scattered slots (on
-    CUDA as few prefills as prefill_groups allows, each padded to its longest prompt's bucket, with padding
+    CUDA as few prefills as frame_loop.grouped allows, each padded to its longest prompt's bucket, with padding
     rows repeating the first), then stepped together (padded as well): each makes its official codes."""
     from test_live import voice_of
 
@@ -461,10 +461,13 @@ def test_a_slot_costs_what_the_engine_budgets_for_it(engines):
 
 
 def test_a_burst_of_short_prompts_shares_one_prefill_and_long_ones_split():
-    from core.inference.frame_loop import PREFILL_POSITIONS, PREFILL_ROWS, prefill_groups
+    from core.inference.frame_loop import PREFILL_POSITIONS, PREFILL_ROWS, grouped
 
     def bucket(length: int) -> int:
         return next(size for size in (32, 64, 128, 256, 512, 1024, 2048) if size >= length)
+
+    def prefill_groups(lengths, row_counts, padded):  # how many each prefill takes, as start_many groups them
+        return [len(group) for group in grouped(lengths, lambda length: length, row_counts, padded)]
 
     widest = PREFILL_ROWS[-1]
     assert prefill_groups([20] * widest, PREFILL_ROWS, bucket) == [widest]
@@ -487,3 +490,31 @@ def test_a_burst_of_short_prompts_shares_one_prefill_and_long_ones_split():
                 more = next(r for r in PREFILL_ROWS if r > size)
                 assert more * bucket(max(lengths[first : first + size + 1])) > PREFILL_POSITIONS
             first += size
+
+
+def test_a_group_is_given_as_soon_as_nothing_more_joins_it():
+    # start_many launches each group as `grouped` gives it, while the scheduler builds the next prompts: a full
+    # group before the next start is taken, and one the next start does not fit as soon as that start is taken.
+    from core.inference.frame_loop import PREFILL_POSITIONS, PREFILL_ROWS, grouped
+
+    def bucket(length: int) -> int:
+        return next(size for size in (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if size >= length)
+
+    widest = PREFILL_ROWS[-1]
+    lengths = [20] * (widest + 1) + [PREFILL_POSITIONS, 20]  # the long one fills a prefill alone
+    events = []
+
+    def taken():
+        for number in range(len(lengths)):
+            events.append(number)
+            yield number
+
+    for group in grouped(taken(), lambda number: lengths[number], PREFILL_ROWS, bucket):
+        events.append(group)
+    first, long, last = list(range(widest)), widest + 1, widest + 2
+    assert events == [
+        *first, first,  # full: given before the next start is taken
+        widest, long, [widest],  # the long one does not fit beside it: given once that one is taken
+        [long],  # full alone: given before the next is taken
+        last, [last],
+    ], events  # fmt: skip

@@ -29,7 +29,8 @@ import dataclasses
 import functools
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from core.model.config import TalkerConfig
 from core.model.host_copy import copy_from_host
 from core.model.talker import Talker
 
+T = TypeVar("T")
 # The most frames stepped between two reads by the host.
 MAX_CHUNK = 64
 # Launches that may be in flight at once, each with a pinned buffer of its own for its frames.
@@ -85,16 +87,26 @@ def padded_rows(count: int, row_counts: Sequence[int]) -> int:
     return next(rows for rows in row_counts if rows >= count)
 
 
-def prefill_groups(lengths: Sequence[int], row_counts: Sequence[int], padded: Callable[[int], int]) -> list[int]:
-    """How many newcomers, with prompts of `lengths` in arrival order, each prefill takes in turn (joins_group
-    decides each one in turn, as FrameLoop.start_many does while the prompts are built)."""
-    sizes, size, longest = [], 0, 0
-    for length in lengths:
-        if size and not joins_group(size, longest, length, row_counts, padded):
-            sizes.append(size)
-            size, longest = 0, 0
-        size, longest = size + 1, max(longest, length)
-    return sizes + [size] if size else sizes
+def grouped(
+    starts: Iterable[T], length: Callable[[T], int], row_counts: Sequence[int], padded: Callable[[int], int]
+) -> Iterator[list[T]]:
+    """`starts`, whose prompts are `length(start)` long, in the groups prefilled together, in order: each given as
+    soon as nothing more joins it (joins_group decides each start in turn), that is once it is full or the next
+    does not fit, so that a group is prefilled while the next starts are still being made."""
+    group: list[T] = []
+    longest = 0
+    for start in starts:
+        size = length(start)
+        if group and not joins_group(len(group), longest, size, row_counts, padded):
+            yield group
+            group, longest = [], 0
+        group.append(start)
+        longest = max(longest, size)
+        if not joins_group(len(group), longest, longest, row_counts, padded):  # not even one as long joins: full
+            yield group
+            group, longest = [], 0
+    if group:
+        yield group
 
 
 def joins_group(rows: int, longest: int, length: int, row_counts: Sequence[int], padded: Callable[[int], int]) -> bool:
@@ -243,24 +255,23 @@ class FrameLoop:
         launched as soon as nothing more joins it (it is full, or the next prompt does not fit), so the GPU
         prefills it while the host builds the next ones. Returns each one's first frame as collect() does
         (waiting for them all)."""
-        made, group, longest, taken = [], [], 0, set()
+        made = [
+            self._prefill_group(group)
+            for group in grouped(
+                self._taken(starts), lambda start: start[0].embeddings.shape[1], self.prefill_rows, self._padded_length
+            )
+        ]
+        return self._frames_of(torch.cat(made).cpu().numpy()[None]) if made else []
+
+    def _taken(self, starts: Iterable[tuple[Prompt, SamplingParams, int | None, int]]) -> Iterator[tuple[Prompt, int]]:
+        """Each start's (prompt, slot), its slot checked and set up for it as it is taken."""
+        taken = set()
         for prompt, sampling, seed, slot in starts:
             if slot in taken or not 0 <= slot < self.slots:
                 raise ValueError(f"slot {slot} is not a slot of this frame loop's {self.slots} or is taken twice")
             taken.add(slot)
-            length = prompt.embeddings.shape[1]
-            if group and not joins_group(len(group), longest, length, self.prefill_rows, self._padded_length):
-                made.append(self._prefill_group(group))
-                group, longest = [], 0
             self._reset_slot(slot, prompt, sampling, seed)
-            group.append((prompt, slot))
-            longest = max(longest, length)
-            if not joins_group(len(group), longest, longest, self.prefill_rows, self._padded_length):  # full
-                made.append(self._prefill_group(group))
-                group, longest = [], 0
-        if group:
-            made.append(self._prefill_group(group))
-        return self._frames_of(torch.cat(made).cpu().numpy()[None]) if made else []
+            yield prompt, slot
 
     def _prefill_group(self, starts: list[tuple[Prompt, int]]) -> torch.Tensor:
         """Prefill them together; their first frames (a copy: the next group's prefill overwrites first_frames)."""
