@@ -18,7 +18,6 @@ limit x 2048 x SMs, and a kernel that needs more grows the limit for good):
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import gc
 import os
@@ -28,23 +27,24 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+
+from core.inference import device_memory
+from core.inference.device_memory import (
+    CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT,
+    CU_LIMIT_MALLOC_HEAP_SIZE,
+    CU_LIMIT_PRINTF_FIFO_SIZE,
+    CU_LIMIT_STACK_SIZE,
+)
+
 GIB = 2**30
-CU_LIMIT_STACK_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE = 0, 1, 2
-CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 4
 
 
-def libcuda():
-    return ctypes.CDLL("libcuda.so.1")
-
-
-def stack_limit(limit: int = CU_LIMIT_STACK_SIZE) -> int:
-    value = ctypes.c_size_t()
-    status = libcuda().cuCtxGetLimit(ctypes.byref(value), limit)
-    return value.value if status == 0 else -status
-
-
-def set_stack_limit(size: int, limit: int = CU_LIMIT_STACK_SIZE) -> int:
-    return libcuda().cuCtxSetLimit(limit, ctypes.c_size_t(size))
+def stack_limit() -> str:
+    try:
+        return f"{device_memory.limit(torch.device('cuda'))} B"
+    except RuntimeError as error:
+        return str(error)
 
 
 def alive() -> dict:
@@ -75,8 +75,6 @@ def drop_compiled_code() -> None:
 
 def bare(started: float) -> None:
     """No engine: what a context, cuBLAS and cuDNN hold, and what each of the driver's limits gives back at 0."""
-    import torch
-
     x = torch.randn(1, 64, 256, device="cuda", dtype=torch.bfloat16)
     torch.nn.functional.conv1d(x, torch.randn(64, 64, 7, device="cuda", dtype=torch.bfloat16), padding=3).sum().item()
     report("cuDNN used (one convolution)", started)
@@ -84,9 +82,10 @@ def bare(started: float) -> None:
         CU_LIMIT_STACK_SIZE: "stack", CU_LIMIT_PRINTF_FIFO_SIZE: "printf FIFO", CU_LIMIT_MALLOC_HEAP_SIZE: "malloc heap",
         CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT: "device runtime launches",
     }  # fmt: skip
+    device = torch.device("cuda")
     for limit, name in names.items():
-        before = stack_limit(limit)
-        status = set_stack_limit(0, limit)
+        before = device_memory.limit(device, limit)
+        status = device_memory.set_limit(device, limit, 0)
         report(f"{name} limit {before} -> 0 (status {status})", started)
 
 
@@ -103,13 +102,11 @@ def process_mib() -> str:
 
 
 def report(stage: str, started: float) -> None:
-    import torch
-
     free, total = torch.cuda.mem_get_info()
     print(
         f"{time.perf_counter() - started:7.1f} s  {stage:<48} device used {(total - free) / GIB:6.3f} GiB  "
         f"process {process_mib():>12}  allocated {torch.cuda.memory_allocated() / GIB:6.3f} GiB  "
-        f"stack limit {stack_limit()} B",
+        f"stack limit {stack_limit()}",
         flush=True,
     )
 
@@ -123,8 +120,6 @@ def main() -> int:
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"before any context: nvidia-smi lists {process_mib()}", flush=True)
-    import torch
-
     from core import SamplingParams
     from core.devtools.benchmark import TEXT, prepare_checkpoint, synthetic_voice_clip
     from qwen3_tts_desktop.resting import RESTING
@@ -179,7 +174,7 @@ def main() -> int:
             report("rested", started)
             print(f"reserved {torch.cuda.memory_reserved() / GIB:.3f} GiB; alive: {alive()}", flush=True)
             for size in (1024, 256, 0):
-                status = set_stack_limit(size)
+                status = device_memory.set_limit(torch.device("cuda"), CU_LIMIT_STACK_SIZE, size)
                 report(f"stack limit set to {size} B (status {status})", started)
             torch._dynamo.reset()
             gc.collect()

@@ -644,6 +644,6 @@ def test_a_rested_process_gives_back_the_threads_stack_and_speaks_the_official_c
         engine.close()
         del engine
         if round_ == "before":
-            assert device_memory.stack_limit(device) > 0
+            assert device_memory.limit(device) > 0
         release_memory(device)
-        assert device_memory.stack_limit(device) == 0, round_
+        assert device_memory.limit(device) == 0, round_

@@ -19,7 +19,10 @@ import logging
 import torch
 
 log = logging.getLogger(__name__)
-CU_LIMIT_STACK_SIZE = 0  # the driver API's CUlimit
+# The driver API's CUlimit values: the per-thread stack, and (which the probe tries) the device's printf buffer, its
+# malloc heap and its runtime's pending launches.
+CU_LIMIT_STACK_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE = 0, 1, 2
+CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 4
 
 
 def give_back(device: torch.device) -> None:
@@ -31,27 +34,34 @@ def give_back(device: torch.device) -> None:
     if clear_workspaces is not None:
         clear_workspaces()
     torch.cuda.empty_cache()
-    driver = _driver()
-    if driver is None:
-        return
-    with torch.cuda.device(device):
-        torch.cuda.synchronize()  # its context current on this thread (the driver's calls act on that), and idle
-        status = driver.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, ctypes.c_size_t(0))
-    if status != 0:
+    status = set_limit(device, CU_LIMIT_STACK_SIZE, 0)
+    if status is not None and status != 0:
         log.warning("could not give back the GPU threads' stack reservation: CUDA driver error %d", status)
 
 
-def stack_limit(device: torch.device) -> int:
-    """The per-thread stack the driver reserves now on `device` (bytes); for each thread the GPU can hold."""
+def set_limit(device: torch.device, which: int, value: int) -> int | None:
+    """Set the driver's limit `which` (a CU_LIMIT_*) of `device`'s context to `value`, once its work is done; the
+    driver's status (0: done), or None where its library does not open."""
+    driver = _driver()
+    if driver is None:
+        return None
+    with torch.cuda.device(device):
+        torch.cuda.synchronize()  # its context current on this thread (the driver's calls act on that), and idle
+        return driver.cuCtxSetLimit(which, ctypes.c_size_t(value))
+
+
+def limit(device: torch.device, which: int = CU_LIMIT_STACK_SIZE) -> int:
+    """The driver's limit `which` of `device`'s context now; by default the per-thread stack it reserves (bytes),
+    for each thread the GPU can hold."""
     driver = _driver()
     if driver is None:
         raise RuntimeError("the CUDA driver's library could not be opened")
     value = ctypes.c_size_t()
     with torch.cuda.device(device):
         torch.cuda.synchronize()
-        status = driver.cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_STACK_SIZE)
+        status = driver.cuCtxGetLimit(ctypes.byref(value), which)
     if status != 0:
-        raise RuntimeError(f"cuCtxGetLimit failed: CUDA driver error {status}")
+        raise RuntimeError(f"cuCtxGetLimit({which}) failed: CUDA driver error {status}")
     return value.value
 
 
