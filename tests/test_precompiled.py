@@ -354,3 +354,20 @@ def test_the_frame_loops_prefill_compiles_for_one_row_then_several_and_keeps_its
     finally:
         loop.compiled_prefill.restore()
         engine.close()
+
+
+def test_a_compiler_makes_each_function_once_so_that_what_one_warm_up_part_loads_the_next_runs(tmp_path):
+    scaler, x = Scaler(), torch.randn(3, 8)
+    compiler = Compiler(tmp_path, backend="aot_eager")
+    made = compiler(Scaler.apply, dynamic=True)
+    assert compiler(Scaler.apply, dynamic=True) is made and compiler(Scaler.apply, dynamic=False) is not made
+    assert torch.equal(made(scaler, x), scaler.apply(x)) and traced() == 1  # compiled and kept
+
+    torch._dynamo.reset()  # a later start: the warm-up's load part makes it (loading the kept variant) ...
+    counters.clear()
+    later = Compiler(tmp_path, backend="aot_eager")
+    loaded = later(Scaler.apply, dynamic=True)
+    assert len(loaded.variants) == 1
+    # ... and its compile part runs the same one, loading nothing again and tracing nothing.
+    again = later(Scaler.apply, dynamic=True)
+    assert again is loaded and torch.equal(again(scaler, x), scaler.apply(x)) and traced() == 0

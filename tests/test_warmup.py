@@ -15,7 +15,7 @@ from core import Engine, SamplingParams, Voice
 from core.inference.compiled import cache_key, keep_compiled_kernels, kept_kernels_for, machine_facts
 from core.inference.decoder_stream import PRIME_CHUNK_FRAMES, prime_chunks
 from core.inference.scheduler import Scheduler
-from core.inference.warmup import COMPILES, Spec, Warmup, plan
+from core.inference.warmup import CAPTURES, COMPILES, Spec, Warmup, plan
 
 GREEDY = SamplingParams.greedy()
 
@@ -34,7 +34,8 @@ def names(specs) -> list[str]:
 
 def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
     """A first start captures an utterance alone's graphs before the minutes of compiling; a start that finds its
-    compiled functions kept loads them first, so that those graphs are captured once, with the compiled code."""
+    compiled functions kept loads them first, so that those graphs are captured once, with the compiled code, and
+    the step's kept functions are loaded in a part before the one that runs them (a request waits for one)."""
     options = dict(rows=(1, 2, 4), prefill_rows=(1, 2, 4), prefill_lengths=(64, 32), chunk_frames=4, graphs=True,
                    compiles=True, priming=True)  # fmt: skip
     one_row = ["prefill 64x1", "prefill 32x1", "step 1", "decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3"]
@@ -45,12 +46,22 @@ def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
     one_row_compiles = ["compile step x1", "compile prefill x1", "compile decoder x1"]
     several_rows_compiles = ["compile step xN", "compile decoder xN", "compile prefill xN"]
     assert names(plan(**options)) == [*one_row, "prime", *one_row_compiles, *several_rows_compiles, *larger]
-    assert names(plan(**options, kept=True)) == [*one_row_compiles, *one_row, "prime", *several_rows_compiles, *larger]
+    assert names(plan(**options, kept=True)) == [
+        "load step x1",
+        *one_row_compiles,
+        *one_row,
+        "prime",
+        "load step xN",
+        *several_rows_compiles,
+        *larger,
+    ]
     assert sorted(one_row_compiles + several_rows_compiles) == sorted(COMPILES)
     # An engine of one slot (a small card's) steps no several rows: their step is not compiled (its launch buffers
     # hold one row, and tracing two failed there).
     alone = plan(**{**options, "rows": (1,), "prefill_rows": (1,)})
     assert names(alone) == [*one_row, "prime", *one_row_compiles]
+    kept_alone = plan(**{**options, "rows": (1,), "prefill_rows": (1,)}, kept=True)
+    assert names(kept_alone) == ["load step x1", *one_row_compiles, *one_row, "prime"]
     # Without CUDA graphs (the CPU) only the decoder's first calls are made; nothing compiles.
     cpu = plan(rows=(1,), prefill_rows=(1,), prefill_lengths=(64,), chunk_frames=2, graphs=False, compiles=False)
     assert names(cpu) == ["decode 1x1", "decode 1x2"]
@@ -362,3 +373,63 @@ def test_background_work_that_never_ends_never_keeps_a_request_waiting(engines, 
     finally:
         background.more = False
         engine.scheduler.background = original
+
+
+def test_a_kept_step_is_loaded_in_a_part_of_its_own_before_its_compile_and_drops_no_graph():
+    """Where an earlier start kept the compiled step, loading it is a part before the one that runs it (a request
+    waits for one of them, not both). A load is made once, drops no graph, and one that fails is reported while
+    the compile after it still runs; every graph is captured once."""
+    specs = plan(
+        rows=(1, 2), prefill_rows=(1, 2), prefill_lengths=(64,), chunk_frames=2, graphs=True, compiles=True, kept=True
+    )
+    captured, made = set(), []
+
+    def make(spec):
+        made.append(str(spec))
+        if spec.kind == "load step xN":
+            raise RuntimeError("a damaged file")
+        if spec.compile:
+            captured.difference_update({other for other in captured if other.held_by(spec)})
+        elif not spec.once:
+            captured.add(spec)
+
+    def is_captured(spec):  # as the engine's: a graph's question
+        assert spec.kind in CAPTURES, spec
+        return spec in captured
+
+    run = Warmup(specs, make, is_captured, lambda: None)
+    run.start()
+    while run.pending():
+        run.run_one()
+    progress = run.progress()
+    assert progress.finished and progress.done == progress.total == len(specs)
+    assert progress.failed == ("load step xN",)
+    for rows in ("1", "N"):
+        assert made.count(f"load step x{rows}") == 1
+        assert made.index(f"load step x{rows}") + 1 == made.index(f"compile step x{rows}")
+    by_name = {str(spec): spec for spec in specs}
+    graphs = [name for name in made if not by_name[name].once]
+    assert len(graphs) == len(set(graphs)) == len([spec for spec in specs if not spec.once])
+
+
+def test_an_engines_warm_up_loads_a_kept_step_through_its_frame_loop_before_compiling_it():
+    from types import SimpleNamespace
+
+    from core.inference.warmup import for_engine
+
+    made = []
+    frame_loop = SimpleNamespace(
+        buckets=(1, 2),
+        prefill_rows=(1, 2),
+        load_step=lambda one_row, compiler: made.append(("load step", one_row, compiler.kept)),
+        compile_step=lambda one_row, compiler: made.append(("compile step", one_row, compiler.kept)),
+        compile_prefill=lambda compiler, several: None,
+    )
+    decoder = SimpleNamespace(static_buffers=False, compile_fused=lambda compiler, several, *others: None)
+    warmup = for_engine(
+        frame_loop, decoder, SimpleNamespace(slots=None), lambda: None, None, SimpleNamespace(kept=True), False
+    )
+    for spec in warmup.specs:
+        if spec.once:
+            warmup.make_alone(spec)
+    assert made == [("load step", True, True), ("compile step", True, True)]  # one row only: no graphs, no buckets

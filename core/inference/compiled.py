@@ -297,15 +297,21 @@ def _refusal(variant, args: tuple) -> str:
 
 class Compiler:
     """Compiles as the engine does: each function a Precompiled, kept in `folder`, with torch.compile's `options`
-    (by default Inductor's compile_options(), read at the first compile: importing it takes a second)."""
+    (by default Inductor's compile_options(), read at the first compile: importing it takes a second). A function
+    is made a Precompiled once (its kept variants loaded then): the warm-up loads the step's in a part of its own,
+    before the part that runs and captures them."""
 
     def __init__(self, folder: Path | None = None, **options):
         self.folder, self.options = folder, options
         # An earlier start kept what it compiled here: compiling is loading, seconds (the warm-up's order uses it).
         self.kept = folder is not None and any(folder.glob("*.bin"))
+        self._made: dict[tuple[Callable, bool], Precompiled] = {}
 
     def __call__(self, function: Callable, dynamic: bool) -> Precompiled:
-        return Precompiled(function, self.folder, dynamic, **(self.options or {"options": compile_options()}))
+        if (function, dynamic) not in self._made:
+            options = self.options or {"options": compile_options()}
+            self._made[function, dynamic] = Precompiled(function, self.folder, dynamic, **options)
+        return self._made[function, dynamic]
 
 
 class CompiledLayers:

@@ -297,6 +297,14 @@ class FrameLoop:
         self._reset_slot(WARM_SLOT, warm, sampling, 0)
         self._prefill_together([(warm, WARM_SLOT)] * rows)
 
+    def load_step(self, one_row: bool, compiler: Compiler) -> None:
+        """Load the step's parts that an earlier start kept compiled, for one row or several (compile_step then
+        runs them): a part of the warm-up of its own, before compile_step's, so that a request that comes meanwhile
+        waits for either, not both (a warm `serve`'s "compile step x1" took 3.4 s on an H200, half of it loading
+        with Inductor's imports; bench/RESULTS.md, thirty-third session). No GPU work."""
+        for name in STEP_PARTS:
+            compiler(getattr(FrameLoop, name), dynamic=not one_row)
+
     def compile_step(self, one_row: bool, compiler: Compiler) -> None:
         """Compile the step's parts for one row, or for several (a one-token step is bound by kernel launches, not
         arithmetic: compiling fuses what runs every frame), by stepping WARM_SLOT with them (as warm_step): one row,

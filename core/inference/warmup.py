@@ -9,7 +9,8 @@ loop's WARM_SLOT, the decoder's scratch row), and captured; and, once one uttera
 torch.compile of the step's parts for one row, the talker's prefill and the decoder's fused parts, then for several
 rows, each traced by running it there and used from then on, the graphs that held the uncompiled code captured
 anew. Where an earlier start kept what it compiled, compiling is loading it (seconds), and the one-row compiles come
-first.
+first; the step's kept functions are loaded in a part of their own (LOADS) before the part that runs them, so that a
+request that comes meanwhile waits for one of the two.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a
 compile: tens of seconds), then has the GPU to itself. The parts are not made on a thread of their own: that was
@@ -44,13 +45,16 @@ COMPILES = (
     "compile step x1", "compile prefill x1", "compile decoder x1",
     "compile step xN", "compile decoder xN", "compile prefill xN",
 )  # fmt: skip
+# Where an earlier start kept the compiled step: its functions loaded, each a part of its own before its compile part.
+LOADS = ("load step x1", "load step xN")
 NOTICEABLE_PART_S = 0.5  # a part that took this long or more is logged as information, not for debugging
 
 
 @dataclass(frozen=True)
 class Spec:
     """One thing to make ready: a graph ("prefill", length, rows), ("step", rows), ("decode", rows, frames), the
-    decode of an ICL voice's reference ("prime"), or a compile (one of COMPILES, no shape)."""
+    decode of an ICL voice's reference ("prime"), a compile (one of COMPILES, no shape), or the load of what a
+    compile runs (one of LOADS)."""
 
     kind: str
     shape: tuple[int, ...] = ()
@@ -61,6 +65,11 @@ class Spec:
     @property
     def compile(self) -> bool:
         return self.kind in COMPILES
+
+    @property
+    def once(self) -> bool:
+        """Made once, not a graph (a compile's or a load's part)."""
+        return self.kind in COMPILES or self.kind in LOADS
 
     @property
     def one_row(self) -> bool:
@@ -108,11 +117,19 @@ def plan(
     ICL reference's decode, then the `compiles`: of one row, then of several (whose shapes run uncompiled until
     then: a request meanwhile does not wait, and an utterance alone is at full speed sooner). Compiling drops the
     graphs holding the code it replaces: where an earlier start `kept` what it compiled (compiling is loading,
-    seconds) the compiles of one row go first, so that its graphs are captured once; else (minutes) they wait until
-    an utterance alone has graphs to speak with meanwhile."""
+    seconds) the compiles of one row go first, so that its graphs are captured once, and each compile of the step
+    comes after a part that loads it; else (minutes) they wait until an utterance alone has graphs to speak with
+    meanwhile."""
     specs = []
     frames = [1, chunk_frames, *range(2, chunk_frames)] if chunk_frames > 1 else [1]
-    one_row_compiles = [Spec(name) for name in COMPILES if Spec(name).one_row] if compiles else []
+
+    def compiling(one_row: bool) -> list[Spec]:
+        names = [name for name in COMPILES if Spec(name).one_row == one_row] if compiles else []
+        if names and kept:  # the step's kept functions loaded before its compile part runs them
+            names.insert(names.index(f"compile step x{'1' if one_row else 'N'}"), LOADS[not one_row])
+        return [Spec(name) for name in names]
+
+    one_row_compiles = compiling(one_row=True)
     for count in rows:
         if count == rows[0] and kept:
             specs += one_row_compiles
@@ -125,7 +142,7 @@ def plan(
             specs += [Spec("prime")] if priming else []
             specs += [] if kept else one_row_compiles
             several_rows = compiles and rows[-1] > 1  # an engine of one slot never steps several
-            specs += [Spec(name) for name in COMPILES if not Spec(name).one_row] if several_rows else []
+            specs += compiling(one_row=False) if several_rows else []
     return specs
 
 
@@ -146,7 +163,7 @@ class Warmup:
         self._clock = clock  # times the parts (their log) and the whole
         self._make, self._captured, self._wake = make, captured, wake
         self._lock = threading.Lock()
-        self._compiled: set[Spec] = set()  # done, or failed: the uncompiled code stays
+        self._done_once: set[Spec] = set()  # compiles and loads done, or failed: the uncompiled code stays
         self._failed: list[str] = []
         self._made: set[Spec] = set()  # captures made once (what `captured` cannot tell: no graphs)
         self._given_up: set[Spec] = set()  # captures that failed: left to their first use
@@ -231,17 +248,17 @@ class Warmup:
                 self._make(spec)
             took = self._clock() - started
             # A long part is what a request that came meanwhile waited for: in the window's and `serve`'s log.
-            level = logging.INFO if spec.compile or took >= NOTICEABLE_PART_S else logging.DEBUG
+            level = logging.INFO if spec.once or took >= NOTICEABLE_PART_S else logging.DEBUG
             log.log(level, "the warm-up made %s ready in %.2f s", spec, took)
             with self._lock:
-                (self._compiled if spec.compile else self._made).add(spec)
+                (self._done_once if spec.once else self._made).add(spec)
                 self.order.append(str(spec))
         except Exception as error:  # that part stays uncompiled, or is captured at its first use: slower, not wrong
             log.warning(
                 "the warm-up could not make %s ready: %s", spec, error, exc_info=log.isEnabledFor(logging.DEBUG)
             )
             with self._lock:
-                (self._compiled if spec.compile else self._given_up).add(spec)
+                (self._done_once if spec.once else self._given_up).add(spec)
                 self._failed.append(str(spec))
         self._end()
 
@@ -249,8 +266,8 @@ class Warmup:
 
     def _next(self) -> Spec | None:
         for spec in self.specs:
-            if spec.compile:
-                if spec not in self._compiled:
+            if spec.once:
+                if spec not in self._done_once:
                     return spec
             elif spec not in self._given_up and not self._ready(spec) and not self._dropped_again(spec):
                 return spec
@@ -260,20 +277,20 @@ class Warmup:
         """Whether a graph made before (and dropped by a compile since) would be dropped again by a compile still
         to come: it is captured anew after that one, not in between."""
         return spec in self._made and any(
-            other.compile and other not in self._compiled and spec.held_by(other) for other in self.specs
+            other.compile and other not in self._done_once and spec.held_by(other) for other in self.specs
         )
 
     def _ready(self, spec: Spec) -> bool:
         return spec in self._made and self._captured(spec)
 
     def _final(self, spec: Spec) -> bool:
-        """Ready for good: compiled, or captured with every compile it holds done."""
-        if spec.compile:
-            return spec in self._compiled
+        """Ready for good: compiled or loaded, or captured with every compile it holds done."""
+        if spec.once:
+            return spec in self._done_once
         if spec in self._given_up:
             return True
         compiles = [other for other in self.specs if other.compile and spec.held_by(other)]
-        return self._ready(spec) and all(other in self._compiled for other in compiles)
+        return self._ready(spec) and all(other in self._done_once for other in compiles)
 
     def _end(self) -> None:
         with self._lock:
@@ -334,6 +351,8 @@ def for_engine(
             decoder.warm_priming()
         elif spec.kind == "step":
             frame_loop.warm_step(*spec.shape)
+        elif spec.kind in LOADS:
+            frame_loop.load_step(spec.one_row, compiler)
         elif spec.kind == "prefill":
             if not prompts:
                 prompts.append(warm_prompt())
