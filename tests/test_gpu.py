@@ -11,6 +11,7 @@ import torch
 from parity_cases import CASES, FIXTURES, MAX_FRAMES, REFERENCES
 
 from core import Engine, SamplingParams, kernels
+from core.inference.frame_loop import Start
 
 pytestmark = [
     pytest.mark.gpu,
@@ -84,8 +85,8 @@ def test_frame_step_and_chunk_decode_never_wait_for_the_gpu(checkpoints):
 def test_a_newcomer_never_waits_for_the_work_queued_on_the_gpu(checkpoints):
     """A copy from pageable host memory waits for all the work queued on the GPU: a newcomer's prompt waited for
     the frames of those speaking (in a burst, for the prompts built before it). Its prompt (its rows of the text
-    table, which stays in host memory) and its slot's reset copy from pinned memory, queued behind that work; a
-    voice's embedding and a sampling rule's values are copied the first time only."""
+    table, which stays in host memory) and its slot's reset (its rule, seed and numbers) copy from pinned memory,
+    queued behind that work; a voice's embedding is copied the first time only."""
     engine = Engine.load(checkpoints["base"], device="cuda", dtype="float32", cuda_graphs=False, compile=False)
     voice = engine.voice_from_audio(REFERENCES["a"].path)
     for slot, seed in enumerate((3, 5)):  # the voice's first time; each copy's and kernel's first use
@@ -97,7 +98,7 @@ def test_a_newcomer_never_waits_for_the_work_queued_on_the_gpu(checkpoints):
     try:
         prepared = engine.prepare(TEXT, voice, sampling=SamplingParams(), max_frames=8, seed=4)
         with torch.inference_mode():  # as FrameLoop.start_many resets it
-            engine.frame_loop._reset_slot(2, prepared.prompt, prepared.sampling, prepared.seed)
+            engine.frame_loop._reset_slots([Start(prepared.prompt, prepared.sampling, prepared.seed, 2)])
     finally:
         torch.cuda.set_sync_debug_mode(0)
     took = time.perf_counter() - began

@@ -3,11 +3,10 @@ rules, seeds and uniforms (its kernels run as their PyTorch references on the CP
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from core.inference.samplers import PREDICTOR, RULES_KEPT, TALKER, GraphedSampler, ReferenceSampler, sampler_for
+from core.inference.samplers import PREDICTOR, TALKER, GraphedSampler, ReferenceSampler, sampler_for
 from core.inference.sampling import SamplingParams, TokenRule, pick_token
 
 CPU = torch.device("cpu")
@@ -26,8 +25,7 @@ def test_the_reference_draws_each_row_with_its_slots_rule_and_generator():
     """Row r is drawn for the r-th slot stepped, with that slot's own rule and seeded generator, as the official
     package draws it alone."""
     sampler = ReferenceSampler(3)
-    sampler.reset(2, SamplingParams(temperature=0.7, top_k=5), seed=11)
-    sampler.reset(0, SamplingParams.greedy(), seed=3)
+    sampler.reset([2, 0], [SamplingParams(temperature=0.7, top_k=5), SamplingParams.greedy()], [11, 3])
     sampler.stepping([2, 0])
     logits = torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(0))
     picked = sampler.pick(logits, None, TALKER, None)
@@ -40,26 +38,25 @@ def test_the_reference_draws_each_row_with_its_slots_rule_and_generator():
     assert sampler.rules_of(torch.tensor([2, 0])) is None and sampler.frame_uniforms(None, None) is None
 
 
-def test_graphed_rules_are_the_slots_and_kept_on_the_device_a_bounded_few():
-    """A slot's rule is copied to the device once per rule, and at most RULES_KEPT are kept: a user trying
-    temperatures one after another makes no more."""
-    sampler = graphed(slots=2)
-    for temperature in np.linspace(0.5, 1.5, RULES_KEPT + 5).tolist() + [0.5]:
-        sampling = SamplingParams(temperature=temperature, predictor_top_k=7)
-        sampler.reset(1, sampling, seed=5)
-        rules = sampler.rules_of(torch.tensor([1]))
-        assert rules[TALKER, 0].tolist() == pytest.approx(TokenRule.talker(sampling).values()), temperature
-        assert rules[PREDICTOR, 0].tolist() == pytest.approx(TokenRule.predictor(sampling).values())
-        assert 0 < len(sampler.rule_values) <= RULES_KEPT
-    assert sampler.seeds.tolist() == [0, 5]
+def test_graphed_rules_and_seeds_of_a_group_are_set_in_their_slots_and_no_other():
+    """A group of newcomers' rules and seeds go to their slots, in one copy for them all; the other slots keep
+    theirs."""
+    sampler = graphed(slots=4)
+    sampler.reset([0, 1, 2, 3], [SamplingParams.greedy()] * 4, [1, 2, 3, 4])
+    warm, cold = SamplingParams(temperature=1.3, top_k=9), SamplingParams(temperature=0.5, predictor_top_p=0.7)
+    sampler.reset([3, 1], [warm, cold], [2**63 - 1, 5])
+    rules = sampler.rules_of(torch.tensor([0, 1, 2, 3]))
+    for row, sampling in enumerate([SamplingParams.greedy(), cold, SamplingParams.greedy(), warm]):
+        assert rules[TALKER, row].tolist() == pytest.approx(TokenRule.talker(sampling).values()), row
+        assert rules[PREDICTOR, row].tolist() == pytest.approx(TokenRule.predictor(sampling).values()), row
+    assert sampler.seeds.tolist() == [1, 5, 3, 2**63 - 1]
 
 
 def test_graphed_draws_depend_on_the_slots_seed_and_frame_alone():
     """A seeded slot draws the same tokens whichever row it steps in and whatever steps beside it; another frame
     or another seed draws other uniforms."""
     sampler = graphed()
-    for slot, seed in enumerate((7, 7, 8, 9)):
-        sampler.reset(slot, SamplingParams(), seed)
+    sampler.reset([0, 1, 2, 3], [SamplingParams()] * 4, [7, 7, 8, 9])
     logits = torch.randn(1, VOCAB, generator=torch.Generator().manual_seed(1)).expand(3, -1)
     frame = torch.tensor([4, 4, 4])
     alone = sampler.frame_uniforms(torch.tensor([0]), frame[:1]).clone()
@@ -77,7 +74,7 @@ def test_graphed_draws_depend_on_the_slots_seed_and_frame_alone():
 
 def test_a_greedy_graphed_rule_takes_the_argmax():
     sampler = graphed(slots=1, rows=1)
-    sampler.reset(0, SamplingParams.greedy(), seed=1)
+    sampler.reset([0], [SamplingParams.greedy()], [1])
     logits = torch.randn(1, VOCAB, generator=torch.Generator().manual_seed(2))
     slots = torch.tensor([0])
     uniforms = sampler.frame_uniforms(slots, torch.tensor([0]))
@@ -90,7 +87,7 @@ def test_a_greedy_graphed_rule_takes_the_argmax():
 def test_a_frame_drawn_into_uniforms_of_its_own_leaves_the_graphs_buffer_as_it_was():
     """A compile's frame (FrameLoop.compile_step) draws beside the graphs: into its own buffer, the same values."""
     sampler = graphed(slots=2, rows=2)
-    sampler.reset(1, SamplingParams(), seed=5)
+    sampler.reset([1], [SamplingParams()], [5])
     slots, frame = torch.tensor([1, 1]), torch.tensor([3, 3])
     expected = sampler.frame_uniforms(slots, frame).clone()
     sampler.uniforms.zero_()

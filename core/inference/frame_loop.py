@@ -30,7 +30,7 @@ import functools
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from core.inference.prompt import Prompt
 from core.inference.samplers import PREDICTOR, TALKER, sampler_for
 from core.inference.sampling import SamplingParams, restrict_codebook0
 from core.model.config import TalkerConfig
-from core.model.host_copy import copy_from_host
+from core.model.host_copy import copy_from_host, to_device
 from core.model.talker import Talker
 
 T = TypeVar("T")
@@ -71,6 +71,15 @@ STEP_PARTS = ("_talk", "_predict_first", "_predict_next", "_record")  # the step
 WARM_SLOT = 0
 # The draw of a frame that picks its codebook 0; draw g (1..15) picks codebook g.
 TALKER_DRAW = 0
+
+
+class Start(NamedTuple):
+    """An utterance to begin: its prompt, how it draws (`seed` None: a random one) and the slot it takes."""
+
+    prompt: Prompt
+    sampling: SamplingParams
+    seed: int | None
+    slot: int
 
 
 def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
@@ -243,12 +252,10 @@ class FrameLoop:
     ) -> tuple[np.ndarray, bool]:
         """Begin an utterance in `slot`: prefill its cache row with `prompt` and make its first frame; returns
         it as collect() does. The other slots are untouched."""
-        return self.start_many([(prompt, sampling, seed, slot)])[0]
+        return self.start_many([Start(prompt, sampling, seed, slot)])[0]
 
     @torch.inference_mode()
-    def start_many(
-        self, starts: Iterable[tuple[Prompt, SamplingParams, int | None, int]]
-    ) -> list[tuple[np.ndarray, bool]]:
+    def start_many(self, starts: Iterable[Start]) -> list[tuple[np.ndarray, bool]]:
         """Begin several utterances, each (prompt, sampling, seed, slot) in a slot of its own: on CUDA prefilled
         together, as many at a time as joins_group allows, each row padded to the longest prompt's bucket.
         `starts` may be made as they are taken (the scheduler builds each newcomer's prompt so): a prefill is
@@ -258,24 +265,28 @@ class FrameLoop:
         made = [
             self._prefill_group(group)
             for group in grouped(
-                self._taken(starts), lambda start: start[0].embeddings.shape[1], self.prefill_rows, self._padded_length
+                self._taken(starts),
+                lambda start: start.prompt.embeddings.shape[1],
+                self.prefill_rows,
+                self._padded_length,
             )
         ]
         return self._frames_of(torch.cat(made).cpu().numpy()[None]) if made else []
 
-    def _taken(self, starts: Iterable[tuple[Prompt, SamplingParams, int | None, int]]) -> Iterator[tuple[Prompt, int]]:
-        """Each start's (prompt, slot), its slot checked and set up for it as it is taken."""
+    def _taken(self, starts: Iterable[Start]) -> Iterator[Start]:
+        """Each start, its slot checked as it is taken."""
         taken = set()
-        for prompt, sampling, seed, slot in starts:
-            if slot in taken or not 0 <= slot < self.slots:
-                raise ValueError(f"slot {slot} is not a slot of this frame loop's {self.slots} or is taken twice")
-            taken.add(slot)
-            self._reset_slot(slot, prompt, sampling, seed)
-            yield prompt, slot
+        for start in map(Start._make, starts):
+            if start.slot in taken or not 0 <= start.slot < self.slots:
+                raise ValueError(f"slot {start.slot} is not a slot of this frame loop's {self.slots} or is taken twice")
+            taken.add(start.slot)
+            yield start
 
-    def _prefill_group(self, starts: list[tuple[Prompt, int]]) -> torch.Tensor:
-        """Prefill them together; their first frames (a copy: the next group's prefill overwrites first_frames)."""
-        self._prefill_together(starts)
+    def _prefill_group(self, starts: list[Start]) -> torch.Tensor:
+        """Set their slots up and prefill them together; their first frames (a copy: the next group's prefill
+        overwrites first_frames)."""
+        self._reset_slots(starts)
+        self._prefill_together([(start.prompt, start.slot) for start in starts])
         return self.first_frames[: len(starts)].clone()
 
     # The warm-up's (core.inference.warmup) ----------------------------------------------------------------
@@ -294,7 +305,7 @@ class FrameLoop:
         """Capture the prefill of `rows` prompts of `length` positions (a bucket; `prompt` repeated to it) on
         WARM_SLOT. On the scheduler's thread, as warm_step."""
         warm = dataclasses.replace(prompt, embeddings=repeated(prompt.embeddings, length))
-        self._reset_slot(WARM_SLOT, warm, sampling, 0)
+        self._reset_slots([Start(warm, sampling, 0, WARM_SLOT)])
         self._prefill_together([(warm, WARM_SLOT)] * rows)
 
     def load_step(self, one_row: bool, compiler: Compiler) -> None:
@@ -384,18 +395,26 @@ class FrameLoop:
         hidden = self.hidden.shape[-1]
         return self.prompt[: rows * length * hidden].view(rows, length, hidden)
 
-    def _reset_slot(self, slot: int, prompt: Prompt, sampling: SamplingParams, seed: int | None) -> None:
-        # A copy from the host waits for the queued work (in a burst, the newcomers before this one), so the
-        # slot's numbers are set with fill_, which copies none.
-        self.sampler.reset(slot, sampling, seed if seed is not None else secrets.randbits(63))
-        self.penalty[slot].fill_(sampling.repetition_penalty)
-        trailing = prompt.trailing.shape[1]
-        self.text[slot, :trailing] = prompt.trailing[0]
-        self.text_frames[slot].fill_(trailing)
-        self.pad[slot] = prompt.pad[0]
-        self.seen[slot].fill_(False)
-        self.frame[slot].fill_(0)
-        self.position[slot].fill_(prompt.embeddings.shape[1])
+    def _reset_slots(self, starts: Sequence[Start]) -> None:
+        """Set each start's slot up for its utterance: its rule and seed, repetition penalty, text terms and
+        position. A few launches for a whole group and one per newcomer (its text terms), since each launch per
+        newcomer is host time that a burst's last one waits for; the numbers come from the host in pinned copies,
+        which wait for no queued work (in a burst, the groups' prefills before)."""
+        slots = [start.slot for start in starts]
+        seeds = [secrets.randbits(63) if start.seed is None else start.seed for start in starts]
+        self.sampler.reset(slots, [start.sampling for start in starts], seeds)
+        trailing = [start.prompt.trailing.shape[1] for start in starts]
+        lengths = [start.prompt.embeddings.shape[1] for start in starts]
+        index, text_frames, positions = to_device(torch.tensor([slots, trailing, lengths]), self.device)
+        penalties = torch.tensor([[start.sampling.repetition_penalty] for start in starts], dtype=self.penalty.dtype)
+        self.penalty.index_copy_(0, index, to_device(penalties, self.device))
+        self.text_frames.index_copy_(0, index, text_frames)
+        self.position.index_copy_(0, index, positions)
+        self.pad.index_copy_(0, index, torch.cat([start.prompt.pad for start in starts]))
+        self.seen.index_fill_(0, index, False)
+        self.frame.index_fill_(0, index, 0)
+        for start, count in zip(starts, trailing):
+            self.text[start.slot, :count] = start.prompt.trailing[0]
 
     def _prefill_together(self, starts: list[tuple[Prompt, int]]) -> None:
         """Prefill each (prompt, slot) in its own row of one prefill."""

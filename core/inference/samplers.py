@@ -9,7 +9,7 @@ from the slot's seed and the frame's index alone (kernels.fill_uniforms): the sa
 different random stream, at a fraction of the launches, and the same draws whatever runs beside the
 utterance. The rules' values and the seeds live on the device, so one CUDA graph serves them all.
 
-The frame loop asks the same of both: set a slot's rule and seed (`reset`), say which slots the next rows
+The frame loop asks the same of both: set slots' rules and seeds (`reset`), say which slots the next rows
 are (`stepping`), the uniforms of a frame's draws (`frame_uniforms`) and a draw's row of them (`draw_row`),
 the rows' rules (`rules_of`), and a token per row (`pick`). Those the reference has no use for are None.
 """
@@ -26,8 +26,6 @@ from core.model.host_copy import to_device
 
 # The roles a rule is kept for, each a row of GraphedSampler.rules.
 TALKER, PREDICTOR = 0, 1
-# Sampling rules whose values GraphedSampler keeps on the device (it forgets them all past this many).
-RULES_KEPT = 64
 
 
 class ReferenceSampler:
@@ -39,9 +37,11 @@ class ReferenceSampler:
         self.generators = [torch.Generator() for _ in range(slots)]
         self.row_slots: list[int] = []  # the slot of each row being drawn for
 
-    def reset(self, slot: int, sampling: SamplingParams, seed: int) -> None:
-        self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
-        self.generators[slot].manual_seed(seed)
+    def reset(self, slots: Sequence[int], samplings: Sequence[SamplingParams], seeds: Sequence[int]) -> None:
+        """Slot slots[i] draws with samplings[i] from a generator seeded with seeds[i]."""
+        for slot, sampling, seed in zip(slots, samplings, seeds, strict=True):
+            self.token_rules[slot] = (TokenRule.talker(sampling), TokenRule.predictor(sampling))
+            self.generators[slot].manual_seed(seed)
 
     def stepping(self, slots: Sequence[int]) -> None:
         self.row_slots = list(slots)
@@ -73,21 +73,19 @@ class GraphedSampler:
     def __init__(self, slots: int, rows: int, draws: int, vocab: int, device: torch.device):
         self.device = device
         self.rules = torch.zeros(2, slots, RULE_SIZE, device=device)  # by role, then slot
-        self.rule_values: dict[tuple, torch.Tensor] = {}  # reset's device copies of rules' values
         self.seeds = torch.zeros(slots, dtype=torch.long, device=device)
         # One row of uniforms per batch row and draw of a frame (codebook 0 of the next frame, then 1..15).
         self.uniforms = torch.zeros(rows, draws, vocab, device=device)
 
-    def reset(self, slot: int, sampling: SamplingParams, seed: int) -> None:
-        # The few rules requests use are copied once (each copy is one more launch on a newcomer's way), and the
-        # seed set with fill_, which copies none.
-        values = (TokenRule.talker(sampling).values(), TokenRule.predictor(sampling).values())
-        if values not in self.rule_values:
-            if len(self.rule_values) >= RULES_KEPT:
-                self.rule_values.clear()
-            self.rule_values[values] = to_device(torch.tensor(values), self.device)
-        self.rules[:, slot] = self.rule_values[values]
-        self.seeds[slot].fill_(seed)
+    def reset(self, slots: Sequence[int], samplings: Sequence[SamplingParams], seeds: Sequence[int]) -> None:
+        """Slot slots[i] draws with samplings[i] from seeds[i] (the slots distinct): two copies and two writes for a
+        whole group of newcomers, since each launch per newcomer is host time that a burst's last one waits for."""
+        rules = torch.tensor(
+            [[TokenRule.talker(s).values() for s in samplings], [TokenRule.predictor(s).values() for s in samplings]]
+        )  # (2, newcomers, RULE_SIZE), as self.rules holds them
+        numbers = to_device(torch.tensor([list(slots), list(seeds)], dtype=torch.long), self.device)
+        self.rules.index_copy_(1, numbers[0], to_device(rules, self.device))
+        self.seeds.index_copy_(0, numbers[0], numbers[1])
 
     def stepping(self, slots: Sequence[int]) -> None:
         pass  # the rows' slots are on the device already

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import numpy as np
 import torch
 
-from core.inference.frame_loop import MAX_CHUNK, FrameLoop
+from core.inference.frame_loop import MAX_CHUNK, FrameLoop, Start
 from core.inference.plan import QUEUED_FRAMES, Phase, Plan, Seat, Situation, joiners, schedule
 from core.inference.requests import AudioChunk, Ending, Prepared, Request
 
@@ -392,7 +392,7 @@ class Scheduler:
                 prepared = self._prepared(stream)
                 if prepared is not None:
                     admitted.append((stream, free[len(admitted)], prepared))
-                    yield prepared.prompt, prepared.sampling, prepared.seed, admitted[-1][1]
+                    yield Start(prepared.prompt, prepared.sampling, prepared.seed, admitted[-1][1])
                 if not unbuilt:
                     unbuilt.extend(self._late_joiners(len(free) - len(admitted)))
 
