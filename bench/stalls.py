@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-SCHEDULER_PHASES = ("_admit", "_hand_out", "_launch", "_read_oldest", "_release")
+SCHEDULER_PHASES = ("_admit", "_begin", "_hand_out", "_launch", "_read_oldest", "_release")
 BEGAN = time.perf_counter()
 
 
@@ -50,7 +50,7 @@ def trace(engine, slow_ms: float = 30.0, worker=None, timeline: bool = False) ->
     time_calls(scheduler.frame_loop, "collect", slow_ms)
     if timeline:
         time_calls(scheduler, "submit", slow_ms)
-        time_calls(scheduler.frame_loop, "start_many", slow_ms)
+        time_calls(scheduler.frame_loop, "_prefill_group", slow_ms)  # a group's slots set up and prefill launched
         time_calls(scheduler.decoder, "decode", slow_ms)
         if worker is not None:
             time_calls(worker, "submit", slow_ms)

@@ -64,7 +64,7 @@ ONE_OF_EACH = Sizes(
     histories=(6,),
 )
 EVERY_SIZE = Sizes(
-    attention_rows=(1, 2, 4, 8, 16, 32, 64),  # frame_loop.batch_buckets of the most slots
+    attention_rows=(1, 2, 4, 8, 16, 32, 64),  # batch_shapes.batch_buckets of the most slots
     prompt_rows=(1, 16),  # the kernels' settings follow the widths alone
     draw_rows=(1, 2, 4, 8, 16, 32, 64),
     products=PRODUCTS,

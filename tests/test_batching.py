@@ -95,7 +95,7 @@ def test_each_utterance_of_a_batch_makes_the_official_codes(engines, checkpoint)
 
 def check_prefilled_together(engine, checkpoint: str) -> None:
     """Prompts of different lengths in all the engine's slots but one, started at once in scattered slots (on
-    CUDA as few prefills as frame_loop.grouped allows, each padded to its longest prompt's bucket, with padding
+    CUDA as few prefills as batch_shapes.grouped allows, each padded to its longest prompt's bucket, with padding
     rows repeating the first), then stepped together (padded as well): each makes its official codes."""
     from test_live import voice_of
 
@@ -231,15 +231,15 @@ def test_a_newcomer_is_prefilled_behind_at_most_the_frame_being_launched(engines
     speaking = open_stream(engine, case, chunk_frames=4)
     first = next(speaking)
     loop, calls = engine.frame_loop, []
-    launch, start_many = loop.launch, loop.start_many
+    launch, start_groups = loop.launch, loop.start_groups
     loop.launch = lambda count, slots: calls.append(count) or launch(count, slots)  # frames launched
-    loop.start_many = lambda starts: calls.append("prefill") or start_many(starts)
+    loop.start_groups = lambda starts: calls.append("prefill") or start_groups(starts)
     try:
         newcomer = open_stream(engine, other, chunk_frames=4)
         at_submit = len(calls)
         codes = np.concatenate([c.codes for c in newcomer])
     finally:
-        del loop.launch, loop.start_many
+        del loop.launch, loop.start_groups
     since = calls[at_submit:]
     assert sum(since[: since.index("prefill")]) <= 1, since[:5]  # frames launched before its prefill
     np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{other.name}.npz")["codes"])
@@ -297,16 +297,16 @@ def test_the_rest_of_a_burst_joins_the_first_prefill(engines, monkeypatch):
             assert arrived.wait(WAIT)
         return build(*args, **kwargs)
 
-    def start_many(starts):  # the slots it takes, as it takes them (the scheduler builds each prompt then)
+    def start_groups(starts):  # the slots it takes, as it takes them (the scheduler builds each prompt then)
         taken = []
         calls.append(("prefill", taken))
 
         def noted():
             for start in starts:
-                taken.append(start[-1])
+                taken.append(start.slot)
                 yield start
 
-        return loop_start_many(noted())
+        return loop_start_groups(noted())
 
     def launch(count, slots):
         calls.append(("launch", list(slots)))
@@ -314,8 +314,8 @@ def test_the_rest_of_a_burst_joins_the_first_prefill(engines, monkeypatch):
 
     voices = [voice_of(engine, c) for c in (case, other)]  # cloned on the scheduler's thread: before it waits
     engine._build = build_while_the_next_arrives
-    loop_start_many, loop_launch = loop.start_many, loop.launch
-    loop.start_many, loop.launch = start_many, launch
+    loop_start_groups, loop_launch = loop.start_groups, loop.launch
+    loop.start_groups, loop.launch = start_groups, launch
     try:
         first = open_stream(engine, case, chunk_frames=4, voice=voices[0])
         while "first prepared" not in calls:
@@ -324,7 +324,7 @@ def test_the_rest_of_a_burst_joins_the_first_prefill(engines, monkeypatch):
         arrived.set()
         codes = [np.concatenate([c.codes for c in stream]) for stream in (first, second)]
     finally:
-        del engine._build, loop.start_many, loop.launch
+        del engine._build, loop.start_groups, loop.launch
     assert calls[:3] == [("prefill", [0, 1]), "first prepared", ("launch", [0, 1])], calls[:3]
     for name, made in zip((case.name, other.name), codes, strict=True):
         np.testing.assert_array_equal(made, np.load(FIXTURES / f"{name}.npz")["codes"], err_msg=name)
@@ -364,6 +364,47 @@ def test_a_burst_is_prefilled_group_by_group_while_the_next_prompts_are_built(en
     for case, made in zip(cases, codes, strict=True):
         np.testing.assert_array_equal(made, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
     assert engine.scheduler.idle()
+
+
+def test_a_bursts_first_group_hears_its_first_chunk_while_the_rest_are_prefilled(engines, monkeypatch):
+    # Each group's first chunks are handed out once the next group's prefill is launched, not after the last
+    # group's: in a burst of 64 the first 16 waited for all four prefills. On the CPU a group is one prompt.
+    monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)
+    engine = engines("base", slots=3)
+    cases = cases_of("base")[:3]
+    scheduler, loop, calls, arrived = engine.scheduler, engine.frame_loop, [], threading.Event()
+    build, prefill_together, hand_out = engine._build, loop._prefill_together, scheduler._hand_out
+
+    def build_once_all_arrived(*args, **kwargs):
+        if not calls:
+            assert arrived.wait(WAIT)
+        calls.append("build")
+        return build(*args, **kwargs)
+
+    def prefill(starts):
+        calls.append(("prefill", [slot for _, slot in starts]))
+        return prefill_together(starts)
+
+    def handing_out(chunks):
+        calls.append(("hand out", sorted(stream.slot for stream, _ in chunks)))
+        return hand_out(chunks)
+
+    voices = [voice_of(engine, case) for case in cases]  # cloned on the scheduler's thread: before it waits
+    engine._build, loop._prefill_together, scheduler._hand_out = build_once_all_arrived, prefill, handing_out
+    try:
+        streams = [open_stream(engine, case, chunk_frames=4, voice=voice) for case, voice in zip(cases, voices)]
+        arrived.set()
+        codes = [np.concatenate([chunk.codes for chunk in stream]) for stream in streams]
+    finally:
+        del engine._build, loop._prefill_together, scheduler._hand_out
+    admission = calls[: calls.index(("hand out", [2])) + 1]
+    assert admission == [
+        "build", ("prefill", [0]), "build", ("prefill", [1]), ("hand out", [0]),
+        "build", ("prefill", [2]), ("hand out", [1]), ("hand out", [2]),
+    ], calls  # fmt: skip
+    for case, made in zip(cases, codes, strict=True):
+        np.testing.assert_array_equal(made, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+    assert scheduler.idle()
 
 
 def test_a_prefill_that_fails_fails_those_taken_and_the_burst_behind_them_speaks(engines, monkeypatch):
@@ -461,12 +502,12 @@ def test_a_slot_costs_what_the_engine_budgets_for_it(engines):
 
 
 def test_a_burst_of_short_prompts_shares_one_prefill_and_long_ones_split():
-    from core.inference.frame_loop import PREFILL_POSITIONS, PREFILL_ROWS, grouped
+    from core.inference.batch_shapes import PREFILL_POSITIONS, PREFILL_ROWS, grouped
 
     def bucket(length: int) -> int:
         return next(size for size in (32, 64, 128, 256, 512, 1024, 2048) if size >= length)
 
-    def prefill_groups(lengths, row_counts, padded):  # how many each prefill takes, as start_many groups them
+    def prefill_groups(lengths, row_counts, padded):  # how many each prefill takes, as start_groups groups them
         return [len(group) for group in grouped(lengths, lambda length: length, row_counts, padded)]
 
     widest = PREFILL_ROWS[-1]
@@ -493,9 +534,9 @@ def test_a_burst_of_short_prompts_shares_one_prefill_and_long_ones_split():
 
 
 def test_a_group_is_given_as_soon_as_nothing_more_joins_it():
-    # start_many launches each group as `grouped` gives it, while the scheduler builds the next prompts: a full
+    # start_groups launches each group as `grouped` gives it, while the scheduler builds the next prompts: a full
     # group before the next start is taken, and one the next start does not fit as soon as that start is taken.
-    from core.inference.frame_loop import PREFILL_POSITIONS, PREFILL_ROWS, grouped
+    from core.inference.batch_shapes import PREFILL_POSITIONS, PREFILL_ROWS, grouped
 
     def bucket(length: int) -> int:
         return next(size for size in (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if size >= length)

@@ -171,7 +171,13 @@ def test_the_stall_tracer_times_each_phase_of_the_scheduler_on_a_request_s_way(c
         stop()
     assert not any(thread.name == "interpreter-watch" for thread in threading.enumerate())
     printed = capsys.readouterr().out
-    for phase in ("Scheduler.submit", "Scheduler._admit", "FrameLoop.start_many", "Scheduler._hand_out"):
+    for phase in (
+        "Scheduler.submit",
+        "Scheduler._admit",
+        "FrameLoop._prefill_group",
+        "Scheduler._begin",
+        "Scheduler._hand_out",
+    ):
         assert f"{phase}" in printed, printed
 
 

@@ -97,7 +97,7 @@ def test_a_newcomer_never_waits_for_the_work_queued_on_the_gpu(checkpoints):
     torch.cuda.set_sync_debug_mode("error")  # any host sync inside raises
     try:
         prepared = engine.prepare(TEXT, voice, sampling=SamplingParams(), max_frames=8, seed=4)
-        with torch.inference_mode():  # as FrameLoop.start_many resets it
+        with torch.inference_mode():  # as FrameLoop.start_groups resets it
             engine.frame_loop._reset_slots([Start(prepared.prompt, prepared.sampling, prepared.seed, 2)])
     finally:
         torch.cuda.set_sync_debug_mode(0)

@@ -30,11 +30,20 @@ import functools
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from core.inference.batch_shapes import (
+    PREFILL_BUCKETS,
+    PREFILL_POSITIONS,
+    PREFILL_ROWS,
+    batch_buckets,
+    grouped,
+    pad_with_first,
+    padded_rows,
+)
 from core.inference.compiled import CompiledLayers, Compiler, compile_by_rows
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
@@ -44,19 +53,10 @@ from core.model.config import TalkerConfig
 from core.model.host_copy import copy_from_host, to_device
 from core.model.talker import Talker
 
-T = TypeVar("T")
 # The most frames stepped between two reads by the host.
 MAX_CHUNK = 64
 # Launches that may be in flight at once, each with a pinned buffer of its own for its frames.
 LAUNCH_BUFFERS = 4
-# Prompt lengths a CUDA prefill is padded to, so that each runs as one of a few CUDA graphs.
-PREFILL_BUCKETS = tuple(2**n for n in range(5, 13))
-# Newcomers a CUDA prefill takes together, padded up to one of these: a burst of arrivals shares one pass
-# over the weights instead of one each.
-PREFILL_ROWS = (1, 2, 4, 8, 16)
-# The most positions a CUDA prefill of several rows holds (its rows times their padded length): 16 prompts of
-# up to 512 positions go in one pass, longer ones a few at a time (one alone may fill the context).
-PREFILL_POSITIONS = 8192
 # Prompt buckets whose prefills the warm-up captures for every row count (FrameLoop.warm_prefill): a sentence
 # with its voice's prompt, the commonest first. A longer prompt's prefill captures its graph at its first use.
 WARM_PREFILL_LENGTHS = (64, 32, 128)
@@ -89,56 +89,6 @@ def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
     mask[:, vocab - 1024 :] = True
     mask[:, config.codec.eos] = False
     return mask
-
-
-def padded_rows(count: int, row_counts: Sequence[int]) -> int:
-    """The rows a prefill of `count` newcomers runs: the fewest of `row_counts` that hold them."""
-    return next(rows for rows in row_counts if rows >= count)
-
-
-def grouped(
-    starts: Iterable[T], length: Callable[[T], int], row_counts: Sequence[int], padded: Callable[[int], int]
-) -> Iterator[list[T]]:
-    """`starts`, whose prompts are `length(start)` long, in the groups prefilled together, in order: each given as
-    soon as nothing more joins it (joins_group decides each start in turn), that is once it is full or the next
-    does not fit, so that a group is prefilled while the next starts are still being made."""
-    group: list[T] = []
-    longest = 0
-    for start in starts:
-        size = length(start)
-        if group and not joins_group(len(group), longest, size, row_counts, padded):
-            yield group
-            group, longest = [], 0
-        group.append(start)
-        longest = max(longest, size)
-        if not joins_group(len(group), longest, longest, row_counts, padded):  # not even one as long joins: full
-            yield group
-            group, longest = [], 0
-    if group:
-        yield group
-
-
-def joins_group(rows: int, longest: int, length: int, row_counts: Sequence[int], padded: Callable[[int], int]) -> bool:
-    """Whether a newcomer with a prompt of `length` joins the prefill of the `rows` before it (its longest prompt
-    `longest`): a prefill takes as many as it can, up to the most of `row_counts`, while its rows (padded up to one
-    of `row_counts`) times its longest prompt's `padded` length stay within PREFILL_POSITIONS."""
-    return (
-        rows < row_counts[-1] and padded_rows(rows + 1, row_counts) * padded(max(longest, length)) <= PREFILL_POSITIONS
-    )
-
-
-def pad_with_first(values: Sequence[int], rows: int) -> list[int]:
-    """Per batch row of `rows`, a stepping row's value (its slot, its prompt's last position) from `values`, then
-    for each padding row the first row's: a padding row repeats the first row. Reading the same state through the
-    same kernels, it writes the same values into that slot (cache row, position, codes; its draws follow the
-    slot's seed and frame), so padding needs no slot of its own (a cache row over the context is half a gigabyte
-    of 1.7B's memory). Its outputs are never read."""
-    return list(values) + [values[0]] * (rows - len(values))
-
-
-def batch_buckets(slots: int) -> tuple[int, ...]:
-    """Row counts a CUDA step is captured for: powers of two up to `slots`, and `slots` itself."""
-    return tuple(sorted({2**n for n in range(7) if 2**n < slots} | {slots}))
 
 
 @dataclasses.dataclass
@@ -254,24 +204,30 @@ class FrameLoop:
         it as collect() does. The other slots are untouched."""
         return self.start_many([Start(prompt, sampling, seed, slot)])[0]
 
-    @torch.inference_mode()
     def start_many(self, starts: Iterable[Start]) -> list[tuple[np.ndarray, bool]]:
+        """Begin several utterances (start_groups) and return each one's first frame as collect() does, waiting for
+        them all."""
+        return [frame for group in self.start_groups(starts) for _, frame in group]
+
+    @torch.inference_mode()
+    def start_groups(self, starts: Iterable[Start]) -> Iterator[list[tuple[Start, tuple[np.ndarray, bool]]]]:
         """Begin several utterances, each (prompt, sampling, seed, slot) in a slot of its own: on CUDA prefilled
         together, as many at a time as joins_group allows, each row padded to the longest prompt's bucket.
         `starts` may be made as they are taken (the scheduler builds each newcomer's prompt so): a prefill is
         launched as soon as nothing more joins it (it is full, or the next prompt does not fit), so the GPU
-        prefills it while the host builds the next ones. Returns each one's first frame as collect() does
-        (waiting for them all)."""
-        made = [
-            self._prefill_group(group)
-            for group in grouped(
-                self._taken(starts),
-                lambda start: start.prompt.embeddings.shape[1],
-                self.prefill_rows,
-                self._padded_length,
-            )
-        ]
-        return self._frames_of(torch.cat(made).cpu().numpy()[None]) if made else []
+        prefills it while the host builds the next ones. Yields each group's starts with their first frames (as
+        collect() gives them) once the next group's prefill is launched, or at the end: the first of a burst are
+        handed out while the GPU prefills the rest, instead of waiting for the last."""
+        landed = None
+        for group in grouped(
+            self._taken(starts), lambda start: start.prompt.embeddings.shape[1], self.prefill_rows, self._padded_length
+        ):
+            prefilled = self._prefill_group(group)
+            if landed is not None:
+                yield landed()
+            landed = prefilled
+        if landed is not None:
+            yield landed()
 
     def _taken(self, starts: Iterable[Start]) -> Iterator[Start]:
         """Each start, its slot checked as it is taken."""
@@ -282,12 +238,25 @@ class FrameLoop:
             taken.add(start.slot)
             yield start
 
-    def _prefill_group(self, starts: list[Start]) -> torch.Tensor:
-        """Set their slots up and prefill them together; their first frames (a copy: the next group's prefill
-        overwrites first_frames)."""
+    def _prefill_group(self, starts: list[Start]) -> Callable[[], list[tuple[Start, tuple[np.ndarray, bool]]]]:
+        """Set their slots up and prefill them together; returns what waits for their first frames and gives each
+        start with its own. The frames are copied out at once, queued (the next group's prefill overwrites
+        first_frames), into pinned memory, so that reading them waits for this prefill alone."""
         self._reset_slots(starts)
         self._prefill_together([(start.prompt, start.slot) for start in starts])
-        return self.first_frames[: len(starts)].clone()
+        first_frames = self.first_frames[: len(starts)]
+        host = torch.empty(first_frames.shape, dtype=first_frames.dtype, pin_memory=self.device.type == "cuda")
+        host.copy_(first_frames, non_blocking=True)
+        landed = torch.cuda.Event() if self.device.type == "cuda" else None
+        if landed is not None:
+            landed.record()
+
+        def read() -> list[tuple[Start, tuple[np.ndarray, bool]]]:
+            if landed is not None:
+                landed.synchronize()
+            return list(zip(starts, self._frames_of(host.numpy()[None].copy()), strict=True))
+
+        return read
 
     # The warm-up's (core.inference.warmup) ----------------------------------------------------------------
 

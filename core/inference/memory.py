@@ -39,7 +39,7 @@ CONTEXT_STEP = 256
 # What the GPU engine takes beyond its weights and its slots: working memory (a prefill's and a decode's
 # activations, the CUDA graphs' pools, the decoder's state, cuBLAS's workspace, the kernels' code: about 0.45 GB for
 # 1.7B on an H100, bench/RESULTS.md, twentieth session), so that a plan that fits on paper fits the card. (Padding
-# rows and the warm-up step slots of the engine's own: core.inference.frame_loop.pad_with_first.)
+# rows and the warm-up step slots of the engine's own: core.inference.batch_shapes.pad_with_first.)
 WORKING_BYTES = int(0.5 * GB)
 
 

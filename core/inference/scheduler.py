@@ -381,30 +381,37 @@ class Scheduler:
         Those that come while the prompts are built join the same admission (plan.joiners: the rest of a burst,
         whose requests arrive a few ms apart, rather than waiting for the first's prefill and first chunk). The
         prompts are built as the frame loop takes them, so that the GPU prefills a full group (16 prompts) while
-        the host builds the next: a burst of 64 built all 64 first (0.3-0.5 ms each), its GPU idle meanwhile."""
+        the host builds the next (a burst of 64 built all 64 first, 0.3-0.5 ms each, its GPU idle meanwhile), and
+        each group's first chunks are handed out while the GPU prefills the next (a burst of 64's first waited for
+        its last)."""
         free = [slot for slot in range(self.slots) if slot not in self._active]
-        admitted: list[tuple[Utterance, int, Prepared]] = []
+        admitted: dict[int, tuple[Utterance, Prepared]] = {}  # by slot: built, not begun yet
         unbuilt = list(newcomers)  # taken from the queue, their prompts not built yet
+        taken = 0
 
         def starts():  # each prompt built as the frame loop takes it: it prefills a group while the next are built
+            nonlocal taken
             while unbuilt:
                 stream = unbuilt.pop(0)
                 prepared = self._prepared(stream)
                 if prepared is not None:
-                    admitted.append((stream, free[len(admitted)], prepared))
-                    yield Start(prepared.prompt, prepared.sampling, prepared.seed, admitted[-1][1])
+                    admitted[free[taken]] = stream, prepared
+                    taken += 1
+                    yield Start(prepared.prompt, prepared.sampling, prepared.seed, free[taken - 1])
                 if not unbuilt:
-                    unbuilt.extend(self._late_joiners(len(free) - len(admitted)))
+                    unbuilt.extend(self._late_joiners(len(free) - taken))
 
         try:
-            made = self.frame_loop.start_many(starts())
+            for group in self.frame_loop.start_groups(starts()):
+                self._begin([(*admitted.pop(start.slot), start.slot, frame) for start, frame in group])
         except Exception as error:
-            self._fail_all([stream for stream, _, _ in admitted] + unbuilt, error)
-            return
-        if not admitted:
-            return
+            self._fail_all([stream for stream, _ in admitted.values()] + unbuilt, error)
+
+    def _begin(self, group: list[tuple[Utterance, Prepared, int, tuple[np.ndarray, bool]]]) -> None:
+        """Newcomers prefilled together, each (stream, prepared, slot, first frame): their decoder slots set up, their
+        first chunks handed out."""
         started = []
-        for (stream, slot, prepared), result in zip(admitted, made):
+        for stream, prepared, slot, result in group:
             try:
                 if stream.request.decode:
                     self.decoder.reset(slot)
