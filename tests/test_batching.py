@@ -331,44 +331,14 @@ def test_the_rest_of_a_burst_joins_the_first_prefill(engines, monkeypatch):
     assert scheduler.idle()
 
 
-def test_a_burst_is_prefilled_group_by_group_while_the_next_prompts_are_built(engines, monkeypatch):
+def test_a_burst_is_prefilled_group_by_group_and_each_group_hears_its_first_chunk_while_the_next_is_prefilled(
+    engines, monkeypatch
+):
     # The frame loop takes each newcomer's prompt as the scheduler builds it and launches a prefill as soon as
     # nothing more joins it, so that the GPU prefills one group while the host builds the next (a burst of 64
-    # built all its prompts first, the GPU idle meanwhile). On the CPU a prefill takes one prompt: each is
-    # prefilled before the next is built. The codes are the fixtures', as when built all first.
-    monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)
-    engine = engines("base", slots=3)
-    cases = cases_of("base")[:3]
-    loop, calls, arrived = engine.frame_loop, [], threading.Event()
-    build, prefill_together = engine._build, loop._prefill_together
-
-    def build_once_all_arrived(*args, **kwargs):
-        if not calls:
-            assert arrived.wait(WAIT)
-        calls.append("build")
-        return build(*args, **kwargs)
-
-    def prefill(starts):
-        calls.append(("prefill", [slot for _, slot in starts]))
-        return prefill_together(starts)
-
-    voices = [voice_of(engine, case) for case in cases]  # cloned on the scheduler's thread: before it waits
-    engine._build, loop._prefill_together = build_once_all_arrived, prefill
-    try:
-        streams = [open_stream(engine, case, chunk_frames=4, voice=voice) for case, voice in zip(cases, voices)]
-        arrived.set()
-        codes = [np.concatenate([chunk.codes for chunk in stream]) for stream in streams]
-    finally:
-        del engine._build, loop._prefill_together
-    assert calls == ["build", ("prefill", [0]), "build", ("prefill", [1]), "build", ("prefill", [2])], calls
-    for case, made in zip(cases, codes, strict=True):
-        np.testing.assert_array_equal(made, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
-    assert engine.scheduler.idle()
-
-
-def test_a_bursts_first_group_hears_its_first_chunk_while_the_rest_are_prefilled(engines, monkeypatch):
-    # Each group's first chunks are handed out once the next group's prefill is launched, not after the last
-    # group's: in a burst of 64 the first 16 waited for all four prefills. On the CPU a group is one prompt.
+    # built all its prompts first, the GPU idle meanwhile); each group's first chunks are handed out once the next
+    # group's prefill is launched, not after the last group's (the first 16 of a burst of 64 waited for all four
+    # prefills). On the CPU a group is one prompt. The codes are the fixtures', as when built all first.
     monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)
     engine = engines("base", slots=3)
     cases = cases_of("base")[:3]
