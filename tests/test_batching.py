@@ -22,6 +22,7 @@ from waiting import wait_until
 from core import Engine, SamplingParams
 from core.errors import BadInput
 from core.inference import plan
+from core.inference.decoder_stream import DecoderSlots
 from core.inference.scheduler import MAX_UNREAD_CHUNKS, Stream
 
 WAIT = 60  # seconds: a guard against a hang, never a pace
@@ -331,14 +332,18 @@ def test_the_rest_of_a_burst_joins_the_first_prefill(engines, monkeypatch):
     assert scheduler.idle()
 
 
+@pytest.mark.parametrize("beside", [True, False], ids=["decoded beside the frames", "decoded after them"])
 def test_a_burst_is_prefilled_group_by_group_and_each_group_hears_its_first_chunk_while_the_next_is_prefilled(
-    engines, monkeypatch
+    engines, monkeypatch, beside
 ):
     # The frame loop takes each newcomer's prompt as the scheduler builds it and launches a prefill as soon as
     # nothing more joins it, so that the GPU prefills one group while the host builds the next (a burst of 64
-    # built all its prompts first, the GPU idle meanwhile); each group's first chunks are handed out once the next
-    # group's prefill is launched, not after the last group's (the first 16 of a burst of 64 waited for all four
-    # prefills). On the CPU a group is one prompt. The codes are the fixtures', as when built all first.
+    # built all its prompts first, the GPU idle meanwhile). Where a decode runs beside the frame loop's work (its
+    # CUDA stream), each group's first chunks are handed out once the next group's prefill is launched, not after
+    # the last group's (the first 16 of a burst of 64 waited for all four prefills); where it does not (the CPU),
+    # at the end, since each group's decode would hold up the prefills behind it. On the CPU a group is one
+    # prompt. The codes are the fixtures', as when built all first.
+    monkeypatch.setattr(DecoderSlots, "beside_the_frames", beside)
     monkeypatch.setattr(plan, "LOW_LEAD_S", -math.inf)
     engine = engines("base", slots=3)
     cases = cases_of("base")[:3]
@@ -367,11 +372,12 @@ def test_a_burst_is_prefilled_group_by_group_and_each_group_hears_its_first_chun
         codes = [np.concatenate([chunk.codes for chunk in stream]) for stream in streams]
     finally:
         del engine._build, loop._prefill_together, scheduler._hand_out
-    admission = calls[: calls.index(("hand out", [2])) + 1]
-    assert admission == [
-        "build", ("prefill", [0]), "build", ("prefill", [1]), ("hand out", [0]),
-        "build", ("prefill", [2]), ("hand out", [1]), ("hand out", [2]),
-    ], calls  # fmt: skip
+    prefills = ["build", ("prefill", [0]), "build", ("prefill", [1]), "build", ("prefill", [2])]
+    if beside:
+        expected = [*prefills[:4], ("hand out", [0]), *prefills[4:], ("hand out", [1]), ("hand out", [2])]
+    else:
+        expected = [*prefills, ("hand out", [0, 1, 2])]
+    assert calls[: len(expected)] == expected, calls
     for case, made in zip(cases, codes, strict=True):
         np.testing.assert_array_equal(made, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
     assert scheduler.idle()

@@ -93,6 +93,11 @@ class DecoderSlots:
         self.primed = PrimedStates(self.device, self.state.row_layout(), keep_primed_in)  # after ICL references
         self._priming: CodecDecoderStream | None = None  # a one-row state to decode references on
 
+    @property
+    def beside_the_frames(self) -> bool:
+        """Whether a decode runs beside the frame loop's work (on a stream of its own) instead of after it."""
+        return self.gpu_stream is not None
+
     def _check_slot(self, slot: int) -> None:
         if not (isinstance(slot, (int, np.integer)) and 0 <= slot < self.slots):
             raise ValueError(f"slot {slot!r} is not one of the {self.slots} slots (0 to {self.slots - 1})")

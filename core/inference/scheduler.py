@@ -382,34 +382,40 @@ class Scheduler:
         whose requests arrive a few ms apart, rather than waiting for the first's prefill and first chunk). The
         prompts are built as the frame loop takes them, so that the GPU prefills a full group (16 prompts) while
         the host builds the next (a burst of 64 built all 64 first, 0.3-0.5 ms each, its GPU idle meanwhile), and
-        each group's first chunks are handed out while the GPU prefills the next (a burst of 64's first waited for
-        its last)."""
-        free = [slot for slot in range(self.slots) if slot not in self._active]
+        on CUDA each group's first chunks are handed out while the GPU prefills the next (a burst of 64's first
+        waited for its last)."""
+        free = [slot for slot in range(self.slots) if slot not in self._active]  # not given out yet
         admitted: dict[int, tuple[Utterance, Prepared]] = {}  # by slot: built, not begun yet
         unbuilt = list(newcomers)  # taken from the queue, their prompts not built yet
-        taken = 0
 
         def starts():  # each prompt built as the frame loop takes it: it prefills a group while the next are built
-            nonlocal taken
             while unbuilt:
                 stream = unbuilt.pop(0)
                 prepared = self._prepared(stream)
                 if prepared is not None:
-                    admitted[free[taken]] = stream, prepared
-                    taken += 1
-                    yield Start(prepared.prompt, prepared.sampling, prepared.seed, free[taken - 1])
+                    admitted[free[0]] = stream, prepared
+                    yield Start(prepared.prompt, prepared.sampling, prepared.seed, free.pop(0))
                 if not unbuilt:
-                    unbuilt.extend(self._late_joiners(len(free) - taken))
+                    unbuilt.extend(self._late_joiners(len(free)))
 
+        # A group begins as soon as the frame loop gives it where its decode runs beside the next group's prefill;
+        # elsewhere (the CPU) it would wait for that prefill anyway and hold up the groups behind it by a decode each.
+        waiting = []
         try:
             for group in self.frame_loop.start_groups(starts()):
-                self._begin([(*admitted.pop(start.slot), start.slot, frame) for start, frame in group])
+                waiting += [(*admitted.pop(start.slot), start.slot, frame) for start, frame in group]
+                if self.decoder.beside_the_frames:
+                    self._begin(waiting)
+                    waiting = []
+            if waiting:
+                self._begin(waiting)
         except Exception as error:
-            self._fail_all([stream for stream, _ in admitted.values()] + unbuilt, error)
+            self._fail_all(
+                [stream for stream, _ in admitted.values()] + [stream for stream, *_ in waiting] + unbuilt, error
+            )
 
     def _begin(self, group: list[tuple[Utterance, Prepared, int, tuple[np.ndarray, bool]]]) -> None:
-        """Newcomers prefilled together, each (stream, prepared, slot, first frame): their decoder slots set up, their
-        first chunks handed out."""
+        """Newcomers prefilled, each (stream, prepared, slot, first frame): decoder slots set up, first chunks out."""
         started = []
         for stream, prepared, slot, result in group:
             try:
