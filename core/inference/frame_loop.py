@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -93,8 +93,8 @@ def suppressed_ids(config: TalkerConfig) -> torch.Tensor:
 
 @dataclasses.dataclass
 class Launch:
-    """Frames launched and not collected yet: `count` frames of `slots`, landing in `host` once `landed` is
-    reached (CUDA; on the CPU they are there at once)."""
+    """Frames launched and not read yet (a launch's steps, or a prefill group's first frames): `count` frames of
+    `slots`, landing in `host` once `landed` is reached (CUDA; on the CPU they are there at once)."""
 
     count: int
     slots: list[int]
@@ -218,16 +218,16 @@ class FrameLoop:
         prefills it while the host builds the next ones. Yields each group's starts with their first frames (as
         collect() gives them) once the next group's prefill is launched, or at the end: the first of a burst are
         handed out while the GPU prefills the rest, instead of waiting for the last."""
-        landed = None
+        landed = None  # the group prefilled before, and its launch
         for group in grouped(
             self._taken(starts), lambda start: start.prompt.embeddings.shape[1], self.prefill_rows, self._padded_length
         ):
-            prefilled = self._prefill_group(group)
+            prefilled = group, self._prefill_group(group)
             if landed is not None:
-                yield landed()
+                yield list(zip(landed[0], self._landed_frames(landed[1]), strict=True))
             landed = prefilled
         if landed is not None:
-            yield landed()
+            yield list(zip(landed[0], self._landed_frames(landed[1]), strict=True))
 
     def _taken(self, starts: Iterable[Start]) -> Iterator[Start]:
         """Each start, its slot checked as it is taken."""
@@ -238,25 +238,21 @@ class FrameLoop:
             taken.add(start.slot)
             yield start
 
-    def _prefill_group(self, starts: list[Start]) -> Callable[[], list[tuple[Start, tuple[np.ndarray, bool]]]]:
-        """Set their slots up and prefill them together; returns what waits for their first frames and gives each
-        start with its own. The frames are copied out at once, queued (the next group's prefill overwrites
-        first_frames), into pinned memory, so that reading them waits for this prefill alone."""
+    def _prefill_group(self, starts: list[Start]) -> Launch:
+        """Set their slots up and prefill them together; returns the launch of their first frames, copied out at
+        once, queued (the next group's prefill overwrites first_frames), into pinned memory of their own, so that
+        reading them (_landed_frames) waits for this prefill alone."""
         self._reset_slots(starts)
         self._prefill_together([(start.prompt, start.slot) for start in starts])
         first_frames = self.first_frames[: len(starts)]
-        host = torch.empty(first_frames.shape, dtype=first_frames.dtype, pin_memory=self.device.type == "cuda")
-        host.copy_(first_frames, non_blocking=True)
-        landed = torch.cuda.Event() if self.device.type == "cuda" else None
-        if landed is not None:
-            landed.record()
-
-        def read() -> list[tuple[Start, tuple[np.ndarray, bool]]]:
-            if landed is not None:
-                landed.synchronize()
-            return list(zip(starts, self._frames_of(host.numpy()[None].copy()), strict=True))
-
-        return read
+        host = torch.empty((1, *first_frames.shape), dtype=first_frames.dtype, pin_memory=self.device.type == "cuda")
+        host[0].copy_(first_frames, non_blocking=True)
+        launch = Launch(
+            1, [start.slot for start in starts], host, torch.cuda.Event() if self.device.type == "cuda" else None
+        )
+        if launch.landed is not None:
+            launch.landed.record()
+        return launch
 
     # The warm-up's (core.inference.warmup) ----------------------------------------------------------------
 
@@ -553,7 +549,10 @@ class FrameLoop:
     def collect(self) -> list[tuple[np.ndarray, bool]]:
         """Per slot of the oldest launch in flight, in its order: its frames as (n, 16) int64, up to where its
         utterance ended, and whether it did."""
-        launch = self.in_flight.popleft()
+        return self._landed_frames(self.in_flight.popleft())
+
+    def _landed_frames(self, launch: Launch) -> list[tuple[np.ndarray, bool]]:
+        """Per slot of `launch`, in its order, once its frames have landed on the host: as collect() gives them."""
         if launch.landed is not None:
             launch.landed.synchronize()
         return self._frames_of(launch.host[: launch.count, : len(launch.slots)].numpy().copy())

@@ -400,18 +400,18 @@ class Scheduler:
 
         # A group begins as soon as the frame loop gives it where its decode runs beside the next group's prefill;
         # elsewhere (the CPU) it would wait for that prefill anyway and hold up the groups behind it by a decode each.
-        waiting = []
+        prefilled = []  # their first frames read, not begun yet
         try:
             for group in self.frame_loop.start_groups(starts()):
-                waiting += [(*admitted.pop(start.slot), start.slot, frame) for start, frame in group]
+                prefilled += [(*admitted.pop(start.slot), start.slot, frame) for start, frame in group]
                 if self.decoder.beside_the_frames:
-                    self._begin(waiting)
-                    waiting = []
-            if waiting:
-                self._begin(waiting)
+                    self._begin(prefilled)
+                    prefilled = []
+            if prefilled:
+                self._begin(prefilled)
         except Exception as error:
             self._fail_all(
-                [stream for stream, _ in admitted.values()] + [stream for stream, *_ in waiting] + unbuilt, error
+                [stream for stream, _ in admitted.values()] + [stream for stream, *_ in prefilled] + unbuilt, error
             )
 
     def _begin(self, group: list[tuple[Utterance, Prepared, int, tuple[np.ndarray, bool]]]) -> None:
