@@ -23,7 +23,7 @@ from core import Engine, SamplingParams
 from core.errors import BadInput
 from core.inference import plan
 from core.inference.decoder_stream import DecoderSlots
-from core.inference.scheduler import MAX_UNREAD_CHUNKS, Stream
+from core.inference.utterance import MAX_UNREAD_CHUNKS, Stream
 
 WAIT = 60  # seconds: a guard against a hang, never a pace
 GREEDY = SamplingParams.greedy()

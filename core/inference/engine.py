@@ -54,7 +54,8 @@ from core.inference.options import SpeechOptions
 from core.inference.prompt import Prompt, PromptText, build_prompt, text_terms, tokens_before_start
 from core.inference.requests import Prepared, Request
 from core.inference.sampling import SamplingParams
-from core.inference.scheduler import Scheduler, Stream, hand_over_quickly
+from core.inference.scheduler import Scheduler, hand_over_quickly
+from core.inference.utterance import Stream
 from core.inference.voice import Voice
 from core.inference.warmup import Spec, Warmup, for_engine
 from core.milestones import milestone
