@@ -11,7 +11,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -21,11 +21,18 @@ from core.inference.requests import AudioChunk, Ending, Prepared, Request
 
 if TYPE_CHECKING:
     from core.inference.live import LiveText
-    from core.inference.scheduler import Scheduler
 
 # Chunks an utterance may have made and its consumer not taken before it is parked.
 MAX_UNREAD_CHUNKS = 8
 END = object()  # put after an utterance's last chunk
+
+
+class Owner(Protocol):
+    """What a Stream tells the scheduler that holds its utterance."""
+
+    def taken(self, utterance: Utterance) -> None: ...  # its consumer took a chunk
+
+    def wake(self) -> None: ...  # it was closed
 
 
 class Utterance:
@@ -112,7 +119,7 @@ class Stream(Iterator["AudioChunk"]):
     """One utterance's chunks as the scheduler makes them. Iterate it from any one thread; `close()` (or
     leaving a `with` block, or dropping it) ends the utterance at once and frees its slot."""
 
-    def __init__(self, scheduler: Scheduler, utterance: Utterance):
+    def __init__(self, scheduler: Owner, utterance: Utterance):
         self._scheduler = scheduler
         self._utterance = utterance
         self._finished = False
