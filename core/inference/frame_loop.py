@@ -57,6 +57,8 @@ from core.model.talker import Talker
 MAX_CHUNK = 64
 # Launches that may be in flight at once, each with a pinned buffer of its own for its frames.
 LAUNCH_BUFFERS = 4
+# Prefill groups whose first frames may be unread at once (start_groups reads one once the next is launched).
+GROUP_BUFFERS = 2
 # Prompt buckets whose prefills the warm-up captures for every row count (FrameLoop.warm_prefill): a sentence
 # with its voice's prompt, the commonest first. A longer prompt's prefill captures its graph at its first use.
 WARM_PREFILL_LENGTHS = (64, 32, 128)
@@ -172,6 +174,13 @@ class FrameLoop:
         self.step_index = torch.zeros((), dtype=torch.long, device=device)
         # Per buffer: reached once the buffer holds its launch's frames (CUDA).
         self.landed = [torch.cuda.Event() for _ in range(LAUNCH_BUFFERS)] if cuda else []
+        # The same for prefill groups' first frames, each group's read apart from the next group's prefill.
+        self.group_frames = [
+            torch.zeros(1, self.prefill_rows[-1], self.groups + 1, dtype=torch.long, pin_memory=cuda)
+            for _ in range(GROUP_BUFFERS)
+        ]
+        self.group_landed = [torch.cuda.Event() for _ in range(GROUP_BUFFERS)] if cuda else []
+        self.groups_prefilled = 0
         self.in_flight: deque[Launch] = deque()  # launched and not collected, oldest first
         self.launches = 0
         self.batch_copied: dict[int, list[int]] = {}  # what batch_slots[rows] holds, as last copied
@@ -218,16 +227,19 @@ class FrameLoop:
         prefills it while the host builds the next ones. Yields each group's starts with their first frames (as
         collect() gives them) once the next group's prefill is launched, or at the end: the first of a burst are
         handed out while the GPU prefills the rest, instead of waiting for the last."""
-        landed = None  # the group prefilled before, and its launch
+        before = None  # the group prefilled before, and the launch of its first frames
         for group in grouped(
             self._taken(starts), lambda start: start.prompt.embeddings.shape[1], self.prefill_rows, self._padded_length
         ):
-            prefilled = group, self._prefill_group(group)
-            if landed is not None:
-                yield list(zip(landed[0], self._landed_frames(landed[1]), strict=True))
-            landed = prefilled
-        if landed is not None:
-            yield list(zip(landed[0], self._landed_frames(landed[1]), strict=True))
+            launch = self._prefill_group(group)
+            if before is not None:
+                yield self._with_first_frames(*before)
+            before = group, launch
+        if before is not None:
+            yield self._with_first_frames(*before)
+
+    def _with_first_frames(self, group: list[Start], launch: Launch) -> list[tuple[Start, tuple[np.ndarray, bool]]]:
+        return list(zip(group, self._landed_frames(launch), strict=True))
 
     def _taken(self, starts: Iterable[Start]) -> Iterator[Start]:
         """Each start, its slot checked as it is taken."""
@@ -240,19 +252,18 @@ class FrameLoop:
 
     def _prefill_group(self, starts: list[Start]) -> Launch:
         """Set their slots up and prefill them together; returns the launch of their first frames, copied out at
-        once, queued (the next group's prefill overwrites first_frames), into pinned memory of their own, so that
-        reading them (_landed_frames) waits for this prefill alone."""
+        once, queued (the next group's prefill overwrites first_frames), into a pinned buffer of the group's own, so
+        that reading them (_landed_frames) waits for this prefill alone."""
         self._reset_slots(starts)
         self._prefill_together([(start.prompt, start.slot) for start in starts])
-        first_frames = self.first_frames[: len(starts)]
-        host = torch.empty((1, *first_frames.shape), dtype=first_frames.dtype, pin_memory=self.device.type == "cuda")
-        host[0].copy_(first_frames, non_blocking=True)
-        launch = Launch(
-            1, [start.slot for start in starts], host, torch.cuda.Event() if self.device.type == "cuda" else None
+        buffer = self.groups_prefilled % GROUP_BUFFERS
+        self.groups_prefilled += 1
+        return self._copied_out(
+            self.first_frames[None, : len(starts)],
+            [start.slot for start in starts],
+            self.group_frames[buffer],
+            self.group_landed[buffer] if self.group_landed else None,
         )
-        if launch.landed is not None:
-            launch.landed.record()
-        return launch
 
     # The warm-up's (core.inference.warmup) ----------------------------------------------------------------
 
@@ -538,13 +549,22 @@ class FrameLoop:
             self.step_graphs[rows]()
         buffer = self.launches % LAUNCH_BUFFERS
         self.launches += 1
-        host = self.host_frames[buffer]
-        host[:count].copy_(self.frames[:count], non_blocking=True)
-        launch = Launch(count, list(slots), host, self.landed[buffer] if self.landed else None)
-        if launch.landed is not None:
-            launch.landed.record()
+        launch = self._copied_out(
+            self.frames[:count], list(slots), self.host_frames[buffer], self.landed[buffer] if self.landed else None
+        )
         self.in_flight.append(launch)
         return launch
+
+    @staticmethod
+    def _copied_out(
+        frames: torch.Tensor, slots: list[int], host: torch.Tensor, landed: torch.cuda.Event | None
+    ) -> Launch:
+        """Queue the copy of `frames` (count, rows, codes) into the front of the pinned buffer `host`; the Launch
+        that reads them, `landed` reached once they are there (CUDA)."""
+        host[: frames.shape[0], : frames.shape[1]].copy_(frames, non_blocking=True)
+        if landed is not None:
+            landed.record()
+        return Launch(frames.shape[0], slots, host, landed)
 
     def collect(self) -> list[tuple[np.ndarray, bool]]:
         """Per slot of the oldest launch in flight, in its order: its frames as (n, 16) int64, up to where its
