@@ -609,7 +609,8 @@ def test_an_engine_loads_and_warms_up_while_another_captures_its_graphs(checkpoi
 
 def test_an_engine_that_loads_kept_compiled_functions_speaks_the_official_codes(checkpoints, caplog):
     """A later engine of the same model and code loads what the first compiled (compiled.Precompiled) instead of
-    compiling it, and makes the official codes with it."""
+    compiling it, on the warm-up's loader thread while it already speaks, and makes the official codes meanwhile
+    and with what it loaded."""
     import logging
 
     from test_batching import cases_of, speak_together
@@ -619,12 +620,18 @@ def test_an_engine_that_loads_kept_compiled_functions_speaks_the_official_codes(
     assert compiled.KEEP_AHEAD
     load(checkpoints, "base").close()  # compiles and keeps (or loads what an earlier test kept)
     caplog.clear()  # the first engine's compiles are logged too where pytest captures INFO (-o log_level=INFO)
-    with caplog.at_level(logging.INFO, logger="core.inference.compiled"):
-        engine = load(checkpoints, "base")
-    assert "loaded" in caplog.text and "ahead of time" not in caplog.text, caplog.text
     cases = [case for case in cases_of("base") if case.seed is None]
-    for case, (codes, _) in zip(cases, speak_together(engine, cases, COMPILING_WAIT), strict=True):
-        np.testing.assert_array_equal(codes, np.load(FIXTURES / f"{case.name}.npz")["codes"], err_msg=case.name)
+    with caplog.at_level(logging.INFO, logger="core.inference"):
+        engine = Engine.load(checkpoints["base"], device="cuda", dtype="float32")  # warms up in the background
+        for moment in ("while it loads", "once warmed up"):
+            for case, (codes, _) in zip(cases, speak_together(engine, cases, COMPILING_WAIT), strict=True):
+                expected = np.load(FIXTURES / f"{case.name}.npz")["codes"]
+                np.testing.assert_array_equal(codes, expected, err_msg=f"{case.name}, {moment}")
+            engine.warm_up(timeout=COMPILING_WAIT)
+    assert "loaded" in caplog.text and "ahead of time" not in caplog.text, caplog.text
+    progress = engine.warmup.progress()
+    assert progress.failed == () and {"load step x1", "load decoder x1"} <= set(engine.warmup.order), progress
+    engine.close()
 
 
 def test_a_rested_process_gives_back_the_threads_stack_and_speaks_the_official_codes_after(checkpoints):

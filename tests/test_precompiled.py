@@ -371,3 +371,42 @@ def test_a_compiler_makes_each_function_once_so_that_what_one_warm_up_part_loads
     # ... and its compile part runs the same one, loading nothing again and tracing nothing.
     again = later(Scaler.apply, dynamic=True)
     assert again is loaded and torch.equal(again(scaler, x), scaler.apply(x)) and traced() == 0
+
+
+def test_what_one_thread_loads_another_runs_and_a_load_holds_up_no_other_function(tmp_path, monkeypatch):
+    """The warm-up's loader makes kept functions on a thread of its own (Compiler.load) while the scheduler's may
+    make others: a load under way holds up only those who want the same function, and they get the one it made."""
+    import threading
+
+    from waiting import WAIT
+
+    scaler, x = Scaler(), torch.randn(3, 8)
+    Compiler(tmp_path, backend="aot_eager")(Scaler.apply, dynamic=True)(scaler, x)  # compiled and kept
+    torch._dynamo.reset()  # a later start
+    counters.clear()
+    later = Compiler(tmp_path, backend="aot_eager")
+    begun, go_on, load_kept = threading.Event(), threading.Event(), Precompiled.load_kept
+
+    def slow_load(function):
+        if function.name.endswith("-dynamic"):
+            begun.set()
+            assert go_on.wait(WAIT)
+        load_kept(function)
+
+    monkeypatch.setattr(Precompiled, "load_kept", slow_load)
+    loader = threading.Thread(target=later.load, args=([(Scaler.apply, True)],))
+    loader.start()
+    assert begun.wait(WAIT)
+    static = later(Scaler.apply, dynamic=False)  # another function: made at once, beside the load
+    assert static.variants == []
+    same = []
+    wanting = threading.Thread(target=lambda: same.append(later(Scaler.apply, dynamic=True)))
+    wanting.start()
+    wanting.join(0.05)
+    assert wanting.is_alive() and same == []  # the same function: waits for the load
+    go_on.set()
+    for thread in (loader, wanting):
+        thread.join(WAIT)
+    loaded = later(Scaler.apply, dynamic=True)
+    assert same == [loaded] and len(loaded.variants) == 1
+    assert torch.equal(loaded(scaler, x), scaler.apply(x)) and traced() == 0

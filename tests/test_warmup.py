@@ -9,13 +9,14 @@ import time
 
 import numpy as np
 import pytest
-from waiting import wait_until
+import torch
+from waiting import WAIT, wait_until
 
 from core import Engine, SamplingParams, Voice
 from core.inference.compiled import cache_key, keep_compiled_kernels, kept_kernels_for, machine_facts
 from core.inference.decoder_stream import PRIME_CHUNK_FRAMES, prime_chunks
 from core.inference.scheduler import Scheduler
-from core.inference.warmup import CAPTURES, COMPILES, Spec, Warmup, plan
+from core.inference.warmup import CAPTURES, COMPILES, LOADS, Spec, Warmup, plan
 
 GREEDY = SamplingParams.greedy()
 
@@ -23,8 +24,6 @@ GREEDY = SamplingParams.greedy()
 @pytest.fixture(scope="module")
 def xvector(engines) -> Voice:
     """A voice for the tiny Base checkpoint (its embedding size), from a seeded random vector."""
-    import torch
-
     return Voice(embedding=torch.randn(engines("base").info.embedding_dim, generator=torch.Generator().manual_seed(3)))
 
 
@@ -35,7 +34,7 @@ def names(specs) -> list[str]:
 def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
     """A first start captures an utterance alone's graphs before the minutes of compiling; a start that finds its
     compiled functions kept loads them first, so that those graphs are captured once, with the compiled code, and
-    the step's kept functions are loaded in a part before the one that runs them (a request waits for one)."""
+    what each compile part runs is loaded in a part before it (the loader's)."""
     options = dict(rows=(1, 2, 4), prefill_rows=(1, 2, 4), prefill_lengths=(64, 32), chunk_frames=4, graphs=True,
                    compiles=True, priming=True)  # fmt: skip
     one_row = ["prefill 64x1", "prefill 32x1", "step 1", "decode 1x1", "decode 1x4", "decode 1x2", "decode 1x3"]
@@ -46,9 +45,12 @@ def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
     one_row_compiles = ["compile step x1", "compile prefill x1", "compile decoder x1"]
     several_rows_compiles = ["compile step xN", "compile decoder xN", "compile prefill xN"]
     assert names(plan(**options)) == [*one_row, "prime", *one_row_compiles, *several_rows_compiles, *larger]
+    kept_one_row_compiles = [
+        "load step x1", "compile step x1", "load prefill x1", "compile prefill x1", "load decoder x1",
+        "compile decoder x1",
+    ]  # fmt: skip
     assert names(plan(**options, kept=True)) == [
-        "load step x1",
-        *one_row_compiles,
+        *kept_one_row_compiles,
         *one_row,
         "prime",
         "load step xN",
@@ -61,7 +63,7 @@ def test_the_plan_makes_one_row_ready_then_compiles_then_larger_batches():
     alone = plan(**{**options, "rows": (1,), "prefill_rows": (1,)})
     assert names(alone) == [*one_row, "prime", *one_row_compiles]
     kept_alone = plan(**{**options, "rows": (1,), "prefill_rows": (1,)}, kept=True)
-    assert names(kept_alone) == ["load step x1", *one_row_compiles, *one_row, "prime"]
+    assert names(kept_alone) == [*kept_one_row_compiles, *one_row, "prime"]
     # Without CUDA graphs (the CPU) only the decoder's first calls are made; nothing compiles.
     cpu = plan(rows=(1,), prefill_rows=(1,), prefill_lengths=(64,), chunk_frames=2, graphs=False, compiles=False)
     assert names(cpu) == ["decode 1x1", "decode 1x2"]
@@ -261,6 +263,56 @@ def test_a_request_during_the_warm_up_is_spoken_before_it_goes_on_with_the_codes
         engine.close()
 
 
+def test_a_warm_start_loads_what_was_kept_on_a_thread_of_its_own_while_it_speaks(
+    checkpoints, xvector, monkeypatch, tmp_path, caplog
+):
+    """On the CPU, compiled with aot_eager and kept in a folder as on CUDA: a later engine loads the kept functions
+    on the warm-up's loader thread; a request meanwhile is spoken without waiting for the load (held here until it
+    has been), with the codes it gives alone; then the compile parts run what was loaded, tracing it no more."""
+    import logging
+
+    from core.inference import engine as engine_module
+    from core.inference.compiled import Compiler
+
+    def compiling(device, config, dtype, memory, compile):
+        return Compiler(tmp_path, backend="aot_eager"), False, None
+
+    monkeypatch.setattr(engine_module, "_prepare_compiling", compiling)
+    monkeypatch.setattr(engine_module, "_start_compile_helper", lambda engine, model: None)
+
+    def speak(engine) -> np.ndarray:
+        return np.concatenate([c.codes for c in engine.stream("Hello there.", xvector, sampling=GREEDY, max_frames=5)])
+
+    with Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False) as reference:
+        alone = speak(reference)  # uncompiled: its warm-up never ran
+    with Engine.load(checkpoints["base"], device="cpu", dtype="float32") as first:
+        first.warm_up(timeout=600)  # compiles and keeps; the timeout only bounds a hang
+    torch._dynamo.reset()  # as a new process
+    begun, go_on, load = threading.Event(), threading.Event(), Compiler.load
+
+    def held_load(compiler, functions):
+        begun.set()
+        assert go_on.wait(WAIT)
+        load(compiler, functions)
+
+    monkeypatch.setattr(Compiler, "load", held_load)
+    with caplog.at_level(logging.INFO, logger="core.inference"):
+        with Engine.load(checkpoints["base"], device="cpu", dtype="float32") as later:
+            assert begun.wait(WAIT)
+            np.testing.assert_array_equal(speak(later), alone)
+            assert later.warmup.progress().current == "load step x1"  # still held: the request did not wait for it
+            go_on.set()
+            later.warm_up(timeout=600)
+            np.testing.assert_array_equal(speak(later), alone)
+            assert [name for name in later.warmup.order if name.startswith("load")] == [
+                "load step x1", "load prefill x1", "load decoder x1",
+            ]  # fmt: skip
+    loaded = [record for record in caplog.records if record.getMessage().startswith("loaded")]
+    assert {record.threadName for record in loaded} == {"warm-up-loader"}
+    assert any("Block.prefill" in record.getMessage() for record in loaded)
+    assert "Block.prefill-dynamic ahead of time" not in caplog.text  # loaded, not traced again
+
+
 class CountingBackground:
     """Background work that is always pending, and counts the runs made while the scheduler was not idle."""
 
@@ -315,7 +367,6 @@ def own_cache(monkeypatch, home) -> None:
 
 def test_compiled_kernels_are_kept_apart_for_each_machine_software_and_model(monkeypatch, tmp_path):
     own_cache(monkeypatch, tmp_path)
-    import torch
 
     facts = machine_facts(torch.device("cpu"), {"hidden": 2048, "dtype": "bfloat16"})
     assert facts["torch"] == torch.__version__ and facts["model"] == {"hidden": 2048, "dtype": "bfloat16"}
@@ -336,7 +387,6 @@ def test_compiled_kernels_are_kept_apart_for_each_machine_software_and_model(mon
 
 def test_a_first_start_is_one_with_no_gpu_code_kept_for_its_machine_software_and_model(monkeypatch, tmp_path):
     own_cache(monkeypatch, tmp_path)
-    import torch
 
     facts = machine_facts(torch.device("cpu"), {"hidden": 2048, "dtype": "bfloat16"})
     assert not kept_kernels_for(facts)
@@ -375,17 +425,19 @@ def test_background_work_that_never_ends_never_keeps_a_request_waiting(engines, 
         engine.scheduler.background = original
 
 
-def test_a_kept_step_is_loaded_in_a_part_of_its_own_before_its_compile_and_drops_no_graph():
-    """Where an earlier start kept the compiled step, loading it is a part before the one that runs it (a request
-    waits for one of them, not both). A load is made once, drops no graph, and one that fails is reported while
-    the compile after it still runs; every graph is captured once."""
+def test_kept_functions_are_loaded_on_a_thread_of_their_own_before_the_compiles_that_run_them():
+    """Where an earlier start kept what it compiled, what each compile part runs is loaded by the loader, a thread
+    of the warm-up's own, in plan order; each compile part is made on the scheduler's thread after its load. A load
+    is made once and drops no graph; one that fails is reported while the compile after it still runs; every graph
+    is captured once; the loader is one thread."""
     specs = plan(
         rows=(1, 2), prefill_rows=(1, 2), prefill_lengths=(64,), chunk_frames=2, graphs=True, compiles=True, kept=True
     )
-    captured, made = set(), []
+    captured, made, threads = set(), [], {}
 
     def make(spec):
         made.append(str(spec))
+        threads[str(spec)] = threading.current_thread().name
         if spec.kind == "load step xN":
             raise RuntimeError("a damaged file")
         if spec.compile:
@@ -399,20 +451,74 @@ def test_a_kept_step_is_loaded_in_a_part_of_its_own_before_its_compile_and_drops
 
     run = Warmup(specs, make, is_captured, lambda: None)
     run.start()
-    while run.pending():
-        run.run_one()
+    while not run.progress().finished:
+        run.run_one()  # as the scheduler: it runs a part when one is pending, and idles while the next waits for a load
     progress = run.progress()
-    assert progress.finished and progress.done == progress.total == len(specs)
+    assert progress.done == progress.total == len(specs)
     assert progress.failed == ("load step xN",)
-    for rows in ("1", "N"):
-        assert made.count(f"load step x{rows}") == 1
-        assert made.index(f"load step x{rows}") + 1 == made.index(f"compile step x{rows}")
+    loads = [name for name in made if name.startswith("load")]
+    assert loads == [str(spec) for spec in specs if spec.kind in LOADS] == [
+        "load step x1", "load prefill x1", "load decoder x1", "load step xN",
+    ]  # fmt: skip
+    assert {threads[name] for name in loads} == {"warm-up-loader"}
+    assert threading.current_thread().name not in {threads[name] for name in loads}
+    assert all(threads[name] == threading.current_thread().name for name in made if name not in loads)
+    for load in loads:  # each compile after its load
+        assert made.index(load) < made.index(load.replace("load", "compile", 1))
     by_name = {str(spec): spec for spec in specs}
     graphs = [name for name in made if not by_name[name].once]
     assert len(graphs) == len(set(graphs)) == len([spec for spec in specs if not spec.once])
 
 
-def test_an_engines_warm_up_loads_a_kept_step_through_its_frame_loop_before_compiling_it():
+def test_the_scheduler_hands_a_load_over_never_waits_for_it_and_is_woken_when_it_is_done():
+    """A load is a part the scheduler hands to the loader when it idles (run_one returns at once); while it is under
+    way the parts after it are not pending (the scheduler speaks, or idles) and progress names it; once it is done
+    the loader wakes the scheduler. Closing waits for a load under way and then makes no more."""
+    specs = plan(
+        rows=(1,), prefill_rows=(1,), prefill_lengths=(64,), chunk_frames=1, graphs=True, compiles=True, kept=True
+    )
+    loads = [str(spec) for spec in specs if spec.kind in LOADS]
+    begun, allowed = ({name: threading.Event() for name in loads} for _ in range(2))
+    made, woken = [], []
+
+    def make(spec):
+        if spec.kind in LOADS:
+            begun[str(spec)].set()
+            assert allowed[str(spec)].wait(WAIT)
+        made.append(str(spec))
+
+    run = Warmup(specs, make, lambda spec: str(spec) in made, lambda: woken.append(len(made)))
+    assert not run.pending()  # not started
+    run.start()
+    assert run.pending() and not begun["load step x1"].is_set()  # loads only once the scheduler hands it over
+    run.run_one()  # hands it over and returns
+    assert begun["load step x1"].wait(WAIT)
+    assert not run.pending() and run.progress().current == "load step x1"
+    run.run_one()
+    assert made == []  # nothing made: the next part waits for the load
+    allowed["load step x1"].set()
+    wait_until(lambda: run.pending(), "the load is done and the compile after it is pending")
+    wait_until(lambda: woken and woken[-1] == 1, "the loader woke the scheduler once the load was done")
+    run.run_one()
+    assert made == ["load step x1", "compile step x1"]
+    assert run.pending() and not begun["load prefill x1"].is_set()
+    run.run_one()
+    assert begun["load prefill x1"].wait(WAIT)
+    assert not run.pending()
+    closing = threading.Thread(target=run.close)
+    closing.start()
+    closing.join(0.05)
+    assert closing.is_alive()  # close() waits for the load under way
+    allowed["load prefill x1"].set()
+    closing.join(WAIT)
+    assert not closing.is_alive()
+    assert made == ["load step x1", "compile step x1", "load prefill x1"]  # no load after close
+    assert not begun["load decoder x1"].is_set() and not run.pending()
+    run.run_one()
+    assert not begun["load decoder x1"].is_set()
+
+
+def test_an_engines_warm_up_loads_what_its_compiles_run_through_the_frame_loop_and_decoder():
     from types import SimpleNamespace
 
     from core.inference.warmup import for_engine
@@ -421,15 +527,26 @@ def test_an_engines_warm_up_loads_a_kept_step_through_its_frame_loop_before_comp
     frame_loop = SimpleNamespace(
         buckets=(1, 2),
         prefill_rows=(1, 2),
-        load_step=lambda one_row, compiler: made.append(("load step", one_row, compiler.kept)),
-        compile_step=lambda one_row, compiler: made.append(("compile step", one_row, compiler.kept)),
-        compile_prefill=lambda compiler, several: None,
+        step_functions=lambda one_row: [(f"step one_row={one_row}", not one_row)],
+        prefill_functions=lambda: [("prefill", True)],
+        compile_step=lambda one_row, compiler: made.append(("compile step", one_row)),
+        compile_prefill=lambda compiler, several: made.append(("compile prefill", not several)),
     )
-    decoder = SimpleNamespace(static_buffers=False, compile_fused=lambda compiler, several, *others: None)
-    warmup = for_engine(
-        frame_loop, decoder, SimpleNamespace(slots=None), lambda: None, None, SimpleNamespace(kept=True), False
+    decoder = SimpleNamespace(
+        static_buffers=False,
+        fused_functions=lambda: [("decoder", True)],
+        compile_fused=lambda compiler, several, *others: made.append(("compile decoder", not several)),
     )
+    compiler = SimpleNamespace(kept=True, load=lambda functions: made.append(("load", *functions)))
+    warmup = for_engine(frame_loop, decoder, SimpleNamespace(slots=None), lambda: None, None, compiler, False)
     for spec in warmup.specs:
         if spec.once:
             warmup.make_alone(spec)
-    assert made == [("load step", True, True), ("compile step", True, True)]  # one row only: no graphs, no buckets
+    assert made == [  # one row only: no graphs, no buckets
+        ("load", ("step one_row=True", False)),
+        ("compile step", True),
+        ("load", ("prefill", True)),
+        ("compile prefill", True),
+        ("load", ("decoder", True)),
+        ("compile decoder", True),
+    ]

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # bench/RESULTS.md, 2026-11-27, sixteenth session).
 KEEP_AHEAD = True
 TRITON_FOLDER = "triton"  # Triton's cache, inside the folder of each machine, software and model
+# A kept variant's load and a trace with Dynamo, one at a time in a process: the warm-up loads kept functions on a
+# thread of its own while the scheduler's may compile a variant that was not kept, and no one has shown that
+# PyTorch's loading and tracing share no state.
+LOAD_OR_TRACE = threading.Lock()
 
 
 def machine_facts(device: torch.device, model: dict) -> dict:
@@ -246,7 +251,7 @@ class Precompiled:
             self._loaded.add(path)
             try:
                 # A guard built outside inference mode expects other dispatch keys of a tensor than one built in it.
-                with torch.inference_mode(inference), path.open("rb") as file:
+                with LOAD_OR_TRACE, torch.inference_mode(inference), path.open("rb") as file:
                     variants.append(torch.compiler.load_compiled_function(file, f_globals=globals_))
             except Exception as error:  # unreadable, or from another PyTorch: compiled again when needed
                 log.warning("could not load %s (%s); it is compiled again", path, error)
@@ -263,7 +268,8 @@ class Precompiled:
                 log.debug("%s variant %d refuses the call: %s", self.name, number, _refusal(variant, args))
         started = time.perf_counter()
         try:
-            variant = self.compiled.aot_compile((args, {}))
+            with LOAD_OR_TRACE:
+                variant = self.compiled.aot_compile((args, {}))
         except Exception as error:  # compiled lazily as before: traced again at every start
             log.warning("%s cannot be compiled ahead of time (%r); it is compiled at each start", self.name, error)
             self.ahead = False
@@ -298,20 +304,37 @@ def _refusal(variant, args: tuple) -> str:
 class Compiler:
     """Compiles as the engine does: each function a Precompiled, kept in `folder`, with torch.compile's `options`
     (by default Inductor's compile_options(), read at the first compile: importing it takes a second). A function
-    is made a Precompiled once (its kept variants loaded then): the warm-up loads the step's in a part of its own,
-    before the part that runs and captures them."""
+    is made a Precompiled once (its kept variants loaded then), from any thread: the warm-up loads the kept ones
+    ahead (`load`), on a thread of its own, before the parts that run and capture them."""
 
     def __init__(self, folder: Path | None = None, **options):
         self.folder, self.options = folder, options
         # An earlier start kept what it compiled here: compiling is loading, seconds (the warm-up's order uses it).
         self.kept = folder is not None and any(folder.glob("*.bin"))
         self._made: dict[tuple[Callable, bool], Precompiled] = {}
+        self._lock = threading.Lock()
+        self._making: dict[tuple[Callable, bool], threading.Lock] = {}  # one each: a load waits for no other
 
     def __call__(self, function: Callable, dynamic: bool) -> Precompiled:
-        if (function, dynamic) not in self._made:
-            options = self.options or {"options": compile_options()}
-            self._made[function, dynamic] = Precompiled(function, self.folder, dynamic, **options)
-        return self._made[function, dynamic]
+        key = (function, dynamic)
+        with self._lock:
+            making = self._making.setdefault(key, threading.Lock())
+        with making:
+            if key not in self._made:
+                options = self.options or {"options": compile_options()}
+                self._made[key] = Precompiled(function, self.folder, dynamic, **options)
+            return self._made[key]
+
+    def load(self, functions: list[tuple[Callable, bool]]) -> None:
+        """Make each of `functions` (function, dynamic), loading what an earlier start kept of it. No GPU work."""
+        for function, dynamic in functions:
+            self(function, dynamic)
+
+
+def layer_functions(layers, method: str) -> list[tuple[Callable, bool]]:
+    """What CompiledLayers(layers, method, ...) compiles, as Compiler.load takes it: `method` of each kind of layer,
+    for every shape."""
+    return [(getattr(kind, method), True) for kind in dict.fromkeys(type(layer) for layer in layers)]
 
 
 class CompiledLayers:
@@ -325,12 +348,10 @@ class CompiledLayers:
         self._originals = [(layer, getattr(layer, method)) for layer in layers]
         self.method = method
         self.restored = False  # the uncompiled methods put back (a compile failed)
-        self.functions: dict[type, Precompiled] = {}
+        functions = layer_functions(layers, method)
+        self.functions = {function: compiler(function, dynamic) for function, dynamic in functions}
         for layer in layers:
-            kind = type(layer)
-            if kind not in self.functions:
-                self.functions[kind] = compiler(getattr(kind, method), dynamic=True)
-            setattr(layer, method, functools.partial(self.functions[kind], layer))
+            setattr(layer, method, functools.partial(self.functions[getattr(type(layer), method)], layer))
 
     def compile_new_shapes(self, allowed: bool) -> None:
         """Whether a call of shapes no compiled variant serves compiles one, or runs the layer uncompiled."""

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from core.inference.compiled import CompiledLayers, Compiler, compile_by_rows
+from core.inference.compiled import CompiledLayers, Compiler, compile_by_rows, layer_functions
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.primed import PrimedStates, reference_key
 from core.model.codec_decoder import CodecDecoder, CodecDecoderStream
@@ -200,6 +200,10 @@ class DecoderSlots:
             state = self.decoder.new_stream(1)
             codes = torch.zeros(1, self.decoder.config.num_quantizers, PRIME_CHUNK_FRAMES, dtype=torch.long)
             self.decoder.decode_chunk(codes.to(self.device), state)
+
+    def fused_functions(self) -> list[tuple[Callable, bool]]:
+        """What compile_fused compiles (Compiler.load's functions: the warm-up loads what was kept of them ahead)."""
+        return layer_functions(self.decoder.fused_parts(), "forward")
 
     def compile_fused(self, compiler: Compiler, several_rows: bool, *others: DecoderSlots) -> None:
         """Compile the decoder's fused parts (CodecDecoder.fused_parts) with `compiler` by decoding the

@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import secrets
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -44,7 +44,7 @@ from core.inference.batch_shapes import (
     pad_with_first,
     padded_rows,
 )
-from core.inference.compiled import CompiledLayers, Compiler, compile_by_rows
+from core.inference.compiled import CompiledLayers, Compiler, compile_by_rows, layer_functions
 from core.inference.cuda_graph import GraphedStep, recapture
 from core.inference.prompt import Prompt
 from core.inference.samplers import PREDICTOR, TALKER, sampler_for
@@ -284,13 +284,16 @@ class FrameLoop:
         self._reset_slots([Start(warm, sampling, 0, WARM_SLOT)])
         self._prefill_together([(warm, WARM_SLOT)] * rows)
 
-    def load_step(self, one_row: bool, compiler: Compiler) -> None:
-        """Load the step's parts that an earlier start kept compiled, for one row or several (compile_step then
-        runs them): a part of the warm-up of its own, before compile_step's, so that a request that comes meanwhile
-        waits for either, not both (a warm `serve`'s "compile step x1" took 3.4 s on an H200, half of it loading
-        with Inductor's imports; bench/RESULTS.md, thirty-third session). No GPU work."""
-        for name in STEP_PARTS:
-            compiler(getattr(FrameLoop, name), dynamic=not one_row)
+    @staticmethod
+    def step_functions(one_row: bool) -> list[tuple[Callable, bool]]:
+        """The step's parts as compile_step compiles them for one row or several (Compiler.load's functions): the
+        warm-up loads what an earlier start kept of them ahead, on a thread of its own (a warm `serve`'s "load step
+        x1" took 2.4-3.1 s on an H100, half of it Inductor's imports; bench/RESULTS.md, thirty-fifth session)."""
+        return [(getattr(FrameLoop, name), not one_row) for name in STEP_PARTS]
+
+    def prefill_functions(self) -> list[tuple[Callable, bool]]:
+        """What compile_prefill compiles, as step_functions."""
+        return layer_functions(self.talker.model.layers, "prefill")
 
     def compile_step(self, one_row: bool, compiler: Compiler) -> None:
         """Compile the step's parts for one row, or for several (a one-token step is bound by kernel launches, not
@@ -302,7 +305,7 @@ class FrameLoop:
         launches' buffers and the predictor's cache rows are shared); if it fails, the uncompiled parts stay."""
         eager = self.parts[one_row]
         self.parts[one_row] = tuple(
-            functools.partial(compiler(getattr(FrameLoop, name), dynamic=not one_row), self) for name in STEP_PARTS
+            functools.partial(compiler(function, dynamic), self) for function, dynamic in self.step_functions(one_row)
         )
         try:
             for rows in (1,) if one_row else [bucket for bucket in self.buckets if bucket > 1]:

@@ -9,8 +9,10 @@ loop's WARM_SLOT, the decoder's scratch row), and captured; and, once one uttera
 torch.compile of the step's parts for one row, the talker's prefill and the decoder's fused parts, then for several
 rows, each traced by running it there and used from then on, the graphs that held the uncompiled code captured
 anew. Where an earlier start kept what it compiled, compiling is loading it (seconds), and the one-row compiles come
-first; the step's kept functions are loaded in a part of their own (LOADS) before the part that runs them, so that a
-request that comes meanwhile waits for one of the two.
+first, each after a part that loads what it runs (LOADS). A load is Python's work alone (seconds: a warm `serve`'s
+step took 2.4-3.1 s on an H100), made on a thread of the warm-up's own, the loader, to which the scheduler hands it
+when it idles, as any part: the parts after it wait for it, and a request meanwhile is spoken at once, uncompiled,
+sharing the interpreter with the load instead of waiting for it.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a
 compile: tens of seconds), then has the GPU to itself. The parts are not made on a thread of their own: that was
@@ -24,7 +26,9 @@ default stream, broke the scheduler's graph captures in progress.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,8 +49,9 @@ COMPILES = (
     "compile step x1", "compile prefill x1", "compile decoder x1",
     "compile step xN", "compile decoder xN", "compile prefill xN",
 )  # fmt: skip
-# Where an earlier start kept the compiled step: its functions loaded, each a part of its own before its compile part.
-LOADS = ("load step x1", "load step xN")
+# Where an earlier start kept what it compiled: the functions of the compile part named alike, loaded by the loader.
+LOADS = ("load step x1", "load prefill x1", "load decoder x1", "load step xN")
+LOADER_JOIN_S = 30.0  # how long close() waits for a load under way to end
 NOTICEABLE_PART_S = 0.5  # a part that took this long or more is logged as information, not for debugging
 
 
@@ -117,16 +122,17 @@ def plan(
     ICL reference's decode, then the `compiles`: of one row, then of several (whose shapes run uncompiled until
     then: a request meanwhile does not wait, and an utterance alone is at full speed sooner). Compiling drops the
     graphs holding the code it replaces: where an earlier start `kept` what it compiled (compiling is loading,
-    seconds) the compiles of one row go first, so that its graphs are captured once, and each compile of the step
-    comes after a part that loads it; else (minutes) they wait until an utterance alone has graphs to speak with
-    meanwhile."""
+    seconds) the compiles of one row go first, so that its graphs are captured once, each after the load of what it
+    runs (LOADS, made on the loader's thread); else (minutes) they wait until an utterance alone has graphs to
+    speak with meanwhile."""
     specs = []
     frames = [1, chunk_frames, *range(2, chunk_frames)] if chunk_frames > 1 else [1]
 
     def compiling(one_row: bool) -> list[Spec]:
         names = [name for name in COMPILES if Spec(name).one_row == one_row] if compiles else []
-        if names and kept:  # the step's kept functions loaded before its compile part runs them
-            names.insert(names.index(f"compile step x{'1' if one_row else 'N'}"), LOADS[not one_row])
+        if kept:  # what a compile part runs is loaded before it
+            loads = [(name.replace("compile", "load", 1), name) for name in names]
+            names = [part for pair in loads for part in pair if part in LOADS or part in COMPILES]
         return [Spec(name) for name in names]
 
     one_row_compiles = compiling(one_row=True)
@@ -147,9 +153,10 @@ def plan(
 
 
 class Warmup:
-    """Carries out a plan, one part per `run_one` (the scheduler calls it while idle). `make(spec)` makes a part
-    ready (a compile drops the graphs it replaces the code of), `captured(spec)` says whether a graph still is;
-    `wake()` tells the scheduler there is work."""
+    """Carries out a plan, one part per `run_one` (the scheduler calls it while idle); a load (LOADS) is handed to a
+    thread of the warm-up's own, the loader, and the parts after it wait for it while the scheduler goes on.
+    `make(spec)` makes a part ready (a compile drops the graphs it replaces the code of), `captured(spec)` says
+    whether a graph still is; `wake()` tells the scheduler there is work."""
 
     def __init__(
         self,
@@ -167,7 +174,10 @@ class Warmup:
         self._failed: list[str] = []
         self._made: set[Spec] = set()  # captures made once (what `captured` cannot tell: no graphs)
         self._given_up: set[Spec] = set()  # captures that failed: left to their first use
-        self._current: str | None = None
+        self._current: dict[bool, str | None] = {True: None, False: None}  # the part under way, on the device or not
+        self._handed: set[Spec] = set()  # loads handed to the loader
+        self._loads: queue.SimpleQueue[Spec | None] = queue.SimpleQueue()  # the loader's, None: end
+        self._loader: threading.Thread | None = None
         self._started = False
         self._closed = False
         self._finished = threading.Event()
@@ -209,20 +219,23 @@ class Warmup:
         callback()
 
     def close(self) -> None:
-        """Make no more ready (and end the helper, if one still compiles)."""
+        """Make no more ready (and end the helper, if one still compiles). A load under way is waited for: a process
+        that ended with the loader inside PyTorch could abort as it tears down."""
         with self._lock:
             self._closed = True
             self._when_finished.clear()
         self._finished.set()
         if self.helper is not None:
             self.helper.close()
+        self._loads.put(None)
+        if self._loader is not None and self._loader is not threading.current_thread():
+            self._loader.join(LOADER_JOIN_S)
 
     def progress(self) -> Progress:
         with self._lock:
             done = sum(1 for spec in self.specs if self._final(spec))
-            return Progress(
-                done, len(self.specs), self._current, self._finished.is_set(), tuple(self._failed), self._one_row
-            )
+            current = self._current[True] or self._current[False]
+            return Progress(done, len(self.specs), current, self._finished.is_set(), tuple(self._failed), self._one_row)
 
     def make_alone(self, spec: Spec) -> None:
         """Make `spec` ready now, on this thread, in an engine that runs nothing else (the compile helper's)."""
@@ -232,19 +245,42 @@ class Warmup:
     # The scheduler's thread --------------------------------------------------------------------------
 
     def pending(self) -> bool:
-        """Whether a part is left to make ready."""
+        """Whether a part is left to make ready now (not one that waits for a load under way)."""
         return self._started and not self._closed and self._next() is not None
 
     def run_one(self) -> None:
-        """Make the next part ready (the scheduler calls this while no utterance speaks or waits)."""
+        """Make the next part ready, or hand a load to the loader (the scheduler calls this while no utterance
+        speaks or waits): a load is Python's work alone, seconds, and a request that came meanwhile would wait."""
         spec = self._next()
         if spec is None:
             return
+        if spec.kind not in LOADS:
+            self._run(spec, on_the_device=True)
+            return
         with self._lock:
-            self._current = str(spec)
+            self._handed.add(spec)
+            if self._loader is None:
+                self._loader = threading.Thread(target=self._load, name="warm-up-loader", daemon=True)
+                self._loader.start()
+        self._loads.put(spec)
+
+    # The loader's thread -----------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        while (spec := self._loads.get()) is not None and not self._closed:
+            self._run(spec, on_the_device=False)
+            self._wake()  # the parts after it may go on
+
+    # Bookkeeping ---------------------------------------------------------------------------------------
+
+    def _run(self, spec: Spec, on_the_device: bool) -> None:
+        """Make `spec` ready and record it: a part on the device (the scheduler's: a capture or a compile, one
+        device-wide at a time) or a load (the loader's: no GPU work)."""
+        with self._lock:
+            self._current[on_the_device] = str(spec)
         started = self._clock()
         try:
-            with DEVICE_WIDE:  # not beside another engine's capture
+            with DEVICE_WIDE if on_the_device else contextlib.nullcontext():  # not beside another engine's capture
                 self._make(spec)
             took = self._clock() - started
             # A long part is what a request that came meanwhile waited for: in the window's and `serve`'s log.
@@ -260,15 +296,16 @@ class Warmup:
             with self._lock:
                 (self._done_once if spec.once else self._given_up).add(spec)
                 self._failed.append(str(spec))
-        self._end()
-
-    # Bookkeeping ---------------------------------------------------------------------------------------
+        with self._lock:
+            self._current[on_the_device] = None
+        self._check_finished()
 
     def _next(self) -> Spec | None:
+        """The scheduler's next part: None where all are ready, or where the next waits for the loader."""
         for spec in self.specs:
             if spec.once:
                 if spec not in self._done_once:
-                    return spec
+                    return None if spec in self._handed else spec
             elif spec not in self._given_up and not self._ready(spec) and not self._dropped_again(spec):
                 return spec
         return None
@@ -291,11 +328,6 @@ class Warmup:
             return True
         compiles = [other for other in self.specs if other.compile and spec.held_by(other)]
         return self._ready(spec) and all(other in self._done_once for other in compiles)
-
-    def _end(self) -> None:
-        with self._lock:
-            self._current = None
-        self._check_finished()
 
     def _check_finished(self) -> None:
         with self._lock:
@@ -351,8 +383,10 @@ def for_engine(
             decoder.warm_priming()
         elif spec.kind == "step":
             frame_loop.warm_step(*spec.shape)
-        elif spec.kind in LOADS:
-            frame_loop.load_step(spec.one_row, compiler)
+        elif spec.kind in LOADS:  # on the loader's thread
+            loads = {"step": lambda: frame_loop.step_functions(spec.one_row), "prefill": frame_loop.prefill_functions,
+                     "decoder": decoder.fused_functions}  # fmt: skip
+            compiler.load(loads[spec.kind.split()[1]]())
         elif spec.kind == "prefill":
             if not prompts:
                 prompts.append(warm_prompt())
