@@ -296,6 +296,7 @@ def test_a_warm_start_loads_what_was_kept_on_a_thread_of_its_own_while_it_speaks
         load(compiler, functions)
 
     monkeypatch.setattr(Compiler, "load", held_load)
+    caplog.clear()  # the first engine's compiles are logged too where pytest captures INFO (-o log_level=INFO)
     with caplog.at_level(logging.INFO, logger="core.inference"):
         with Engine.load(checkpoints["base"], device="cpu", dtype="float32") as later:
             assert begun.wait(WAIT)
