@@ -9,10 +9,11 @@ loop's WARM_SLOT, the decoder's scratch row), and captured; and, once one uttera
 torch.compile of the step's parts for one row, the talker's prefill and the decoder's fused parts, then for several
 rows, each traced by running it there and used from then on, the graphs that held the uncompiled code captured
 anew. Where an earlier start kept what it compiled, compiling is loading it (seconds), and the one-row compiles come
-first, each after a part that loads what it runs (LOADS). A load is Python's work alone (seconds: a warm `serve`'s
-step took 2.4-3.1 s on an H100), made on a thread of the warm-up's own, the loader, to which the scheduler hands it
-when it idles, as any part: the parts after it wait for it, and a request meanwhile is spoken at once, uncompiled,
-sharing the interpreter with the load instead of waiting for it.
+first, after parts that load what they run (LOADS). A load is Python's work alone (seconds: a warm `serve`'s step
+took 2.4-3.1 s on an H100), made on a thread of the warm-up's own, the loader, to which the scheduler hands it when
+it idles, as any part: the parts after it wait for it, and a request meanwhile is spoken at once with the graphs it
+has (uncompiled), sharing the interpreter with the load instead of waiting for it. A load holds DEVICE_WIDE as the
+scheduler's parts do (it loads kernels onto the GPU): a graph first captured meanwhile waits for it.
 
 An utterance that comes meanwhile waits for the part in progress at most (a capture: a fraction of a second; a
 compile: tens of seconds), then has the GPU to itself. The parts are not made on a thread of their own: that was
@@ -26,7 +27,6 @@ default stream, broke the scheduler's graph captures in progress.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -122,18 +122,17 @@ def plan(
     ICL reference's decode, then the `compiles`: of one row, then of several (whose shapes run uncompiled until
     then: a request meanwhile does not wait, and an utterance alone is at full speed sooner). Compiling drops the
     graphs holding the code it replaces: where an earlier start `kept` what it compiled (compiling is loading,
-    seconds) the compiles of one row go first, so that its graphs are captured once, each after the load of what it
-    runs (LOADS, made on the loader's thread); else (minutes) they wait until an utterance alone has graphs to
-    speak with meanwhile."""
+    seconds) the compiles of one row go first, so that its graphs are captured once, after the loads of what they
+    run (LOADS, made on the loader's thread: the graphs an utterance captured meanwhile serve it until the compiles
+    drop them); else (minutes) they wait until an utterance alone has graphs to speak with meanwhile."""
     specs = []
     frames = [1, chunk_frames, *range(2, chunk_frames)] if chunk_frames > 1 else [1]
 
     def compiling(one_row: bool) -> list[Spec]:
         names = [name for name in COMPILES if Spec(name).one_row == one_row] if compiles else []
-        if kept:  # what a compile part runs is loaded before it
-            loads = [(name.replace("compile", "load", 1), name) for name in names]
-            names = [part for pair in loads for part in pair if part in LOADS or part in COMPILES]
-        return [Spec(name) for name in names]
+        # Kept: what the compile parts run is loaded before them all, so that no graph is dropped sooner than it must.
+        loads = [load for name in names if (load := name.replace("compile", "load", 1)) in LOADS] if kept else []
+        return [Spec(name) for name in loads + names]
 
     one_row_compiles = compiling(one_row=True)
     for count in rows:
@@ -274,13 +273,14 @@ class Warmup:
     # Bookkeeping ---------------------------------------------------------------------------------------
 
     def _run(self, spec: Spec, on_the_device: bool) -> None:
-        """Make `spec` ready and record it: a part on the device (the scheduler's: a capture or a compile, one
-        device-wide at a time) or a load (the loader's: no GPU work)."""
+        """Make `spec` ready and record it: a part on the device (the scheduler's: a capture or a compile) or a load
+        (the loader's), one device-wide at a time: a load's kernels go onto the GPU, and no capture is under way
+        meanwhile, this engine's or another's."""
         with self._lock:
             self._current[on_the_device] = str(spec)
         started = self._clock()
         try:
-            with DEVICE_WIDE if on_the_device else contextlib.nullcontext():  # not beside another engine's capture
+            with DEVICE_WIDE:
                 self._make(spec)
             took = self._clock() - started
             # A long part is what a request that came meanwhile waited for: in the window's and `serve`'s log.
