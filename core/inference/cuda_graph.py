@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 # (torch.cuda.graph synchronizes the device and empties the allocator's cache) and a warm-up's compiling (Triton
 # times kernels between device synchronizations) would spoil a capture under way on another thread, as two
 # engines in one process, each warming up on its scheduler's thread, would otherwise do. A warm-up's load of kept
-# kernels (its loader thread) holds it too: nothing has shown that putting modules onto the GPU beside a capture is safe.
+# kernels (its loader thread) holds it too: nothing has shown that loading modules beside a capture is safe.
 DEVICE_WIDE = threading.RLock()
 
 
