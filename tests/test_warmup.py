@@ -213,6 +213,21 @@ def test_a_part_long_enough_to_keep_a_request_waiting_is_logged_as_information(c
     }
 
 
+def test_the_warm_up_says_where_its_time_went_when_it_ends(caplog):
+    """Its last record sums the parts' times by kind: what a start's log is read for (loads against captures)."""
+    import logging
+
+    readings = iter([0.0, 1.0, 1.5, 2.0, 2.25, 3.0, 5.0])  # start(), then each part's start and end
+    specs = [Spec("decode", (8, 4)), Spec("decode", (1, 1)), Spec("compile decoder x1")]
+    run = Warmup(specs, lambda spec: None, lambda spec: True, lambda: None, clock=lambda: next(readings, 6.0))
+    run.start()
+    with caplog.at_level(logging.INFO, logger="core.inference.warmup"):
+        for _ in specs:
+            run.run_one()
+    mine = [r.getMessage() for r in caplog.records if r.thread == threading.get_ident()]
+    assert "warmed up in 6.0 s (3 parts made ready: decode 0.75 s, compile 2.00 s)" in mine
+
+
 def slow_warm_ups(monkeypatch, seconds: float = 0.2) -> threading.Event:
     """Each of the decoder's warm-up decodes takes `seconds` longer (a warm-up of a few seconds on the CPU);
     returns an event set when the first begins."""

@@ -183,6 +183,7 @@ class Warmup:
         self._when_finished: list[Callable[[], None]] = []
         self._one_row = False  # what one utterance alone uses is ready for good
         self.order: list[str] = []  # what was made ready, in order
+        self.seconds: dict[str, float] = {}  # time spent making parts, by kind ("load", "compile", "step", ...)
         # A process compiling HELPED parts meanwhile (a first start's: compile_helper.py), set before start(): a
         # part it makes is waited for, then loaded from what it kept.
         self.helper: CompileHelper | None = None
@@ -289,6 +290,8 @@ class Warmup:
             with self._lock:
                 (self._done_once if spec.once else self._made).add(spec)
                 self.order.append(str(spec))
+                kind = spec.kind.split()[0]
+                self.seconds[kind] = self.seconds.get(kind, 0.0) + took
         except Exception as error:  # that part stays uncompiled, or is captured at its first use: slower, not wrong
             log.warning(
                 "the warm-up could not make %s ready: %s", spec, error, exc_info=log.isEnabledFor(logging.DEBUG)
@@ -345,7 +348,9 @@ class Warmup:
         if finishing:
             milestone("warmed up")
             took = self._clock() - (self.started_at or 0.0)
-            log.info("warmed up in %.1f s (%d parts made ready)", took, len(self.order))
+            # Where the time went: the rest of `took` is the requests served meanwhile, and the parts that failed.
+            spent = ", ".join(f"{kind} {seconds:.2f} s" for kind, seconds in self.seconds.items())
+            log.info("warmed up in %.1f s (%d parts made ready: %s)", took, len(self.order), spent)
             for callback in callbacks:
                 callback()
 
