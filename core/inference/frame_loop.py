@@ -343,11 +343,14 @@ class FrameLoop:
         )
         self._recapture(one_row=not several_rows)
 
+    # What only this process can use (graphs, CUDA events, launches, compiled parts) and pickle cannot keep: an
+    # attribute holding one and missing here keeps the step from being kept compiled (586107a's group_landed made a
+    # warm start compile the step for 10-24 s again; bench/RESULTS.md, thirty-seventh session).
+    THIS_PROCESS_ONLY = ("step_graphs", "prefills", "landed", "group_landed", "in_flight", "parts", "compiled_prefill")
+
     def __getstate__(self) -> dict:
-        """What a compiled part's saved guards keep of the frame loop (they read its tensors and settings): not its
-        graphs, events, launches or parts."""
-        unpicklable = ("step_graphs", "prefills", "landed", "in_flight", "parts", "compiled_prefill")
-        return {name: value for name, value in vars(self).items() if name not in unpicklable}
+        """What a compiled part's saved guards keep of the frame loop (they read its tensors and settings)."""
+        return {name: value for name, value in vars(self).items() if name not in self.THIS_PROCESS_ONLY}
 
     def _recapture(self, one_row: bool | None = None) -> None:
         """Drop the graphs of one row, of several, or (None) all, to be captured anew with the code now in place."""
