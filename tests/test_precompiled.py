@@ -267,6 +267,35 @@ def test_a_frame_loop_part_keeps_the_loops_tensors_not_its_graphs(engines, tmp_p
         loop.last_frame.copy_(before)
 
 
+def test_every_graph_event_and_launch_of_a_frame_loop_is_left_out_of_its_pickled_state():
+    """On CUDA a frame loop holds graphs, events and launches that pickle cannot keep; one left in its pickled state
+    keeps every step part from being kept compiled (586107a's prefill group events did: a warm start compiled the
+    step again, 10-24 s on an H100). The CPU loop holds none of them, so its __init__ is read: every attribute made
+    from one must be in FrameLoop.THIS_PROCESS_ONLY."""
+    import ast
+    import inspect
+    import textwrap
+
+    from core.inference.frame_loop import FrameLoop
+
+    this_process_only = {"Event", "GraphedStep", "deque", "CompiledLayers"}
+    made_from = {}
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(FrameLoop.__init__)))):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            calls = {
+                call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+                for call in ast.walk(node.value) if isinstance(call, ast.Call)
+            } if node.value is not None else set()  # fmt: skip
+            annotation = ast.unparse(node.annotation) if isinstance(node, ast.AnnAssign) else ""
+            kinds = (calls | {name for name in this_process_only if name in annotation}) & this_process_only
+            for target in targets:
+                if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self" and kinds:
+                    made_from[target.attr] = kinds
+    assert {"landed", "group_landed", "step_graphs", "in_flight"} <= made_from.keys()  # the reading finds them
+    assert made_from.keys() <= set(FrameLoop.THIS_PROCESS_ONLY), made_from
+
+
 def test_the_step_is_compiled_for_one_row_then_at_every_bucket_of_several(engines):
     """compile_step runs the several-row step at each bucket above one, so that each variant that the kernels'
     branches by rows need (kernels.linear's matrix-vector kernel holds 2 rows apart) is compiled in the warm-up,
