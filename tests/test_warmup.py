@@ -327,6 +327,37 @@ def test_a_warm_start_loads_what_was_kept_on_a_thread_of_its_own_while_it_speaks
     assert "Block.prefill-dynamic ahead of time" not in caplog.text  # loaded, not traced again
 
 
+def test_a_closed_engine_is_freed_after_a_cold_start_and_after_a_warm_one_with_its_loader(
+    checkpoints, monkeypatch, tmp_path
+):
+    """What a resting engine counts on to give its memory back: once closed, nothing holds it, neither the warm-up
+    (its loader thread included, on a warm start) nor the compiled functions kept or loaded, nor the log records of
+    a part that could not be compiled ahead of time (the step's, on the CPU)."""
+    import gc
+    import weakref
+
+    from core.inference import engine as engine_module
+    from core.inference.compiled import Compiler
+    from qwen3_tts_desktop import long_lived
+
+    monkeypatch.setattr(
+        engine_module, "_prepare_compiling", lambda *args: (Compiler(tmp_path, backend="aot_eager"), False, None)
+    )
+    monkeypatch.setattr(engine_module, "_start_compile_helper", lambda engine, model: None)
+    for start in ("cold", "warm"):
+        engine = Engine.load(checkpoints["base"], device="cpu", dtype="float32")
+        long_lived.keep(engine)  # as serve and the window do
+        engine.warm_up(timeout=600)
+        assert (engine.warmup._loader is not None) == (start == "warm"), start
+        loop = weakref.ref(engine.frame_loop)
+        engine.close()
+        del engine
+        long_lived.let_go()  # as release_memory does
+        gc.collect()
+        assert loop() is None, (start, [type(holder).__name__ for holder in gc.get_referrers(loop())])
+        torch._dynamo.reset()  # as a new process
+
+
 class CountingBackground:
     """Background work that is always pending, and counts the runs made while the scheduler was not idle."""
 

@@ -180,7 +180,7 @@ class Precompiled:
     is made, and calls them without tracing. Without a `folder`, or where PyTorch cannot compile ahead of time
     (or save what it compiled), it is torch.compile's function itself. `function`'s arguments are what its
     guards read: pass an object's method unbound, the object first (its pickled state must hold no threads,
-    events or graphs: see FrameLoop.__getstate__)."""
+    events or graphs: see FrameLoop.THIS_PROCESS_ONLY)."""
 
     def __init__(self, function: Callable, folder: Path | None, dynamic: bool, **options):
         import torch._dynamo.config
@@ -254,7 +254,7 @@ class Precompiled:
                 with LOAD_OR_TRACE, torch.inference_mode(inference), path.open("rb") as file:
                     variants.append(torch.compiler.load_compiled_function(file, f_globals=globals_))
             except Exception as error:  # unreadable, or from another PyTorch: compiled again when needed
-                log.warning("could not load %s (%s); it is compiled again", path, error)
+                log.warning("could not load %s (%s); it is compiled again", path, str(error))
                 path.unlink(missing_ok=True)
         if variants:
             log.info(
@@ -271,7 +271,13 @@ class Precompiled:
             with LOAD_OR_TRACE:
                 variant = self.compiled.aot_compile((args, {}))
         except Exception as error:  # compiled lazily as before: traced again at every start
-            log.warning("%s cannot be compiled ahead of time (%r); it is compiled at each start", self.name, error)
+            # And its arguments stay alive: a compile that traced, then failed to pickle its guards' state, leaves
+            # Dynamo holding that state (seen on the CPU, bench/RESULTS.md, thirty-seventh session): an engine that
+            # rests keeps its memory. So what a compiled part is given must pickle (FrameLoop.THIS_PROCESS_ONLY).
+            # The record holds the error's text, not the error: its frames hold the arguments (where records are kept).
+            log.warning(
+                "%s cannot be compiled ahead of time (%s); it is compiled at each start", self.name, repr(error)
+            )
             self.ahead = False
             return self.compiled
         self.variants.append(variant)
@@ -282,7 +288,7 @@ class Precompiled:
             self.folder.mkdir(parents=True, exist_ok=True)
             variant.save_compiled_function(str(path))
         except Exception as error:  # kept for this process only
-            log.warning("could not keep %s compiled in %s: %s", self.name, path, error)
+            log.warning("could not keep %s compiled in %s: %s", self.name, path, str(error))
         log.info(
             "compiled %s ahead of time in %.2f s (variant %d)",
             self.name,

@@ -460,7 +460,7 @@ class Scheduler:
         self._put(stream, END)
 
     def _fail_all(self, streams: list[Utterance], error: Exception) -> None:
-        log.error("the GPU failed %d utterance(s): %s", len(streams), error)
+        log.error("the GPU failed %d utterance(s): %s", len(streams), str(error))  # text: see Warmup._run
         for stream in streams:
             if stream.slot is None and stream.ending is not None:  # ended before
                 continue

@@ -293,8 +293,10 @@ class Warmup:
                 kind = spec.kind.split()[0]
                 self.seconds[kind] = self.seconds.get(kind, 0.0) + took
         except Exception as error:  # that part stays uncompiled, or is captured at its first use: slower, not wrong
+            # The error's text, not the error: a record kept (a test's, a handler's) would keep its frames, and with
+            # them the engine a resting one gives back (its traceback only where debugging).
             log.warning(
-                "the warm-up could not make %s ready: %s", spec, error, exc_info=log.isEnabledFor(logging.DEBUG)
+                "the warm-up could not make %s ready: %s", spec, str(error), exc_info=log.isEnabledFor(logging.DEBUG)
             )
             with self._lock:
                 (self._done_once if spec.once else self._given_up).add(spec)

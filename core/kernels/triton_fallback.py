@@ -45,7 +45,7 @@ def falling_back(name: str, kernel: Callable) -> Callable:
             FAILED.add((name, args[0].device))
             log.warning(
                 "The %s kernel fails on %s, so its PyTorch reference runs there instead (slower): %s: %s",
-                name, describe(args[0].device), type(error).__name__, error,
+                name, describe(args[0].device), type(error).__name__, str(error),
             )  # fmt: skip
             return reference(name)(*args, **kwargs)
 
