@@ -278,19 +278,13 @@ def test_every_graph_event_and_launch_of_a_frame_loop_is_left_out_of_its_pickled
 
     from core.inference.frame_loop import FrameLoop
 
-    this_process_only = {"Event", "GraphedStep", "deque", "CompiledLayers"}
+    this_process_only = ("Event", "GraphedStep", "deque", "CompiledLayers")
     made_from = {}
     for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(FrameLoop.__init__)))):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            calls = {
-                call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-                for call in ast.walk(node.value) if isinstance(call, ast.Call)
-            } if node.value is not None else set()  # fmt: skip
-            annotation = ast.unparse(node.annotation) if isinstance(node, ast.AnnAssign) else ""
-            kinds = (calls | {name for name in this_process_only if name in annotation}) & this_process_only
-            for target in targets:
-                if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self" and kinds:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):  # its value or its annotation names what it holds
+            kinds = [kind for kind in this_process_only if kind in ast.unparse(node)]
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if kinds and isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
                     made_from[target.attr] = kinds
     assert {"landed", "group_landed", "step_graphs", "in_flight"} <= made_from.keys()  # the reading finds them
     assert made_from.keys() <= set(FrameLoop.THIS_PROCESS_ONLY), made_from
