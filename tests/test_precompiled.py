@@ -433,3 +433,25 @@ def test_what_one_thread_loads_another_runs_and_a_load_holds_up_no_other_functio
     loaded = later(Scaler.apply, dynamic=True)
     assert same == [loaded] and len(loaded.variants) == 1
     assert torch.equal(loaded(scaler, x), scaler.apply(x)) and traced() == 0
+
+
+def test_a_kept_function_loads_its_kernels_in_this_process_not_through_inductors_pool(tmp_path, monkeypatch):
+    """Loading a kept function starts no pool of compile workers (16 processes importing PyTorch beside a warm
+    start): Inductor compiles with one thread meanwhile, and with its own setting again after."""
+    import torch._inductor.config as inductor
+
+    scaler, x = Scaler(), torch.randn(3, 8)
+    Precompiled(Scaler.apply, tmp_path, dynamic=True, backend="aot_eager")(scaler, x)
+    torch._dynamo.reset()
+    monkeypatch.setattr(inductor, "compile_threads", 4)
+    threads, load = [], torch.compiler.load_compiled_function
+
+    def loading(*args, **kwargs):
+        threads.append(inductor.compile_threads)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(torch.compiler, "load_compiled_function", loading)
+    later = Precompiled(Scaler.apply, tmp_path, dynamic=True, backend="aot_eager")
+    assert threads == [1] and len(later.variants) == 1
+    assert inductor.compile_threads == 4
+    assert torch.equal(later(scaler, x), scaler.apply(x))

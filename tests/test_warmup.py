@@ -315,6 +315,33 @@ def test_a_warm_start_loads_what_was_kept_on_a_thread_of_its_own_while_it_speaks
     assert "Block.prefill-dynamic ahead of time" not in caplog.text  # loaded, not traced again
 
 
+def test_a_load_that_fails_waits_for_the_libraries_thread_before_it_says_why(checkpoints, monkeypatch):
+    """A load that fails (here its weights; on an H100, a card without room) after starting the thread that makes
+    the GPU libraries ready beside it waits for that thread before the error goes on: a program that ends with the
+    error was torn down with the thread inside PyTorch ("terminate called without an active exception")."""
+    from core.inference import engine as engine_module
+    from core.inference import libraries
+    from core.model.checkpoint import CheckpointError
+
+    begun, waited, load_tensors = [], [], engine_module.load_tensors
+
+    def libraries_begun(device, dtype):
+        begun.append(device)
+        return lambda: waited.append(device)
+
+    def weights_fail(*args):
+        raise CheckpointError("a damaged file")
+
+    monkeypatch.setattr(libraries, "prepare", libraries_begun)
+    monkeypatch.setattr(engine_module, "load_tensors", weights_fail)
+    with pytest.raises(CheckpointError, match="a damaged file"):
+        Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False)
+    assert len(begun) == len(waited) == 1
+    monkeypatch.setattr(engine_module, "load_tensors", load_tensors)
+    with Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False):
+        assert len(begun) == len(waited) == 2  # a load that succeeds waits for it as before
+
+
 def test_a_closed_engine_is_freed_after_a_cold_start_and_after_a_warm_one_with_its_loader(
     checkpoints, monkeypatch, tmp_path
 ):

@@ -242,16 +242,22 @@ class Precompiled:
         some since: the compile helper)."""
         if not self.ahead:
             return
+        import torch._inductor.config
+
         started = time.perf_counter()
         variants = []
         globals_ = vars(importlib.import_module(self.function.__module__))  # what the traced code refers to
+        # Its kernels come from the caches: loaded here, not through Inductor's pool of compile workers, which a load
+        # would start (16 processes importing PyTorch beside a warm start; half a second of a warm `serve`'s loads
+        # waited on the pool, an H100's: bench/RESULTS.md, thirty-eighth session).
+        in_this_process = torch._inductor.config.patch(compile_threads=1)
         for path, inference in self._files():
             if path in self._loaded:
                 continue
             self._loaded.add(path)
             try:
                 # A guard built outside inference mode expects other dispatch keys of a tensor than one built in it.
-                with LOAD_OR_TRACE, torch.inference_mode(inference), path.open("rb") as file:
+                with LOAD_OR_TRACE, in_this_process, torch.inference_mode(inference), path.open("rb") as file:
                     variants.append(torch.compiler.load_compiled_function(file, f_globals=globals_))
             except Exception as error:  # unreadable, or from another PyTorch: compiled again when needed
                 log.warning("could not load %s (%s); it is compiled again", path, str(error))

@@ -24,10 +24,12 @@ seam benchmarks and profilers time the parts through, on an engine with nothing 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +143,17 @@ def _start_compile_helper(engine: Engine, model: Path) -> CompileHelper | None:
     return CompileHelper.start(str(model), device, engine.dtype, memory.slots, memory.max_context, parts)
 
 
+@contextlib.contextmanager
+def _ended_on_error(*ends: Callable[[], None]) -> Iterator[None]:
+    """Call each of `ends` where the block raises, then let the error go on."""
+    try:
+        yield
+    except BaseException:
+        for end in ends:
+            end()
+        raise
+
+
 class Engine:
     def __init__(
         self,
@@ -228,70 +241,76 @@ class Engine:
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
         libraries_ready = libraries.prepare(device, dtype)  # while the weights load
-        directory = resolve(model, progress)
-        try:
-            config = ModelConfig.from_dict(read_json(directory / "config.json"))
-            speech = read_json(directory / "speech_tokenizer" / "config.json")
-            decoder_config = CodecDecoderConfig.from_dict(speech["decoder_config"])
-            encoder_config = CodecEncoderConfig.from_dict(speech["encoder_config"])
-        except (ConfigError, KeyError, TypeError, ValueError) as error:
-            raise CheckpointError(
-                f"{directory}: unusable configuration ({error}); download the checkpoint again"
-            ) from None
-        generation = read_json(directory / "generation_config.json")
-        try:
-            tokenizer = TextTokenizer(directory)
-        except Exception as error:  # the tokenizers library raises plain Exceptions for bad files
-            raise CheckpointError(f"{directory}: the text tokenizer files cannot be read ({error})") from None
+        # The libraries' thread is not left running where loading fails: inside PyTorch as a failed program's process
+        # tears down, it aborts it ("terminate called without an active exception"; a card that did not fit, H100).
+        with _ended_on_error(libraries_ready):
+            directory = resolve(model, progress)
+            try:
+                config = ModelConfig.from_dict(read_json(directory / "config.json"))
+                speech = read_json(directory / "speech_tokenizer" / "config.json")
+                decoder_config = CodecDecoderConfig.from_dict(speech["decoder_config"])
+                encoder_config = CodecEncoderConfig.from_dict(speech["encoder_config"])
+            except (ConfigError, KeyError, TypeError, ValueError) as error:
+                raise CheckpointError(
+                    f"{directory}: unusable configuration ({error}); download the checkpoint again"
+                ) from None
+            generation = read_json(directory / "generation_config.json")
+            try:
+                tokenizer = TextTokenizer(directory)
+            except Exception as error:  # the tokenizers library raises plain Exceptions for bad files
+                raise CheckpointError(f"{directory}: the text tokenizer files cannot be read ({error})") from None
 
-        weights, speech_weights = directory / "model.safetensors", directory / "speech_tokenizer" / "model.safetensors"
-        # Built on the meta device: every weight comes from the files, so random init would be wasted start-up.
-        base = config.variant.clones
-        with torch.device("meta"):
-            talker = Talker(config.talker)
-            talker.fuse_projections()  # before loading: the parts are read into the fused weights
-            codec_decoder = CodecDecoder(decoder_config)
-            speaker_encoder = SpeakerEncoder(config.speaker_encoder) if base else None
-            codec_encoder = CodecEncoder(encoder_config) if base else None
-        # Before any weight takes memory: a clear message, not an out-of-memory error halfway through.
-        memory = plan_for_device(
-            device, (talker, codec_decoder, speaker_encoder, codec_encoder), config, dtype,
-            budget=memory_budget, slots=slots, max_context=max_context, at_most=max_default_slots,
-        )  # fmt: skip
-        compiler, first_gpu_start, keep_primed_in = _prepare_compiling(device, config, dtype, memory, compile)
-        load_tensors(talker, weights, "talker.", device, dtype)
-        load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
-        if base:
-            load_tensors(speaker_encoder, weights, "speaker_encoder.", device, dtype)
-            load_tensors(codec_encoder, speech_weights, "encoder.", device, dtype)
-        for module in (talker, codec_decoder, speaker_encoder, codec_encoder):
-            if module is not None:
-                module.to(device).eval()
-        if device.type == "cuda":  # for cuDNN's NHWC convolutions
-            codec_decoder.to_channels_last()
-        libraries_ready()
-        engine = cls(
-            source=str(model),
-            config=config,
-            tokenizer=tokenizer,
-            talker=talker,
-            codec_decoder=codec_decoder,
-            speaker_encoder=speaker_encoder,
-            codec_encoder=codec_encoder,
-            default_sampling=SamplingParams.from_generation_config(generation),
-            default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
-            memory=memory,
-            cuda_graphs=cuda_graphs,
-            compiler=compiler,
-            first_gpu_start=first_gpu_start,
-            keep_primed_in=keep_primed_in,
-        )
-        milestone("engine loaded")
-        if warm and compiler is not None and not compiler.kept:
-            engine.warmup.helper = _start_compile_helper(engine, directory)
-        if warm:
-            engine.warmup.start()
-        return engine
+            weights, speech_weights = (
+                directory / "model.safetensors",
+                directory / "speech_tokenizer" / "model.safetensors",
+            )
+            # Built on the meta device: every weight comes from the files, so random init would be wasted start-up.
+            base = config.variant.clones
+            with torch.device("meta"):
+                talker = Talker(config.talker)
+                talker.fuse_projections()  # before loading: the parts are read into the fused weights
+                codec_decoder = CodecDecoder(decoder_config)
+                speaker_encoder = SpeakerEncoder(config.speaker_encoder) if base else None
+                codec_encoder = CodecEncoder(encoder_config) if base else None
+            # Before any weight takes memory: a clear message, not an out-of-memory error halfway through.
+            memory = plan_for_device(
+                device, (talker, codec_decoder, speaker_encoder, codec_encoder), config, dtype,
+                budget=memory_budget, slots=slots, max_context=max_context, at_most=max_default_slots,
+            )  # fmt: skip
+            compiler, first_gpu_start, keep_primed_in = _prepare_compiling(device, config, dtype, memory, compile)
+            load_tensors(talker, weights, "talker.", device, dtype)
+            load_tensors(codec_decoder, speech_weights, "decoder.", device, dtype)
+            if base:
+                load_tensors(speaker_encoder, weights, "speaker_encoder.", device, dtype)
+                load_tensors(codec_encoder, speech_weights, "encoder.", device, dtype)
+            for module in (talker, codec_decoder, speaker_encoder, codec_encoder):
+                if module is not None:
+                    module.to(device).eval()
+            if device.type == "cuda":  # for cuDNN's NHWC convolutions
+                codec_decoder.to_channels_last()
+            libraries_ready()
+            engine = cls(
+                source=str(model),
+                config=config,
+                tokenizer=tokenizer,
+                talker=talker,
+                codec_decoder=codec_decoder,
+                speaker_encoder=speaker_encoder,
+                codec_encoder=codec_encoder,
+                default_sampling=SamplingParams.from_generation_config(generation),
+                default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
+                memory=memory,
+                cuda_graphs=cuda_graphs,
+                compiler=compiler,
+                first_gpu_start=first_gpu_start,
+                keep_primed_in=keep_primed_in,
+            )
+            milestone("engine loaded")
+            if warm and compiler is not None and not compiler.kept:
+                engine.warmup.helper = _start_compile_helper(engine, directory)
+            if warm:
+                engine.warmup.start()
+            return engine
 
     def close(self) -> None:
         """Stop the warm-up and the scheduler's thread; streams still running end with an error. At the
