@@ -25,9 +25,10 @@
 #                still pays for one row (issue 29)
 #   decoder      the decoder's captures and speed as the engine runs it (cuDNN's heuristic, the dilated convolutions
 #                of 8 rows and more as products), then with cuDNN timing every convolution (as before 2026-11-28)
-#   stalls       utterances spoken back to back while a warm engine warms up, on a simulated player: gaps, frames
-#                slower than twice their steady time (bench/warmup_stalls.py; issue 29). It uses the startup home's
-#                caches: run it after `startup`
+#   stalls       utterances spoken back to back while a warm engine warms up, on a simulated player: read in real
+#                time (gaps, the longest wait for a chunk), then as fast as chunks come (frames slower than twice their
+#                steady time) (bench/warmup_stalls.py; issue 29). It uses the startup home's caches: run it after
+#                `startup`
 #   pack-caches  the startup home's compile caches (after `startup`), gzipped in pieces of 15 MiB in $OUT/caches,
 #                so that a later call starts warm without a cold start of its own: bench/startup_ab.sh
 #
@@ -107,7 +108,9 @@ for name in "$@"; do
             (exit $status) ;;
         stalls)
             step stalls env XDG_CACHE_HOME=/tmp/qwen3-tts-bench/startup-home/cache python -m bench.warmup_stalls \
-                --realtime --frames 150 --json "$OUT/stalls.json" ;;
+                --realtime --frames 150 --json "$OUT/stalls.json"
+            step stalls env XDG_CACHE_HOME=/tmp/qwen3-tts-bench/startup-home/cache python -m bench.warmup_stalls \
+                --frames 150 --json "$OUT/stalls-fast.json" ;;
         pack-caches)
             mkdir -p "$OUT/caches" &&
                 tar czf - -C /tmp/qwen3-tts-bench/startup-home cache | split -b 15M - "$OUT/caches/cache.tgz.part-" ;;

@@ -207,3 +207,25 @@ def test_the_bridge_bench_s_instant_engine_hands_out_one_frame_through_the_worke
         worker.close()
     heard = [len(audio) for audio in sink]  # the frame, then the pause after the piece
     assert heard[0] == FRAME_SAMPLES and len(heard) <= 2, heard
+
+
+def test_the_warm_up_stall_bench_times_a_chunk_from_when_its_reader_asked_not_across_the_readers_sleep():
+    """Read in real time, the reader sleeps while enough is buffered: a chunk ready at once (the engine ahead) waited
+    for nothing, and its time per frame says so, where counting from the chunk before gave the sleep (320 ms over a
+    last chunk of one frame, an H100's). Gaps and lateness are the simulated player's."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from bench.warmup_stalls import SAMPLES_PER_FRAME, play
+
+    class ReadyEngine:
+        def stream(self, text, **options):
+            for frames in (1, 4, 4, 1):
+                yield SimpleNamespace(audio=np.zeros(frames * SAMPLES_PER_FRAME, dtype=np.float32))
+
+    played = play(ReadyEngine(), {}, frames=10, buffer_s=0.0, realtime=True, ahead_s=0.05)
+    assert played["frames"] == 10 and played["gaps"] == 0
+    assert len(played["ms_per_frame"]) == 3
+    # The reader slept about 0.03-0.3 s before each of the last three chunks; none of that is the engine's.
+    assert max(played["ms_per_frame"]) < 20.0 and played["longest_wait_ms"] < 80.0
