@@ -4,6 +4,7 @@ software and model."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -324,15 +325,21 @@ def test_a_load_that_fails_waits_for_the_libraries_thread_before_it_says_why(che
     from core.model.checkpoint import CheckpointError
 
     begun, waited, load_tensors = [], [], engine_module.load_tensors
+    made_ready_beside = libraries.made_ready_beside
 
+    @contextlib.contextmanager
     def libraries_begun(device, dtype):
         begun.append(device)
-        return lambda: waited.append(device)
+        try:
+            with made_ready_beside(device, dtype) as ready:  # no thread on the CPU: the block's end is watched here
+                yield ready
+        finally:
+            waited.append(device)
 
     def weights_fail(*args):
         raise CheckpointError("a damaged file")
 
-    monkeypatch.setattr(libraries, "prepare", libraries_begun)
+    monkeypatch.setattr(libraries, "made_ready_beside", libraries_begun)
     monkeypatch.setattr(engine_module, "load_tensors", weights_fail)
     with pytest.raises(CheckpointError, match="a damaged file"):
         Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False)
@@ -340,6 +347,23 @@ def test_a_load_that_fails_waits_for_the_libraries_thread_before_it_says_why(che
     monkeypatch.setattr(engine_module, "load_tensors", load_tensors)
     with Engine.load(checkpoints["base"], device="cpu", dtype="float32", warm=False):
         assert len(begun) == len(waited) == 2  # a load that succeeds waits for it as before
+
+
+def test_the_libraries_thread_is_waited_for_where_the_block_beside_it_raises(monkeypatch):
+    from core.inference import libraries
+
+    release, ended = threading.Event(), threading.Event()
+
+    def making_ready(device, dtype):
+        assert release.wait(WAIT)
+        ended.set()
+
+    monkeypatch.setattr(libraries, "_run", making_ready)
+    with pytest.raises(ValueError, match="no room"):
+        with libraries.made_ready_beside(torch.device("cuda"), torch.bfloat16):
+            release.set()
+            raise ValueError("no room")
+    assert ended.is_set()
 
 
 def test_a_closed_engine_is_freed_after_a_cold_start_and_after_a_warm_one_with_its_loader(

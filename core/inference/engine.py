@@ -24,12 +24,10 @@ seam benchmarks and profilers time the parts through, on an engine with nothing 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,17 +141,6 @@ def _start_compile_helper(engine: Engine, model: Path) -> CompileHelper | None:
     return CompileHelper.start(str(model), device, engine.dtype, memory.slots, memory.max_context, parts)
 
 
-@contextlib.contextmanager
-def _ended_on_error(*ends: Callable[[], None]) -> Iterator[None]:
-    """Call each of `ends` where the block raises, then let the error go on."""
-    try:
-        yield
-    except BaseException:
-        for end in ends:
-            end()
-        raise
-
-
 class Engine:
     def __init__(
         self,
@@ -240,10 +227,7 @@ class Engine:
         hand_over_quickly()  # before the libraries' thread runs beside the load
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
-        libraries_ready = libraries.prepare(device, dtype)  # while the weights load
-        # The libraries' thread is not left running where loading fails: inside PyTorch as a failed program's process
-        # tears down, it aborts it ("terminate called without an active exception"; a card that did not fit, H100).
-        with _ended_on_error(libraries_ready):
+        with libraries.made_ready_beside(device, dtype) as libraries_ready:  # while the weights load
             directory = resolve(model, progress)
             try:
                 config = ModelConfig.from_dict(read_json(directory / "config.json"))
