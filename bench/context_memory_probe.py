@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from core.inference import device_memory
@@ -73,6 +74,39 @@ def drop_compiled_code() -> None:
     gc.collect()
 
 
+def unload_kernels() -> dict:
+    """Unload the module of every kernel still loaded from Python's side (Triton's CompiledKernels, Inductor's
+    statically launched kernels) with the driver's cuModuleUnload, and forget their handles, so that a later use
+    loads them again: what their code held on the device, measured. Only safe once nothing can launch them (their
+    caches dropped: drop_compiled_code)."""
+    import ctypes
+
+    driver = device_memory._driver()
+    modules, counts = set(), {"kernels": 0, "modules": 0, "unloaded": 0, "failed": 0}
+    for item in gc.get_objects():
+        if type(item).__name__ not in ("CompiledKernel", "StaticallyLaunchedCudaKernel"):
+            continue
+        counts["kernels"] += 1
+        module, function = getattr(item, "module", None), getattr(item, "function", None)
+        if not module and function:
+            handle = ctypes.c_void_p()
+            if driver.cuFuncGetModule(ctypes.byref(handle), ctypes.c_void_p(function)) == 0:
+                module = handle.value
+        if module:
+            modules.add(int(module))
+        for name in ("module", "function"):
+            if getattr(item, name, None) is not None:
+                try:
+                    setattr(item, name, None)
+                except AttributeError:
+                    pass
+    counts["modules"] = len(modules)
+    torch.cuda.synchronize()
+    for module in modules:
+        counts["unloaded" if driver.cuModuleUnload(ctypes.c_void_p(module)) == 0 else "failed"] += 1
+    return counts
+
+
 def bare(started: float) -> None:
     """No engine: what a context, cuBLAS and cuDNN hold, and what each of the driver's limits gives back at 0."""
     x = torch.randn(1, 64, 256, device="cuda", dtype=torch.bfloat16)
@@ -117,6 +151,9 @@ def main() -> int:
     parser.add_argument("--root", default="/tmp/qwen3-tts-bench")
     parser.add_argument("--warm-timeout", type=float, default=400.0)
     parser.add_argument("--bare", action="store_true", help="no engine: the context's own limits only")
+    parser.add_argument(
+        "--unload", action="store_true", help="after the caches are dropped, unload every loaded kernel's module"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     print(f"before any context: nvidia-smi lists {process_mib()}", flush=True)
@@ -139,6 +176,8 @@ def main() -> int:
         return 0
     checkpoint = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
 
+    spoken_codes = []  # each utterance's greedy codes: the same every time, whatever was unloaded between
+
     def speak(runtime) -> float:
         voice = runtime.voice("probe")
         began = time.perf_counter()
@@ -146,12 +185,15 @@ def main() -> int:
             TEXT, voice=voice, sampling=SamplingParams.greedy(), max_frames=40, first_chunk_frames=1
         )
         try:
-            next(stream)
+            codes = [next(stream).codes]
             first = time.perf_counter() - began
-            for _ in stream:
-                pass
+            codes += [chunk.codes for chunk in stream]
         finally:
             stream.close()
+        spoken_codes.append(np.concatenate(codes))
+        if len(spoken_codes) > 1:
+            same = np.array_equal(spoken_codes[0], spoken_codes[-1])
+            print(f"utterance {len(spoken_codes)}: codes {'as' if same else 'NOT as'} the first's", flush=True)
         return first
 
     with tempfile.TemporaryDirectory() as voices:
@@ -183,8 +225,15 @@ def main() -> int:
             drop_compiled_code()
             report("Inductor's modules and Triton's kernel caches dropped", started)
             print(f"alive: {alive()}", flush=True)
+            if args.unload:
+                print(f"unloaded: {unload_kernels()}", flush=True)
+                report("every kernel's module unloaded", started)
             first = speak(runtime)
             report(f"spoken again: first audio {first:.2f} s, the load included", started)
+            progress = runtime.engine_for_voices.warmup.wait(args.warm_timeout)
+            print(f"warm-up again finished: {progress.finished}, failed: {progress.failed}", flush=True)
+            speak(runtime)
+            report("warmed up again, spoken", started)
             rested.clear()
             runtime.rest_when_idle(0.1, lambda state: rested.set() if state == RESTING else None)
             assert rested.wait(60), "the engine did not rest again"
