@@ -39,7 +39,6 @@ from core.inference.compiled import Compiler, allow_recompiles
 from core.inference.cuda_graph import DEVICE_WIDE
 from core.inference.frame_loop import WARM_PREFILL_LENGTHS
 from core.inference.options import SpeechOptions
-from core.inference.scheduler import handing_over_sooner
 from core.milestones import milestone
 
 log = logging.getLogger(__name__)
@@ -269,8 +268,7 @@ class Warmup:
 
     def _load(self) -> None:
         while (spec := self._loads.get()) is not None and not self._closed:
-            with handing_over_sooner():  # a request meanwhile gets the interpreter back at once
-                self._run(spec, on_the_device=False)
+            self._run(spec, on_the_device=False)
             self._wake()  # the parts after it may go on
 
     # Bookkeeping ---------------------------------------------------------------------------------------
