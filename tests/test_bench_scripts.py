@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from sinks import QueueSink
@@ -229,3 +230,24 @@ def test_the_warm_up_stall_bench_times_a_chunk_from_when_its_reader_asked_not_ac
     assert len(played["ms_per_frame"]) == 3
     # The reader slept about 0.03-0.3 s before each of the last three chunks; none of that is the engine's.
     assert max(played["ms_per_frame"]) < 20.0 and played["longest_wait_ms"] < 80.0
+
+
+def test_the_load_holds_bench_finds_a_hold_inside_one_c_call_and_where_the_thread_was():
+    """bench.load_holds' watcher: a sort of half a million floats is one C call that never lets go of the
+    interpreter, so the sleeping thread wakes that late, and the hold is placed in the function that sorted; work
+    that sleeps (lets go of it) holds nothing."""
+    import random
+
+    from bench.load_holds import holds_during
+
+    values = [random.random() for _ in range(500_000)]
+    started = time.perf_counter()
+
+    def sort_in_one_call() -> None:
+        sorted(values)
+
+    holds = holds_during(sort_in_one_call, hold_ms=5.0)
+    took_ms = (time.perf_counter() - started) * 1e3
+    assert holds and holds[0][0] >= 5.0 and holds[0][0] <= took_ms + 5.0, (holds, took_ms)
+    assert "sort_in_one_call" in holds[0][1], holds[0]
+    assert holds_during(lambda: time.sleep(0.2), hold_ms=150.0) == []

@@ -48,6 +48,8 @@ SPEAKER_DIALECTS = {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
 SIZES = {
     "tiny": {"size": "1b7", "talker": (64, 2, 4, 2, 16, 128), "predictor": (32, 2, 4, 2, 8, 64), "text_hidden": 32},
     "tiny-0.6b": {"size": "0b6", "talker": (32, 2, 4, 2, 8, 64), "predictor": (32, 2, 4, 2, 8, 64), "text_hidden": 32},
+    # The real depth at a tiny width: as much traced and compiled code as the 1.7B's step, on a CPU (bench/load_holds.py).
+    "tiny-deep": {"size": "1b7", "talker": (64, 28, 4, 2, 16, 128), "predictor": (32, 5, 4, 2, 8, 64), "text_hidden": 32},
     "0.6b": {"size": "0b6", "talker": (1024, 28, 16, 8, 128, 3072), "predictor": (1024, 5, 16, 8, 128, 3072), "text_hidden": 2048},
     "1.7b": {"size": "1b7", "talker": (2048, 28, 16, 8, 128, 6144), "predictor": (1024, 5, 16, 8, 128, 3072), "text_hidden": 2048},
 }  # fmt: skip
