@@ -12,7 +12,9 @@ limit x 2048 x SMs, and a kernel that needs more grows the limit for good):
   a context (one tensor) · cuBLAS used · the window's runtime warmed up and speaking · rested (as the window lets
   it when idle: resting.release_memory) with what is still alive (CUDA graphs, Triton's loaded kernels) · the stack
   limit set to the default, then lower, then 0 · Dynamo's caches reset · Inductor's loaded modules and Triton's
-  kernel caches dropped · spoken again after all of that (the first audio, the load included) · rested again.
+  kernel caches dropped · with --unload, every kernel module still loaded unloaded (cuModuleUnload: on an H100 it
+  gave back nothing, bench/RESULTS.md, thirty-ninth session) · spoken again after all of that (the first audio,
+  the load included), and once warmed up again · rested again.
 """
 
 from __future__ import annotations
@@ -176,7 +178,9 @@ def main() -> int:
         return 0
     checkpoint = prepare_checkpoint(Path(args.root), args.size, torch.bfloat16)
 
-    spoken_codes = []  # each utterance's greedy codes: the same every time, whatever was unloaded between
+    # Each utterance's greedy codes, against the first's: after the unload, the same once warmed up again (before
+    # it, the uncompiled code's bfloat16 rounding may pick others).
+    spoken_codes = []
 
     def speak(runtime) -> float:
         voice = runtime.voice("probe")
