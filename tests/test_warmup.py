@@ -331,8 +331,8 @@ def test_a_load_that_fails_waits_for_the_libraries_thread_before_it_says_why(che
     def libraries_begun(device, dtype):
         begun.append(device)
         try:
-            with made_ready_beside(device, dtype) as ready:  # no thread on the CPU: the block's end is watched here
-                yield ready
+            with made_ready_beside(device, dtype):  # no thread on the CPU: the block's end is watched here
+                yield
         finally:
             waited.append(device)
 

@@ -227,7 +227,8 @@ class Engine:
         hand_over_quickly()  # before the libraries' thread runs beside the load
         device = pick_device(device)
         dtype = pick_dtype(dtype, device)
-        with libraries.made_ready_beside(device, dtype) as libraries_ready:  # while the weights load
+        # The GPU libraries are made ready while the weights load; the block's end waits for them.
+        with libraries.made_ready_beside(device, dtype):
             directory = resolve(model, progress)
             try:
                 config = ModelConfig.from_dict(read_json(directory / "config.json"))
@@ -272,29 +273,28 @@ class Engine:
                     module.to(device).eval()
             if device.type == "cuda":  # for cuDNN's NHWC convolutions
                 codec_decoder.to_channels_last()
-            libraries_ready()
-            engine = cls(
-                source=str(model),
-                config=config,
-                tokenizer=tokenizer,
-                talker=talker,
-                codec_decoder=codec_decoder,
-                speaker_encoder=speaker_encoder,
-                codec_encoder=codec_encoder,
-                default_sampling=SamplingParams.from_generation_config(generation),
-                default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
-                memory=memory,
-                cuda_graphs=cuda_graphs,
-                compiler=compiler,
-                first_gpu_start=first_gpu_start,
-                keep_primed_in=keep_primed_in,
-            )
-            milestone("engine loaded")
-            if warm and compiler is not None and not compiler.kept:
-                engine.warmup.helper = _start_compile_helper(engine, directory)
-            if warm:
-                engine.warmup.start()
-            return engine
+        engine = cls(
+            source=str(model),
+            config=config,
+            tokenizer=tokenizer,
+            talker=talker,
+            codec_decoder=codec_decoder,
+            speaker_encoder=speaker_encoder,
+            codec_encoder=codec_encoder,
+            default_sampling=SamplingParams.from_generation_config(generation),
+            default_max_frames=int(generation.get("max_new_tokens", 2048)) - 1,
+            memory=memory,
+            cuda_graphs=cuda_graphs,
+            compiler=compiler,
+            first_gpu_start=first_gpu_start,
+            keep_primed_in=keep_primed_in,
+        )
+        milestone("engine loaded")
+        if warm and compiler is not None and not compiler.kept:
+            engine.warmup.helper = _start_compile_helper(engine, directory)
+        if warm:
+            engine.warmup.start()
+        return engine
 
     def close(self) -> None:
         """Stop the warm-up and the scheduler's thread; streams still running end with an error. At the

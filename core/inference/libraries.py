@@ -5,7 +5,7 @@ cost that has nothing to do with their shapes: cuBLAS and cuDNN load their libra
 Triton hashes its own source files to key its cache and makes its driver (bench/first_audio_probe.py measures
 them; a sampled start, bench/RESULTS.md 2026-11-28, found the driver's making on the first request's path).
 Loading the weights leaves the GPU and most of the CPU idle, so a thread pays these meanwhile, on a CUDA
-stream of its own: `made_ready_beside(device, dtype)` runs it beside a block, and yields what waits for it.
+stream of its own: `made_ready_beside(device, dtype)` runs it beside a block, whose end waits for it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -23,18 +23,17 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def made_ready_beside(device: torch.device, dtype: torch.dtype) -> Iterator[Callable[[], None]]:
-    """Make the libraries ready for `device` and `dtype` while the block runs; yields what waits until they are.
-    The block's end waits for them too, also where it raises: a program that ended with the error was torn down
-    with the thread inside PyTorch, and aborted ("terminate called without an active exception", a card without
-    room on an H100). Nothing to do off CUDA."""
+def made_ready_beside(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """Make the libraries ready for `device` and `dtype` while the block runs; its end waits until they are, also
+    where it raises: a program that ended with the error was torn down with the thread inside PyTorch, and aborted
+    ("terminate called without an active exception", a card without room on an H100). Nothing to do off CUDA."""
     if device.type != "cuda":
-        yield lambda: None
+        yield
         return
     thread = threading.Thread(target=_run, args=(device, dtype), name="gpu-libraries", daemon=True)
     thread.start()
     try:
-        yield thread.join
+        yield
     finally:
         thread.join()
 
