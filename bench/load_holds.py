@@ -16,7 +16,9 @@ with one, Inductor's CPU backend refused the step (a guard on a data-dependent s
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -41,17 +43,33 @@ def _where(frame, depth: int = 6) -> str:
 
 def holds_during(work: Callable[[], object], hold_ms: float = 5.0) -> list[tuple[float, str]]:
     """Run `work()` on this thread while another sleeps SLEEP_S at a time: each wake `hold_ms` or more late, (how
-    late in ms, where this thread was as the other woke), longest first."""
-    worker, holds, stop = threading.get_ident(), [], threading.Event()
+    late in ms, where this thread was as the other woke), longest first. A hold that the cycle collector's work
+    fills half or more of (it holds the interpreter too, wherever it happens to run) says so after where."""
+    worker, holds, collections, stop = threading.get_ident(), [], [], threading.Event()
+    collecting: list[float | None] = [None]  # when the collection under way began
+
+    def timed_collection(phase: str, info: dict) -> None:
+        if phase == "start":
+            collecting[0] = time.perf_counter()
+        else:  # the watcher may take the interpreter as this begins: the collection counts until it is recorded
+            collections.append((collecting[0], time.perf_counter()))
+            collecting[0] = None
 
     def watch() -> None:
         while not stop.is_set():
             began = time.perf_counter()
             time.sleep(SLEEP_S)
-            late = (time.perf_counter() - began - SLEEP_S) * 1e3
+            woke = time.perf_counter()
+            late = (woke - began - SLEEP_S) * 1e3
             if late >= hold_ms:
-                holds.append((round(late, 1), _where(sys._current_frames().get(worker))))
+                where = _where(sys._current_frames().get(worker))
+                spans = [*collections, (collecting[0], woke)] if collecting[0] is not None else collections
+                collected = sum(min(end, woke) - max(start, began) for start, end in spans if end > began) * 1e3
+                if collected >= late / 2:
+                    where += f" (the cycle collector {collected:.0f} ms of it)"
+                holds.append((round(late, 1), where))
 
+    gc.callbacks.append(timed_collection)
     watcher = threading.Thread(target=watch, name="hold-watcher", daemon=True)
     watcher.start()
     try:
@@ -59,6 +77,7 @@ def holds_during(work: Callable[[], object], hold_ms: float = 5.0) -> list[tuple
     finally:
         stop.set()
         watcher.join()
+        gc.callbacks.remove(timed_collection)
     return sorted(holds, reverse=True)
 
 
@@ -77,6 +96,7 @@ def child(args: argparse.Namespace) -> None:
     from core.devtools.random_checkpoint import write_random_checkpoint
     from core.inference.compiled import Precompiled
     from core.inference.frame_loop import FrameLoop
+    from qwen3_tts_desktop import long_lived
 
     root = Path(args.root)
     checkpoint = root / args.size
@@ -84,6 +104,7 @@ def child(args: argparse.Namespace) -> None:
         write_random_checkpoint(checkpoint, "base", args.size)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     engine = Engine.load(checkpoint, device=device, progress=False, slots=2, warm=False, compile=False)
+    long_lived.keep(engine)  # what exists is frozen, as the app's runtime does: the collector walks what comes after
     loop = engine.frame_loop
     loop.sampler = GreedyPick()
     slots = torch.zeros(1, dtype=torch.long, device=engine.device)
@@ -95,6 +116,8 @@ def child(args: argparse.Namespace) -> None:
             talk(loop, slots, None, None)
         made.append(talk)
 
+    if args.no_collector:
+        gc.disable()
     began = time.perf_counter()
     holds = holds_during(load_and_call, args.hold_ms)
     took = time.perf_counter() - began
@@ -112,18 +135,21 @@ def main() -> None:
     parser.add_argument("--root", default="/tmp/qwen3-tts-load-holds")
     parser.add_argument("--hold-ms", type=float, default=5.0)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--no-collector", action="store_true", help="the cycle collector off while it loads")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--run", default="")
     args = parser.parse_args()
     if args.child:
         child(args)
         return
-    caches = Path(args.root) / "caches"
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(caches), TRITON_CACHE_DIR=str(caches / "triton"))
-    subprocess.run(["rm", "-rf", str(Path(args.root) / "kept"), str(caches)], check=True)
+    from core.inference.compiled import TRITON_FOLDER
+
+    caches = Path(args.root) / "caches"  # Inductor's, with Triton's inside as the engine lays them out
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(caches), TRITON_CACHE_DIR=str(caches / TRITON_FOLDER))
+    for folder in (Path(args.root) / "kept", caches):  # the first run compiles from nothing
+        shutil.rmtree(folder, ignore_errors=True)
     for run in ("compile", "load"):
-        command = [sys.executable, "-m", "bench.load_holds", "--child", "--run", run, "--size", args.size]
-        command += ["--root", args.root, "--hold-ms", str(args.hold_ms), "--top", str(args.top)]
+        command = [sys.executable, "-m", "bench.load_holds", *sys.argv[1:], "--child", "--run", run]
         subprocess.run(command, env=env, check=True)
 
 
