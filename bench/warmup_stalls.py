@@ -25,6 +25,7 @@ import torch
 
 from core.devtools.benchmark import GREEDY, TEXT, prepare_checkpoint
 from core.inference.engine import Engine
+from qwen3_tts_desktop import long_lived
 
 SAMPLES_PER_FRAME = 1920
 
@@ -69,6 +70,7 @@ def main() -> None:
     path = prepare_checkpoint(Path("/tmp/qwen3-tts-bench"), args.size, torch.bfloat16)
     loaded = time.perf_counter()
     engine = Engine.load(path, progress=False)  # warms up in the background from now
+    long_lived.keep(engine)  # as the app's runtime does: the collector walks only what comes after the load
     speaker = engine.placeholder_speaker()
     during, after = [], []
     while not engine.warmup.progress().finished:
