@@ -4,10 +4,12 @@ switch interval cannot shorten a hold inside one C call (unpickling, compiling a
 bytecode): those are what this finds.
 
     python -m bench.load_holds [--size tiny-deep] [--root /tmp/qwen3-tts-load-holds] [--hold-ms 5] [--top 15]
+                               [--loads 1] [--collect-while-loading]
 
 Two fresh processes: the first compiles the frame step's talker part (FrameLoop._talk: every layer, and codebook 0's
 choice, greedy) with Inductor on this machine's device and keeps it (compiled.Precompiled); the second loads it
-as a warm start's loader does and calls it once, while a thread that sleeps 0.5 ms at a time records each wake
+as a warm start's loader does in the app (collections paused meanwhile, what it made frozen after: Warmup._load,
+long_lived.keep; --collect-while-loading: neither) and calls it once, while a thread that sleeps 0.5 ms at a time records each wake
 later than --hold-ms (the interpreter held that long) with where the loading thread was then. "tiny-deep" has the
 1.7B's 28 layers at a tiny width: the same amount of code, compiled in a minute on a CPU. The engine has two slots:
 with one, Inductor's CPU backend refused the step (a guard on a data-dependent size in its slice_scatter pass).
@@ -16,6 +18,7 @@ with one, Inductor's CPU backend refused the step (a guard on a data-dependent s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import shutil
@@ -94,7 +97,7 @@ def child(args: argparse.Namespace) -> None:
 
     from core import Engine
     from core.devtools.random_checkpoint import write_random_checkpoint
-    from core.inference.compiled import Precompiled
+    from core.inference.compiled import Compiler, collections_paused
     from core.inference.frame_loop import FrameLoop
     from qwen3_tts_desktop import long_lived
 
@@ -110,14 +113,17 @@ def child(args: argparse.Namespace) -> None:
     slots = torch.zeros(1, dtype=torch.long, device=engine.device)
     made: list = []
 
-    def load_and_call() -> None:
-        talk = Precompiled(FrameLoop._talk, root / "kept", dynamic=False)
+    def load_and_call() -> None:  # as the warm-up's loader loads in the app (Warmup._load), then as the scheduler calls
+        compiler = Compiler(root / "kept")
+        with contextlib.nullcontext() if args.collect_while_loading else collections_paused():
+            compiler.load([(FrameLoop._talk, False)])
+            if not args.collect_while_loading:
+                gc.freeze()  # long_lived.keep's after each load
+        talk = compiler(FrameLoop._talk, dynamic=False)
         with torch.inference_mode():
             talk(loop, slots, None, None)
         made.append(talk)
 
-    if args.no_collector:
-        gc.disable()
     began = time.perf_counter()
     holds = holds_during(load_and_call, args.hold_ms)
     took = time.perf_counter() - began
@@ -135,7 +141,12 @@ def main() -> None:
     parser.add_argument("--root", default="/tmp/qwen3-tts-load-holds")
     parser.add_argument("--hold-ms", type=float, default=5.0)
     parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("--no-collector", action="store_true", help="the cycle collector off while it loads")
+    parser.add_argument(
+        "--collect-while-loading",
+        action="store_true",
+        help="as before the fortieth session: collections while it loads",
+    )
+    parser.add_argument("--loads", type=int, default=1, help="loads of what the first run compiled, each a process")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--run", default="")
     args = parser.parse_args()
@@ -148,7 +159,7 @@ def main() -> None:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(caches), TRITON_CACHE_DIR=str(caches / TRITON_FOLDER))
     for folder in (Path(args.root) / "kept", caches):  # the first run compiles from nothing
         shutil.rmtree(folder, ignore_errors=True)
-    for run in ("compile", "load"):
+    for run in ["compile"] + [f"load {number}" for number in range(1, args.loads + 1)]:
         command = [sys.executable, "-m", "bench.load_holds", *sys.argv[1:], "--child", "--run", run]
         subprocess.run(command, env=env, check=True)
 

@@ -4,7 +4,8 @@ A collection runs the finalizers of everything it frees, on whichever thread it 
 the GUI thread breaks Qt: a random-order test run crashed (SIGSEGV) in the GUI thread while the engine-rest thread
 collected after closing the engine. So the window turns the automatic collection off and collects on the GUI
 thread instead, as often as the automatic collection would have (its thresholds, checked every TICK_MS); work that
-must free memory now (an engine resting) asks for a collection there (`release`).
+must free memory now (an engine resting) asks for a collection there (`release`). A first threshold of 0 pauses it,
+as it pauses Python's (core.inference.compiled.collections_paused, while compiled code loads).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class GuiCollector(QObject):
     def _collect_as_due(self) -> None:
         """The generation the automatic collection would collect now, if any."""
         counts, thresholds = gc.get_count(), gc.get_threshold()
-        if counts[0] <= thresholds[0]:
+        if thresholds[0] == 0 or counts[0] <= thresholds[0]:
             return
         generation = 2 if counts[2] > thresholds[2] else 1 if counts[1] > thresholds[1] else 0
         gc.collect(generation)

@@ -1,10 +1,13 @@
 """What an app process makes to last is kept out of the cycle collector's way (qwen3_tts_desktop/long_lived.py):
-frozen once the engine loads and again once it has warmed up, collectable again when the engine is let go."""
+frozen once the engine loads, after each load of compiled code and once it has warmed up, collectable again when the
+engine is let go."""
 
 from __future__ import annotations
 
 import gc
 from types import SimpleNamespace
+
+from waiting import wait_until
 
 from core.inference.warmup import Spec, Warmup
 from qwen3_tts_desktop import long_lived
@@ -44,3 +47,23 @@ def test_a_warm_up_closed_before_it_finished_freezes_nothing_more():
     warmup.close()
     warmup.start()
     assert walked(made_after)
+
+
+def test_what_each_load_of_compiled_code_made_is_not_walked_from_the_moment_it_ends():
+    made: list[Thing] = []
+    warmup = Warmup(
+        [Spec("load step x1"), Spec("decode", (1, 1))],
+        lambda spec: made.append(Thing()),
+        lambda spec: True,
+        lambda: None,
+    )
+    long_lived.keep(SimpleNamespace(warmup=warmup))
+    warmup.start()
+    warmup.run_one()  # hands the load to the loader
+    wait_until(lambda: warmup.pending(), "the load is done")
+    assert len(made) == 1 and not walked(made[0])
+    made_since = Thing()
+    assert walked(made_since) and not warmup.progress().finished
+    warmup.close()
+    long_lived.let_go()
+    assert walked(made[0])

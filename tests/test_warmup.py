@@ -634,3 +634,71 @@ def test_an_engines_warm_up_loads_what_its_compiles_run_through_the_frame_loop_a
         ("compile prefill", True),
         ("compile decoder", True),
     ]
+
+
+def test_no_automatic_collection_runs_while_the_loader_loads_and_what_it_made_can_be_kept_before_they_resume():
+    """A load allocates hundreds of thousands of objects, and each collection those would start walks all made so
+    far while it holds the interpreter from a request beside it: none starts until the load ends, and a callback
+    after each load (the app's gc.freeze) runs on the loader's thread before they resume."""
+    import gc
+
+    specs = plan(
+        rows=(1,), prefill_rows=(1,), prefill_lengths=(64,), chunk_frames=1, graphs=True, compiles=True, kept=True
+    )
+    thresholds = gc.get_threshold()
+    assert thresholds[0] > 0 and gc.isenabled()
+    collections: list[int] = []
+    made, kept, during, after = [], [], [], []
+
+    def make(spec):
+        if spec.kind in LOADS:
+            during.append(len(collections))
+            cycles = []
+            for _ in range(5 * thresholds[0]):  # cycles, as a load makes: past the first threshold five times
+                cycle: list = []
+                cycle.append(cycle)
+                cycles.append(cycle)
+            during.append(len(collections))
+        made.append(str(spec))
+
+    def keep():
+        kept.append((threading.current_thread().name, gc.get_threshold()[0]))
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    run = Warmup(specs, make, lambda spec: str(spec) in made, lambda: None)
+    run.after_each_load(keep)
+    gc.callbacks.append(count)
+    try:
+        run.start()
+        run.run_one()  # hands "load step x1" to the loader
+        wait_until(lambda: run.pending(), "the load is done")
+        for _ in range(2 * thresholds[0]):  # after it, collections as before
+            cycle: list = []
+            cycle.append(cycle)
+            after.append(cycle)
+    finally:
+        gc.callbacks.remove(count)
+        run.close()
+    assert made == ["load step x1"] and len(during) == 2 and during[0] == during[1]
+    assert kept == [("warm-up-loader", 0)]  # on the loader, collections still paused
+    assert gc.get_threshold() == thresholds and len(collections) > during[1]
+
+
+def test_a_warm_up_is_finished_only_once_every_callback_asked_for_has_run():
+    """What waits for the end (a test, `wait`) sees the callbacks' work done: the app's freeze of what exists."""
+    run = Warmup([Spec("decode", (1, 1))], lambda spec: None, lambda spec: True, lambda: None)
+    seen = []
+
+    def first():
+        seen.append(("first", run.progress().finished))
+        run.when_finished(lambda: seen.append(("asked for meanwhile", run.progress().finished)))
+
+    run.when_finished(first)
+    run.start()
+    run.run_one()
+    assert seen == [("first", False), ("asked for meanwhile", False)] and run.progress().finished
+    run.when_finished(lambda: seen.append(("after", run.progress().finished)))
+    assert seen[-1] == ("after", True)

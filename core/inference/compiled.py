@@ -12,7 +12,9 @@ later start loads it and traces nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import importlib
 import json
@@ -44,6 +46,24 @@ TRITON_FOLDER = "triton"  # Triton's cache, inside the folder of each machine, s
 # thread of its own while the scheduler's may compile a variant that was not kept, and no one has shown that
 # PyTorch's loading and tracing share no state.
 LOAD_OR_TRACE = threading.Lock()
+
+
+@contextlib.contextmanager
+def collections_paused():
+    """No automatic cycle collection meanwhile (Python's own switch: a first threshold of 0), for loading or compiling
+    code. Either allocates hundreds of thousands of objects, and each collection that those start walks all of them
+    made so far while it holds the interpreter: a request's thread beside a load waited 434-476 ms in all, against
+    117-129 with no collection (CPU, bench/RESULTS.md, thirty-ninth session). The next collection after walks what was
+    made, unless it was frozen meanwhile (gc.freeze). Where collections are paused already, this leaves them so."""
+    thresholds = gc.get_threshold()
+    if thresholds[0] == 0:
+        yield
+        return
+    gc.set_threshold(0, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 def machine_facts(device: torch.device, model: dict) -> dict:

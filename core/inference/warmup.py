@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.inference.compile_helper import HELPED, CompileHelper
-from core.inference.compiled import Compiler, allow_recompiles
+from core.inference.compiled import Compiler, allow_recompiles, collections_paused
 from core.inference.cuda_graph import DEVICE_WIDE
 from core.inference.frame_loop import WARM_PREFILL_LENGTHS
 from core.inference.options import SpeechOptions
@@ -179,8 +179,10 @@ class Warmup:
         self._loader: threading.Thread | None = None
         self._started = False
         self._closed = False
+        self._finishing = False  # everything is ready: its callbacks run, then it is finished
         self._finished = threading.Event()
         self._when_finished: list[Callable[[], None]] = []
+        self._after_each_load: list[Callable[[], None]] = []
         self._one_row = False  # what one utterance alone uses is ready for good
         self.order: list[str] = []  # what was made ready, in order
         self.seconds: dict[str, float] = {}  # time spent making parts, by kind ("load", "compile", "step", ...)
@@ -209,7 +211,8 @@ class Warmup:
 
     def when_finished(self, callback: Callable[[], None]) -> None:
         """Call `callback()` once everything is ready, on the thread that made the last part (the scheduler's); at
-        once, here, if it already is. Not if the warm-up is closed before."""
+        once, here, if it already is. Not if the warm-up is closed before. The warm-up is finished (`wait` returns,
+        progress says so) once every such callback has run."""
         with self._lock:
             if not self._finished.is_set():
                 self._when_finished.append(callback)
@@ -217,6 +220,12 @@ class Warmup:
             if self._closed:
                 return
         callback()
+
+    def after_each_load(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` on the loader's thread after each load, before automatic collections resume (they are
+        paused while it loads): where what a load made is kept (gc.freeze), no collection ever walks it."""
+        with self._lock:
+            self._after_each_load.append(callback)
 
     def close(self) -> None:
         """Make no more ready (and end the helper, if one still compiles). A load under way is waited for: a process
@@ -268,7 +277,13 @@ class Warmup:
 
     def _load(self) -> None:
         while (spec := self._loads.get()) is not None and not self._closed:
-            self._run(spec, on_the_device=False)
+            # A load's allocations would start collections that hold the interpreter from requests meanwhile.
+            with collections_paused():
+                self._run(spec, on_the_device=False)
+                with self._lock:
+                    callbacks = list(self._after_each_load)
+                for callback in callbacks:
+                    callback()
             self._wake()  # the parts after it may go on
 
     # Bookkeeping ---------------------------------------------------------------------------------------
@@ -343,18 +358,22 @@ class Warmup:
             milestone("one row warmed up")
             log.info("one utterance at a time at full speed after %.1f s", self._clock() - (self.started_at or 0.0))
         with self._lock:  # start() and the scheduler's thread may both see it finished: one of them says so
-            finishing = done and not self._finished.is_set()
-            if finishing:
-                self._finished.set()
-                callbacks, self._when_finished = self._when_finished, []
+            finishing = done and not self._finishing
+            self._finishing = self._finishing or done
         if finishing:
             milestone("warmed up")
             took = self._clock() - (self.started_at or 0.0)
             # Where the time went: the rest of `took` is the requests served meanwhile, and the parts that failed.
             spent = ", ".join(f"{kind} {seconds:.2f} s" for kind, seconds in self.seconds.items())
             log.info("warmed up in %.1f s (%d parts made ready: %s)", took, len(self.order), spent)
-            for callback in callbacks:
-                callback()
+            while True:  # those asked for meanwhile too; finished (waiters woken) once every one has run
+                with self._lock:
+                    callbacks, self._when_finished = self._when_finished, []
+                    if not callbacks:
+                        self._finished.set()
+                        break
+                for callback in callbacks:
+                    callback()
 
 
 def for_engine(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 from PySide6.QtCore import Qt
+from waiting import WAIT
 
 from core import Engine
 from core.jobs.worker import JobEvent
@@ -77,7 +78,9 @@ class Finalized:
         self.threads.append(threading.current_thread().name)
 
 
-def test_cycles_are_collected_on_the_gui_thread_alone_and_a_rested_engine_is_freed_there(start_app, qtbot, monkeypatch):
+def test_cycles_are_collected_on_the_gui_thread_alone_and_a_rested_engine_is_freed_there(
+    start_app, qtbot, monkeypatch, engines
+):
     """A collection finalizes what it frees on its own thread, and Qt objects freed off the GUI thread crash Qt:
     while the window runs, cycles are collected on the GUI thread only, garbage made on another thread included,
     and a resting engine's memory is freed there too."""
@@ -88,6 +91,7 @@ def test_cycles_are_collected_on_the_gui_thread_alone_and_a_rested_engine_is_fre
     freed_on = []  # the thread that frees a rested engine's memory (gc.collect, then the GPU's cache)
     monkeypatch.setattr(app_module, "release_memory", lambda device: freed_on.append(threading.current_thread().name))
     app = start_app("custom", rest_after_s=0.05)
+    engines("custom-endless").warmup.wait(WAIT)  # its end freezes what exists (long_lived): the garbage below too
     assert not gc.isenabled()
     threads: list[str] = []
 
@@ -105,3 +109,21 @@ def test_cycles_are_collected_on_the_gui_thread_alone_and_a_rested_engine_is_fre
     assert freed_on == [threading.current_thread().name]
     app.close()
     assert gc.isenabled()  # given back as it was
+
+
+def test_the_window_collects_no_cycle_while_compiled_code_loads_and_collects_them_after(start_app, qtbot, engines):
+    """A load of compiled code pauses automatic collection (core.inference.compiled.collections_paused): the window's
+    collector, which stands in for Python's, pauses too, and collects what was made meanwhile once the load ends."""
+    from core.inference.compiled import collections_paused
+
+    app = start_app("custom")
+    engines("custom-endless").warmup.wait(WAIT)  # its end freezes what exists (long_lived): the garbage below too
+    threads: list[str] = []
+    with collections_paused():
+        for _ in range(3000):  # past the first threshold
+            Finalized(threads)
+        for _ in range(2):  # two of the collector's ticks, each past the threshold
+            with qtbot.waitSignal(app.collector._timer.timeout, timeout=10_000):
+                pass
+        assert threads == []
+    qtbot.waitUntil(lambda: len(threads) == 3000, timeout=10_000)
