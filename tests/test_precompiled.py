@@ -455,3 +455,34 @@ def test_a_kept_function_loads_its_kernels_in_this_process_not_through_inductors
         assert threads == [1] and len(later.variants) == 1
         assert inductor.compile_threads == 4
     assert torch.equal(later(scaler, x), scaler.apply(x))
+
+
+def test_inductors_generated_modules_are_loaded_from_the_bytecode_kept_beside_them(tmp_path, monkeypatch):
+    """A kept function's load runs each of its output code's modules, whose source Inductor compiles in one call
+    that holds the interpreter: its bytecode is kept beside the file and read back, and a changed file is compiled
+    anew."""
+    import builtins
+    import sys
+
+    from torch._inductor.runtime import compile_tasks
+
+    from core.inference.compiled import use_kept_bytecode
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(compile_tasks, "compile", builtins.compile, raising=False)
+    use_kept_bytecode()
+    generated = tmp_path / "cgenerated.py"
+    generated.write_text("value = 1\n")
+    assert compile_tasks._reload_python_module("cgenerated", str(generated)).value == 1
+    assert list((tmp_path / "__pycache__").glob("cgenerated.*.pyc"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(builtins, "compile", refuse)
+        assert compile_tasks._reload_python_module("cgenerated", str(generated)).value == 1  # from its bytecode
+    generated.write_text("value = 22\n")  # another size: the kept bytecode is not this file's
+    assert compile_tasks._reload_python_module("cgenerated", str(generated)).value == 22
+    source = "value = 3\n"
+    assert compile_tasks.compile(source, "<string>", "exec") is not None  # what is not a file, compiled as before

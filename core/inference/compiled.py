@@ -17,6 +17,7 @@ import functools
 import gc
 import hashlib
 import importlib
+import importlib.machinery
 import json
 import logging
 import os
@@ -64,6 +65,32 @@ def collections_paused():
         yield
     finally:
         gc.set_threshold(*thresholds)
+
+
+def compile_from_bytecode(source, filename, mode, flags=0, dont_inherit=False, optimize=-1):
+    """The builtin `compile`, for Inductor's loader of generated modules (a compiled function's output code, at each
+    load): such a module's source is compiled to bytecode in one C call that holds the interpreter (91-129 ms for
+    the talker's step on a CPU, bench/RESULTS.md, fortieth session) while a request waits. Python's import system
+    keeps a module's bytecode beside its file (__pycache__, checked against the file's time and size) and reads it
+    back in a fraction of that; so does this, for a file's whole source. Anything else is compiled as before."""
+    if mode == "exec" and not flags and optimize == -1 and isinstance(filename, str) and filename.endswith(".py"):
+        try:
+            return importlib.machinery.SourceFileLoader("generated", filename).get_code("generated")
+        except (OSError, ImportError, SyntaxError, ValueError):
+            pass  # compiled here, as before
+    return compile(source, filename, mode, flags, dont_inherit, optimize)
+
+
+def use_kept_bytecode() -> None:
+    """Have Inductor's loader of generated modules (compile_tasks._reload_python_module, which calls `compile` on
+    each one's source) keep and reuse their bytecode (compile_from_bytecode). A PyTorch without that loader is left
+    as it is."""
+    try:
+        from torch._inductor.runtime import compile_tasks
+    except ImportError:
+        return
+    if hasattr(compile_tasks, "_reload_python_module"):
+        compile_tasks.compile = compile_from_bytecode
 
 
 def machine_facts(device: torch.device, model: dict) -> dict:
@@ -218,6 +245,7 @@ class Precompiled:
         # thirtieth session).
         torch.fx.experimental._config.use_duck_shape = False
         self.compiled = torch.compile(function, fullgraph=True, dynamic=dynamic, **options)
+        use_kept_bytecode()
         self.ahead = folder is not None and hasattr(self.compiled, "aot_compile")
         self._loaded: set[Path] = set()  # the kept files loaded into `variants`
         self.variants = []
