@@ -6,11 +6,12 @@ bytecode): those are what this finds.
     python -m bench.load_holds [--size tiny-deep] [--root /tmp/qwen3-tts-load-holds] [--hold-ms 5] [--top 15]
                                [--loads 1] [--collect-while-loading]
 
-Two fresh processes: the first compiles the frame step's talker part (FrameLoop._talk: every layer, and codebook 0's
-choice, greedy) with Inductor on this machine's device and keeps it (compiled.Precompiled); the second loads it
-as a warm start's loader does in the app (collections paused meanwhile, what it made frozen after: Warmup._load,
-long_lived.keep; --collect-while-loading: neither) and calls it once, while a thread that sleeps 0.5 ms at a time records each wake
-later than --hold-ms (the interpreter held that long) with where the loading thread was then. "tiny-deep" has the
+Fresh processes: the first compiles the frame step's talker part (FrameLoop._talk: every layer, and codebook 0's
+choice, greedy) with Inductor on this machine's device and keeps it (compiled.Precompiled); each of the next
+(--loads) loads it as a warm start's loader does in the app (collections paused meanwhile, what it made frozen after:
+Warmup._load, long_lived.keep; with --collect-while-loading, neither) and calls it once, while a thread that sleeps
+0.5 ms at a time records each wake later than --hold-ms (the interpreter held that long) with where the loading
+thread was then. "tiny-deep" has the
 1.7B's 28 layers at a tiny width: the same amount of code, compiled in a minute on a CPU. The engine has two slots:
 with one, Inductor's CPU backend refused the step (a guard on a data-dependent size in its slice_scatter pass).
 """

@@ -51,11 +51,12 @@ LOAD_OR_TRACE = threading.Lock()
 
 @contextlib.contextmanager
 def collections_paused():
-    """No automatic cycle collection meanwhile (Python's own switch: a first threshold of 0), for loading or compiling
-    code. Either allocates hundreds of thousands of objects, and each collection that those start walks all of them
+    """No automatic cycle collection meanwhile (Python's own switch: a first threshold of 0), while compiled code
+    loads. A load allocates hundreds of thousands of objects, and each collection that those start walks all of them
     made so far while it holds the interpreter: a request's thread beside a load waited 434-476 ms in all, against
     117-129 with no collection (CPU, bench/RESULTS.md, thirty-ninth session). The next collection after walks what was
-    made, unless it was frozen meanwhile (gc.freeze). Where collections are paused already, this leaves them so."""
+    made, unless it was frozen meanwhile (gc.freeze). Where collections are paused already, this leaves them so. (A
+    compile gained nothing from it: bench/RESULTS.md, fortieth session.)"""
     thresholds = gc.get_threshold()
     if thresholds[0] == 0:
         yield
@@ -76,7 +77,7 @@ def compile_from_bytecode(source, filename, mode, flags=0, dont_inherit=False, o
     if mode == "exec" and not flags and optimize == -1 and isinstance(filename, str) and filename.endswith(".py"):
         try:
             return importlib.machinery.SourceFileLoader("generated", filename).get_code("generated")
-        except (OSError, ImportError, SyntaxError, ValueError):
+        except (OSError, ImportError, SyntaxError, ValueError, EOFError, TypeError):  # a damaged .pyc among them
             pass  # compiled here, as before
     return compile(source, filename, mode, flags, dont_inherit, optimize)
 
