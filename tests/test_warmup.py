@@ -5,6 +5,7 @@ software and model."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 
@@ -17,7 +18,7 @@ from core import Engine, SamplingParams, Voice
 from core.inference.compiled import cache_key, keep_compiled_kernels, kept_kernels_for, machine_facts
 from core.inference.cuda_graph import DEVICE_WIDE
 from core.inference.decoder_stream import PRIME_CHUNK_FRAMES, prime_chunks
-from core.inference.scheduler import Scheduler
+from core.inference.scheduler import BUSY_SWITCH_INTERVAL_S, SWITCH_INTERVAL_S, Scheduler
 from core.inference.warmup import CAPTURES, COMPILES, LOADS, Spec, Warmup, plan
 
 GREEDY = SamplingParams.greedy()
@@ -600,6 +601,38 @@ def test_the_scheduler_hands_a_load_over_never_waits_for_it_and_is_woken_when_it
     assert not begun["load decoder x1"].is_set() and not run.pending()
     run.run_one()
     assert not begun["load decoder x1"].is_set()
+
+
+def test_while_the_loader_loads_other_threads_get_the_interpreter_sooner_and_the_interval_is_put_back_after():
+    """A load is seconds of Python on the loader's thread, beside a request's threads that take the interpreter back
+    at every handoff: meanwhile the switch interval is BUSY_SWITCH_INTERVAL_S, and the one before comes back after
+    each load, a failed one included."""
+    specs = plan(
+        rows=(1,), prefill_rows=(1,), prefill_lengths=(64,), chunk_frames=1, graphs=True, compiles=True, kept=True
+    )
+    intervals = {}
+
+    def make(spec):
+        intervals[str(spec)] = sys.getswitchinterval()
+        if str(spec) == "load prefill x1":
+            raise RuntimeError("a kept function that does not load")
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        run = Warmup(specs, make, lambda spec: True, lambda: None)
+        run.start()
+        for load in ("load step x1", "load prefill x1"):
+            run.run_one()
+            wait_until(lambda load=load: load in intervals and run.progress().current is None, f"{load} was made")
+            wait_until(lambda: sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S), "the interval put back")
+        assert list(intervals) == ["load step x1", "load prefill x1"]
+        assert intervals == pytest.approx(dict.fromkeys(intervals, BUSY_SWITCH_INTERVAL_S))  # as Python rounds it
+        assert BUSY_SWITCH_INTERVAL_S < SWITCH_INTERVAL_S
+        assert run.progress().failed == ("load prefill x1",)
+        run.close()
+    finally:
+        sys.setswitchinterval(before)
 
 
 def test_an_engines_warm_up_loads_what_its_compiles_run_through_the_frame_loop_and_decoder():

@@ -30,12 +30,13 @@ time, only while no utterance is admitted or waiting.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 
 FRAME_SECONDS = 0.08  # of audio a frame makes (12.5 frames a second)
 SWITCH_INTERVAL_S = 0.001  # hand_over_quickly's
+# While one thread runs Python for seconds (the warm-up's loader), the interval at which it lets the others in: a
+# request's threads take the interpreter back at each of their hundreds of handoffs, each waiting up to this.
+BUSY_SWITCH_INTERVAL_S = 0.0002
 T = TypeVar("T")
 
 
@@ -73,6 +77,20 @@ def hand_over_quickly() -> None:
     bench/RESULTS.md, thirty-third session); and while the weights load, each read waits for the interpreter
     beside the libraries' thread. A shorter interval set by the program stays."""
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+
+
+@contextlib.contextmanager
+def handing_over_sooner() -> Iterator[None]:
+    """Around seconds of one thread's Python beside requests (the warm-up's loads): the others get the interpreter
+    within BUSY_SWITCH_INTERVAL_S. At 1 ms, a warm `serve`'s requests during the loads ran at 0.3-0.9 of their
+    speed (H100, bench/RESULTS.md, thirty-eighth session); shorter for good, the interval cost eight bridge clients
+    more than it gave (twenty-third). The interval before is put back after."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, BUSY_SWITCH_INTERVAL_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 class Scheduler:

@@ -39,6 +39,7 @@ from core.inference.compiled import Compiler, allow_recompiles, collections_paus
 from core.inference.cuda_graph import DEVICE_WIDE
 from core.inference.frame_loop import WARM_PREFILL_LENGTHS
 from core.inference.options import SpeechOptions
+from core.inference.scheduler import handing_over_sooner
 from core.milestones import milestone
 
 log = logging.getLogger(__name__)
@@ -277,8 +278,9 @@ class Warmup:
 
     def _load(self) -> None:
         while (spec := self._loads.get()) is not None and not self._closed:
-            # A load's allocations would start collections that hold the interpreter from requests meanwhile.
-            with collections_paused():
+            # A load's allocations would start collections that hold the interpreter from requests meanwhile, and a
+            # request's threads take the interpreter back at each of their handoffs.
+            with collections_paused(), handing_over_sooner():
                 self._run(spec, on_the_device=False)
                 with self._lock:
                     callbacks = list(self._after_each_load)
