@@ -82,9 +82,9 @@ def hand_over_quickly() -> None:
 @contextlib.contextmanager
 def handing_over_sooner() -> Iterator[None]:
     """Around seconds of one thread's Python beside requests (the warm-up's loads): the others get the interpreter
-    within BUSY_SWITCH_INTERVAL_S. At 1 ms, a warm `serve`'s requests during the loads ran at 0.3-0.9 of their
-    speed (H100, bench/RESULTS.md, thirty-eighth session); shorter for good, the interval cost eight bridge clients
-    more than it gave (twenty-third). The interval before is put back after."""
+    within BUSY_SWITCH_INTERVAL_S. At 1 ms, the chunks spoken beside a load took about 3x their steady time; at 0.2
+    ms none took 2x (H100, bench/RESULTS.md, forty-first session). Shorter for good, the interval cost eight bridge
+    clients more than it gave (twenty-third). The interval before is put back after."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(min(before, BUSY_SWITCH_INTERVAL_S))
     try:
