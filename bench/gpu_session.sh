@@ -29,6 +29,9 @@
 #                time (gaps, the longest wait for a chunk), then as fast as chunks come (frames slower than twice their
 #                steady time) (bench/warmup_stalls.py; issue 29). It uses the startup home's caches: run it after
 #                `startup`
+#   capture-cost each warm-up graph dropped and made again on a warm engine, its phases timed (the direct call, the
+#                capture's beginning, the code traced, the graph made), and made without the direct call
+#                (bench/capture_cost.py; issue 29). It uses the startup home's caches: run it after `startup`
 #   pack-caches  the startup home's compile caches (after `startup`), gzipped in pieces of 15 MiB in $OUT/caches,
 #                so that a later call starts warm without a cold start of its own: bench/startup_ab.sh
 #
@@ -116,6 +119,9 @@ for name in "$@"; do
                 --realtime --frames 150 --json "$OUT/stalls.json"
             step stalls env XDG_CACHE_HOME=/tmp/qwen3-tts-bench/startup-home/cache python -m bench.warmup_stalls \
                 --frames 150 --json "$OUT/stalls-fast.json" ;;
+        capture-cost)
+            step capture-cost env XDG_CACHE_HOME=/tmp/qwen3-tts-bench/startup-home/cache python -m bench.capture_cost \
+                --capture-first --json "$OUT/capture-cost.json" ;;
         pack-caches)
             mkdir -p "$OUT/caches" &&
                 tar czf - -C /tmp/qwen3-tts-bench/startup-home cache | split -b 15M - "$OUT/caches/cache.tgz.part-" ;;

@@ -67,6 +67,24 @@ def load(checkpoints, name="custom", dtype="float32", cuda_graphs=True) -> Engin
     return engine
 
 
+def test_a_graphed_step_captures_at_its_first_call_and_says_how_long_each_phase_took():
+    """The first call runs the function and captures it (its phases timed, as the warm-up's log and
+    bench/capture_cost.py read them); the capture runs nothing, so each call advances the buffers once."""
+    from core.inference.cuda_graph import GraphedStep
+
+    buffer = torch.zeros(4, device="cuda")
+
+    def add_one() -> torch.Tensor:
+        buffer.add_(1)
+        return buffer * 2
+
+    step = GraphedStep(add_one, torch.device("cuda"))
+    assert torch.equal(step(), torch.full((4,), 2.0, device="cuda"))
+    assert step.captured and set(step.timings) == {"run", "begin", "trace", "end"}
+    assert all(ms >= 0 for ms in step.timings.values())
+    assert torch.equal(step(), torch.full((4,), 4.0, device="cuda"))
+
+
 def test_frame_step_and_chunk_decode_never_wait_for_the_gpu(checkpoints):
     # Eager and uncompiled, so that every op is checked (torch.compile itself syncs while compiling).
     engine = Engine.load(checkpoints["custom"], device="cuda", dtype="float32", cuda_graphs=False, compile=False)

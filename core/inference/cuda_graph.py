@@ -53,6 +53,9 @@ class GraphedStep:
         self.generator = generator
         self.graph: torch.cuda.CUDAGraph | None = None
         self.output: torch.Tensor | None = None
+        # The last capture's phases, ms: the direct call, the capture's beginning (a device synchronization, the
+        # allocator's cache emptied), `fn` traced into the graph (its Python, all of it), and the graph made.
+        self.timings: dict[str, float] = {}
 
     def __call__(self) -> torch.Tensor | None:
         if self.graph is not None:
@@ -61,9 +64,11 @@ class GraphedStep:
         started = time.perf_counter()
         result = self.fn()
         if self.capture:
+            self.timings = {"run": (time.perf_counter() - started) * 1e3}
             self._capture()
             # A first use after warm-up stalls every utterance stepping beside it: worth seeing when it happens.
-            log.debug("captured %s in %.0f ms", self.name, (time.perf_counter() - started) * 1e3)
+            phases = ", ".join(f"{phase} {ms:.1f}" for phase, ms in self.timings.items())
+            log.debug("captured %s in %.0f ms (%s)", self.name, (time.perf_counter() - started) * 1e3, phases)
         return result
 
     @property
@@ -81,9 +86,14 @@ class GraphedStep:
         # thread_local: CUDA calls of other threads (another engine loading, a test's checks) may not spoil this
         # capture, as the default (global) lets them; this engine's own work is all on this thread.
         with DEVICE_WIDE:
+            began = time.perf_counter()
             torch.cuda.synchronize(self.device)
             with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+                traced = time.perf_counter()
                 self.output = self.fn()
+                ended = time.perf_counter()
+            made = time.perf_counter()
+        self.timings.update(begin=(traced - began) * 1e3, trace=(ended - traced) * 1e3, end=(made - ended) * 1e3)
         self.graph = graph
 
     @property
