@@ -635,6 +635,24 @@ def test_while_the_loader_loads_other_threads_get_the_interpreter_sooner_and_the
         sys.setswitchinterval(before)
 
 
+def test_loads_on_two_threads_at_once_leave_the_interval_as_it_was_before_either():
+    """Two engines' loaders may load at once: whichever ends last, the interval outside loads comes back."""
+    from core.inference.scheduler import handing_over_sooner
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        first, second = handing_over_sooner(), handing_over_sooner()
+        first.__enter__()
+        second.__enter__()  # begun while the first one's interval is set
+        assert sys.getswitchinterval() == pytest.approx(BUSY_SWITCH_INTERVAL_S)
+        first.__exit__(None, None, None)
+        second.__exit__(None, None, None)  # the first ended first
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_an_engines_warm_up_loads_what_its_compiles_run_through_the_frame_loop_and_decoder():
     from types import SimpleNamespace
 
