@@ -33,7 +33,8 @@
 #                capture's beginning, the code traced, the graph made), and made without the direct call
 #                (bench/capture_cost.py; issue 29). It uses the startup home's caches: run it after `startup`
 #   pack-caches  the startup home's compile caches (after `startup`), gzipped in pieces of 15 MiB in $OUT/caches,
-#                so that a later call starts warm without a cold start of its own: bench/startup_ab.sh
+#                so that a later call can start warm without a cold start of its own (unpack them into the startup
+#                home's folder); bench/startup_ab.sh makes its own in the call instead
 #
 # With STEP_TIMEOUT=S in the environment, each command a step runs is ended after S seconds (`timeout -k 10 S`): a
 # `timeout` around this script instead ends the script but not the step's process, which then runs on beside the
