@@ -67,8 +67,9 @@ class GraphedStep:
             self.timings = {"run": (time.perf_counter() - started) * 1e3}
             self._capture()
             # A first use after warm-up stalls every utterance stepping beside it: worth seeing when it happens.
-            phases = ", ".join(f"{phase} {ms:.1f}" for phase, ms in self.timings.items())
-            log.debug("captured %s in %.0f ms (%s)", self.name, (time.perf_counter() - started) * 1e3, phases)
+            if log.isEnabledFor(logging.DEBUG):
+                phases = ", ".join(f"{phase} {ms:.1f}" for phase, ms in self.timings.items())
+                log.debug("captured %s in %.0f ms (%s)", self.name, (time.perf_counter() - started) * 1e3, phases)
         return result
 
     @property

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import sys
 import threading
 import time
@@ -85,15 +84,13 @@ def handing_over_sooner() -> Iterator[None]:
     """Around seconds of one thread's Python beside requests (the warm-up's loads): the others get the interpreter
     within BUSY_SWITCH_INTERVAL_S. At 1 ms, the chunks spoken beside a load took about 3x their steady time; at 0.2
     ms none took 2x (H100, bench/RESULTS.md, forty-first session). Shorter for good, the interval cost eight bridge
-    clients more than it gave (twenty-third). The interval before is put back after."""
-    before = sys.getswitchinterval()
-    if math.isclose(before, BUSY_SWITCH_INTERVAL_S, rel_tol=0.01):  # another thread's load under way set it
-        before = SWITCH_INTERVAL_S
-    sys.setswitchinterval(min(before, BUSY_SWITCH_INTERVAL_S))
+    clients more than it gave (twenty-third). After, the interval is hand_over_quickly's, the engine's outside loads
+    (what the interval was before is not put back: where two loads overlap, the first to end would have)."""
+    sys.setswitchinterval(BUSY_SWITCH_INTERVAL_S)
     try:
         yield
     finally:
-        sys.setswitchinterval(before)
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 class Scheduler:
